@@ -1,0 +1,132 @@
+#include "common/test_util.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace pagedattn::testing {
+
+uint64_t fresh_seed() {
+  if (const char* env = std::getenv("PAGEDATTN_TEST_SEED"); env != nullptr && *env != '\0') {
+    return std::strtoull(env, nullptr, 10);
+  }
+  std::random_device device;
+  return (uint64_t{device()} << 32) ^ device();
+}
+
+namespace {
+
+// Calls fn(offset_in_elements) for each element of the view, row-major.
+template <class Fn>
+void for_each_offset(const TensorView& view, Fn&& fn) {
+  const int64_t n = view.numel();
+  std::array<int64_t, kMaxDims> index{};
+  for (int64_t flat = 0; flat < n; ++flat) {
+    int64_t offset = 0;
+    for (int d = 0; d < view.ndim; ++d) offset += index[d] * view.strides[d];
+    fn(flat, offset);
+    for (int d = view.ndim - 1; d >= 0; --d) {
+      if (++index[d] < view.shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+void store(const TensorView& view, int64_t offset, float value, float fp8_scale) {
+  char* base = static_cast<char*>(view.data);
+  switch (view.dtype) {
+    case DType::kF32: reinterpret_cast<float*>(base)[offset] = value; break;
+    case DType::kF16: reinterpret_cast<uint16_t*>(base)[offset] = float_to_half(value); break;
+    case DType::kBF16: reinterpret_cast<uint16_t*>(base)[offset] = float_to_bf16(value); break;
+    case DType::kFP8E4M3:
+      reinterpret_cast<uint8_t*>(base)[offset] = float_to_fp8e4m3(value / fp8_scale);
+      break;
+    case DType::kI32: reinterpret_cast<int32_t*>(base)[offset] = static_cast<int32_t>(value); break;
+    case DType::kI64: reinterpret_cast<int64_t*>(base)[offset] = static_cast<int64_t>(value); break;
+  }
+}
+
+double load(const TensorView& view, int64_t offset, float fp8_scale) {
+  const char* base = static_cast<const char*>(view.data);
+  switch (view.dtype) {
+    case DType::kF32: return reinterpret_cast<const float*>(base)[offset];
+    case DType::kF16: return half_to_float(reinterpret_cast<const uint16_t*>(base)[offset]);
+    case DType::kBF16: return bf16_to_float(reinterpret_cast<const uint16_t*>(base)[offset]);
+    case DType::kFP8E4M3:
+      return double{fp8e4m3_to_float(reinterpret_cast<const uint8_t*>(base)[offset])} * fp8_scale;
+    case DType::kI32: return reinterpret_cast<const int32_t*>(base)[offset];
+    case DType::kI64: return static_cast<double>(reinterpret_cast<const int64_t*>(base)[offset]);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void fill_uniform(const TensorView& view, std::mt19937_64& rng, float lo, float hi,
+                  float fp8_scale) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for_each_offset(view, [&](int64_t, int64_t offset) { store(view, offset, dist(rng), fp8_scale); });
+}
+
+void poison(const TensorView& view) {
+  const int64_t element_bytes = dtype_size(view.dtype);
+  for_each_offset(view, [&](int64_t, int64_t offset) {
+    std::memset(static_cast<char*>(view.data) + offset * element_bytes, 0xff, element_bytes);
+  });
+}
+
+double element(const TensorView& view, int64_t flat_index, float fp8_scale) {
+  int64_t offset = 0;
+  for (int d = view.ndim - 1; d >= 0; --d) {
+    offset += (flat_index % view.shape[d]) * view.strides[d];
+    flat_index /= view.shape[d];
+  }
+  return load(view, offset, fp8_scale);
+}
+
+std::vector<double> to_doubles(const TensorView& view, float fp8_scale) {
+  std::vector<double> values(static_cast<size_t>(view.numel()));
+  for_each_offset(view, [&](int64_t flat, int64_t offset) {
+    values[static_cast<size_t>(flat)] = load(view, offset, fp8_scale);
+  });
+  return values;
+}
+
+Tolerance tolerance_for(DType out_dtype) {
+  switch (out_dtype) {
+    case DType::kF32: return {2e-5, 2e-4};
+    case DType::kF16: return {2e-3, 4e-3};
+    case DType::kBF16: return {1e-2, 2e-2};
+    default: return {5e-2, 1e-1};
+  }
+}
+
+std::string compare(std::span<const double> got, std::span<const double> expected,
+                    Tolerance tolerance, const std::string& what) {
+  if (got.size() != expected.size()) {
+    return fmt::format("{}: {} elements, expected {}", what, got.size(), expected.size());
+  }
+  std::string report;
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i];
+    const double e = expected[i];
+    bool ok;
+    if (std::isinf(e)) {
+      ok = g == e;
+    } else {
+      ok = std::isfinite(g) && std::fabs(g - e) <= tolerance.abs + tolerance.rel * std::fabs(e);
+    }
+    if (!ok) {
+      if (bad < 8) report += fmt::format("\n  [{}] got {:.8g}, expected {:.8g}", i, g, e);
+      ++bad;
+    }
+  }
+  if (bad == 0) return {};
+  return fmt::format("{}: {} of {} elements out of tolerance (abs {}, rel {}):{}", what, bad,
+                     got.size(), tolerance.abs, tolerance.rel, report);
+}
+
+}  // namespace pagedattn::testing
