@@ -1,0 +1,91 @@
+// CudaWorkspace: allocates the fixed device buffers described in workspace.h, once.
+//
+// Sizes: the split rule (planner.h) gives at most target_items + batch items, and the decode
+// target is num_sms * kDecodeCtasPerSm / num_kv_heads <= num_sms * kDecodeCtasPerSm, so
+// max_items = num_sms * kDecodeCtasPerSm + max_batch bounds every plan. Partial outputs are
+// [max_items, max_qo_heads, max_head_dim] f32 (at least a 64 MiB floor shared with prefill).
+#include "cuda/workspace.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/check.h"
+#include "cuda/cuda_check.h"
+
+namespace pagedattn::cuda {
+
+void throw_cuda_error(cudaError_t status, const char* what, const char* file, int line) {
+  PA_FAIL("CUDA error in {} ({}:{}): {} ({})", what, file, line, cudaGetErrorString(status),
+          cudaGetErrorName(status));
+}
+
+void check_launch(const char* kernel_name) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) {
+    PA_FAIL("CUDA kernel {} failed to launch: {} ({})", kernel_name, cudaGetErrorString(status),
+            cudaGetErrorName(status));
+  }
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) PA_CUDA_CHECK(cudaMalloc(&data_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) cudaFree(data_);  // no throw from a destructor
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+CudaWorkspace::CudaWorkspace(const WorkspaceLimits& limits) : limits_(limits) {
+  PA_CHECK(limits.max_batch > 0, "WorkspaceLimits.max_batch: {} (expected > 0)", limits.max_batch);
+  PA_CHECK(limits.max_qo_heads > 0, "WorkspaceLimits.max_qo_heads: {} (expected > 0)",
+           limits.max_qo_heads);
+  PA_CHECK(limits.max_head_dim > 0, "WorkspaceLimits.max_head_dim: {} (expected > 0)",
+           limits.max_head_dim);
+  PA_CUDA_CHECK(cudaGetDevice(&device_));
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
+  max_items_ = num_sms_ * kDecodeCtasPerSm + limits.max_batch;
+  const auto i32 = sizeof(int32_t);
+  work_request_ = DeviceBuffer(i32 * max_items_);
+  work_chunk_ = DeviceBuffer(i32 * max_items_);
+  merge_indptr_ = DeviceBuffer(i32 * (limits.max_batch + 1));
+  info_ = DeviceBuffer(sizeof(PlanInfo));
+  PA_CUDA_CHECK(cudaMemset(info_.data(), 0, sizeof(PlanInfo)));
+  constexpr int64_t kFloorFloats = int64_t{16} << 20;  // 64 MiB
+  partial_out_capacity_ = std::max<int64_t>(
+      kFloorFloats, int64_t{max_items_} * limits.max_qo_heads * limits.max_head_dim);
+  partial_lse_capacity_ =
+      std::max<int64_t>(kFloorFloats / 64, int64_t{max_items_} * limits.max_qo_heads);
+  partial_out_ = DeviceBuffer(sizeof(float) * partial_out_capacity_);
+  partial_lse_ = DeviceBuffer(sizeof(float) * partial_lse_capacity_);
+  scratch_ = DeviceBuffer(size_t{64} << 20);
+}
+
+CudaWorkspace::~CudaWorkspace() = default;
+
+SplitKvConfig CudaWorkspace::split_config(const OpDesc& op) const {
+  SplitKvConfig config;
+  config.enable = true;
+  const int32_t kv_heads = std::max(1, op.num_kv_heads);
+  config.target_items = std::max(1, num_sms_ * kDecodeCtasPerSm / kv_heads);
+  // A chunk shorter than ~256 tokens costs more in merging than it gains in parallelism.
+  config.min_chunk_pages = std::max(1, 256 / std::max(1, op.page_size));
+  return config;
+}
+
+PartitionView CudaWorkspace::partition() const {
+  return PartitionView{work_request(), work_chunk(), merge_indptr(), info(), max_items_};
+}
+
+}  // namespace pagedattn::cuda

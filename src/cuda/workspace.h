@@ -1,0 +1,115 @@
+// The CUDA backend's workspace: fixed device buffers sized once from WorkspaceLimits, so that
+// plan() and run_*() never allocate (and can be captured in a CUDA graph).
+//
+// What lives here (all int32 unless noted; "items" are split-KV work items, see planner.h):
+//   partition   work_request [max_items], work_chunk [max_items], merge_indptr [max_batch + 1],
+//               info: PlanInfo (num_items, chunk_pages, any_split) written by the GPU partition
+//               kernel, read by the decode kernels: the host never learns num_items (no sync).
+//   partial     partial_out f32 [capacity], partial_lse f32 [capacity]: per (item, qo head) partial
+//               outputs of split requests, merged by the merge kernel. Decode uses them as
+//               [item, Hq, D] and [item, Hq]; other ops may use them as they like, within the same
+//               call (contents are not preserved between run_*() calls).
+//   scratch     raw device bytes for the prefill / MLA kernels (same rule).
+// A workspace belongs to one device (the current one when it was created) and one stream at a
+// time: plan() and run_*() must be issued on the same stream, in order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "pagedattn/backend.h"
+#include "pagedattn/planner.h"
+
+namespace pagedattn::cuda {
+
+// An owning cudaMalloc'd buffer (movable, not copyable). Bytes are not initialised.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Written on the device by the partition kernel.
+struct PlanInfo {
+  int32_t num_items;
+  int32_t chunk_pages;
+  int32_t any_split;
+  int32_t error;  // nonzero: the partition did not fit the workspace (see PlanError)
+};
+
+// Device pointers of the split-KV partition, as the kernels read them.
+struct PartitionView {
+  const int32_t* work_request = nullptr;  // [max_items]
+  const int32_t* work_chunk = nullptr;    // [max_items]
+  const int32_t* merge_indptr = nullptr;  // [batch + 1]
+  const PlanInfo* info = nullptr;
+  int32_t max_items = 0;  // grid bound: items beyond info->num_items exit at once
+};
+
+class CudaWorkspace final : public Workspace {
+ public:
+  explicit CudaWorkspace(const WorkspaceLimits& limits);
+  ~CudaWorkspace() override;
+
+  const WorkspaceLimits& limits() const { return limits_; }
+  int device() const { return device_; }
+  int num_sms() const { return num_sms_; }
+
+  // ---- split-KV partition (decode) ----
+  // The configuration plan() uses for `op` (target items = resident CTAs / KV heads).
+  SplitKvConfig split_config(const OpDesc& op) const;
+  // Upper bound on items for any plan of this workspace (the grid size of the decode kernel).
+  int32_t max_items() const { return max_items_; }
+  int32_t* work_request() const { return work_request_.as<int32_t>(); }
+  int32_t* work_chunk() const { return work_chunk_.as<int32_t>(); }
+  int32_t* merge_indptr() const { return merge_indptr_.as<int32_t>(); }
+  PlanInfo* info() const { return info_.as<PlanInfo>(); }
+  PartitionView partition() const;
+
+  // ---- partial results of split work, f32 ----
+  float* partial_out() const { return partial_out_.as<float>(); }
+  int64_t partial_out_capacity() const { return partial_out_capacity_; }  // floats
+  float* partial_lse() const { return partial_lse_.as<float>(); }
+  int64_t partial_lse_capacity() const { return partial_lse_capacity_; }  // floats
+
+  // ---- raw scratch for prefill / MLA ----
+  void* scratch() const { return scratch_.data(); }
+  size_t scratch_bytes() const { return scratch_.bytes(); }
+
+  // ---- the last plan (set by Backend::plan, checked by run_*) ----
+  bool planned = false;
+  OpDesc planned_op;
+  StepMetadata planned_meta;
+  SplitKvConfig planned_split;
+
+ private:
+  WorkspaceLimits limits_;
+  int device_ = 0;
+  int num_sms_ = 0;
+  int32_t max_items_ = 0;
+  int64_t partial_out_capacity_ = 0;
+  int64_t partial_lse_capacity_ = 0;
+  DeviceBuffer work_request_, work_chunk_, merge_indptr_, info_;
+  DeviceBuffer partial_out_, partial_lse_, scratch_;
+};
+
+// Resident decode CTAs per SM that the split rule targets (see decode launcher).
+inline constexpr int kDecodeCtasPerSm = 2;
+
+}  // namespace pagedattn::cuda
