@@ -15,6 +15,13 @@
 //   kv_last_page_len [padded_batch]      in [1, P]; 0 for a request with no pages
 //   kv_lens          [padded_batch]      (pages - 1) * P + last_page_len
 // and, on request, the split-KV work partition (split_kv_partition below).
+//
+// Attention pages: with r = alloc_page_size / P, allocation page b is attention pages
+// b*r .. b*r + r - 1; a request of seq_len tokens has ceil(seq_len / P) of them (the last one
+// partial when P does not divide seq_len). Padding requests and empty requests have no pages,
+// kv_last_page_len 0 and kv_lens 0; a padding request has one query row in decode, none in
+// prefill. With validate = false only the buffer capacities are checked (a trusted hot path:
+// the table must then be valid, or the output is unspecified).
 #pragma once
 
 #include <cstdint>
@@ -85,7 +92,8 @@ class PlanStorage {
 //   request r gets n_r = max(1, ceil(pages_r / chunk_pages)) items, in order;
 //   item w covers pages [chunk * chunk_pages, min(pages_r, (chunk + 1) * chunk_pages)).
 // Requests with n_r > 1 need a merge of their partial outputs (merge_indptr gives their items).
-// When `enable` is false every request is one item.
+// Every request, padding and empty ones included, has at least one item (it writes its zero
+// output). When `enable` is false every request is one item and chunk_pages = max(1, total).
 struct SplitKvConfig {
   bool enable = true;
   int32_t target_items = 132;  // e.g. SMs * resident blocks / KV heads per block
