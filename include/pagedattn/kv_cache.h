@@ -117,4 +117,10 @@ void store_kv(const PagedKv& cache, const TensorView& k_new, const TensorView& v
 void store_latent(const PagedLatent& cache, const TensorView& ckv_new, const TensorView& kpe_new,
                   const TensorView& slots);
 
+// Copies the first `num_tokens` tokens (all heads, K and V) of allocation page `src_page` into
+// page `dst_page` of a host cache: the private copy of a forked request's partial last page
+// (PageAllocator::fork's PageCopy). Validates the pages and the count before copying.
+void copy_tokens(const PagedKv& cache, int64_t src_page, int64_t dst_page, int32_t num_tokens);
+void copy_tokens(const PagedLatent& cache, int64_t src_page, int64_t dst_page, int32_t num_tokens);
+
 }  // namespace pagedattn
