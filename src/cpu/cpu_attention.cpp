@@ -1,0 +1,273 @@
+// The CPU attention kernel: one work item (request, query tile, KV chunk) for one KV head, then
+// the merge of split items.
+//
+// Per item: the query tile (tokens x group heads) is converted to f32 and pre-multiplied by
+// sm_scale (and the fp8 K scale), so that a dot product is the logit. The KV chunk is walked in
+// blocks of kBlockTokens tokens: each token's K (and V) row is located through kv_indices
+// (attention page -> allocation page + offset) and converted to f32 into a small block, then
+// scores = Q K^T for the block, soft-cap, causal / window mask (only on blocks that straddle a
+// boundary), the online-softmax update (running max m, sum l, rescale alpha) and acc += P V.
+// MLA reads K = [ckv, kpe] into one block and uses its first kv_lora_rank columns as V.
+// Finally out = acc / l * v_scale and lse = m + log(l), or 0 and -inf for a row that saw nothing.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+#include "cpu/cpu_plan.h"
+#include "cpu/cpu_simd.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace pagedattn::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Converts `dim` elements at `src` (dtype `dtype`) to f32 times `scale`.
+void to_f32(const char* src, DType dtype, float* dst, int dim, float scale) {
+  switch (dtype) {
+    case DType::kF32: simd::convert_f32(reinterpret_cast<const float*>(src), dst, dim, scale); break;
+    case DType::kF16: simd::convert_f16(reinterpret_cast<const uint16_t*>(src), dst, dim, scale); break;
+    case DType::kBF16: simd::convert_bf16(reinterpret_cast<const uint16_t*>(src), dst, dim, scale); break;
+    case DType::kFP8E4M3: simd::convert_fp8(reinterpret_cast<const uint8_t*>(src), dst, dim, scale); break;
+    default: break;  // rejected by validation
+  }
+}
+
+void from_f32(const float* src, char* dst, DType dtype, int dim, float scale) {
+  switch (dtype) {
+    case DType::kF32: simd::convert_f32(src, reinterpret_cast<float*>(dst), dim, scale); break;
+    case DType::kF16: simd::store_f16(src, reinterpret_cast<uint16_t*>(dst), dim, scale); break;
+    case DType::kBF16: simd::store_bf16(src, reinterpret_cast<uint16_t*>(dst), dim, scale); break;
+    default: break;  // rejected by validation
+  }
+}
+
+const char* row_ptr(const RowSource& s, int64_t row, int64_t head) {
+  return s.data + (row * s.row_stride + head * s.head_stride) * dtype_size(s.dtype);
+}
+
+const char* token_ptr(const PagedSource& s, DType dtype, int64_t alloc_page, int64_t offset,
+                      int64_t head) {
+  return s.data +
+         (alloc_page * s.page_stride + offset * s.token_stride + head * s.head_stride) *
+             dtype_size(dtype);
+}
+
+// Per-thread scratch, carved from the workspace (sizes from CpuWorkspace's constructor).
+struct Scratch {
+  float *q, *acc, *s, *m, *l, *alpha, *k, *v;
+};
+
+Scratch carve(float* base, int64_t max_rows, int32_t dim_qk_cap, int32_t dim_vo_cap) {
+  auto take = [&base](int64_t n) {
+    float* p = base;
+    base += (n + 15) / 16 * 16;
+    return p;
+  };
+  Scratch s;
+  s.q = take(max_rows * dim_qk_cap);
+  s.acc = take(max_rows * dim_vo_cap);
+  s.s = take(max_rows * kBlockTokens);
+  s.m = take(max_rows);
+  s.l = take(max_rows);
+  s.alpha = take(max_rows);
+  s.k = take(int64_t{kBlockTokens} * dim_qk_cap);
+  s.v = take(int64_t{kBlockTokens} * dim_vo_cap);
+  return s;
+}
+
+void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scratch& sc,
+              float* partial_out, float* partial_lse) {
+  const int32_t r = item.request;
+  const int64_t kv_len = p.kv_len(r);
+  const int64_t q_len = p.q_end(r) - p.q_begin(r);
+  const int64_t tokens = item.q_end - item.q_begin;
+  const int32_t group = p.group;
+  const int32_t rows = static_cast<int32_t>(tokens * group);
+  const int32_t dqk = p.dim_qk, dvo = p.dim_vo;
+
+  // Query tile, pre-scaled: row = token * group + g, head = kv_head * group + g.
+  const float q_scale = p.sm_scale * p.k_scale;
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int32_t g = 0; g < group; ++g) {
+      const int64_t head = int64_t{kv_head} * group + g;
+      float* dst = sc.q + (t * group + g) * dqk;
+      to_f32(row_ptr(p.q, item.q_begin + t, head), p.q.dtype, dst, p.q.dim, q_scale);
+      if (p.latent) {
+        to_f32(row_ptr(p.q_rope, item.q_begin + t, head), p.q_rope.dtype, dst + p.q.dim,
+               p.q_rope.dim, q_scale);
+      }
+    }
+  }
+  // Visible keys of token t: [lo(t), hi(t)]; both grow with t.
+  const int64_t first_position = kv_len - q_len + (item.q_begin - p.q_begin(r));
+  auto hi = [&](int64_t t) { return p.causal ? first_position + t : kv_len - 1; };
+  auto lo = [&](int64_t t) {
+    return p.window_left >= 0 ? first_position + t - p.window_left : int64_t{0};
+  };
+  const int64_t begin = std::max<int64_t>({int64_t{item.page_begin} * p.page_size, lo(0), 0});
+  const int64_t end = std::min<int64_t>({int64_t{item.page_end} * p.page_size, kv_len,
+                                         hi(tokens - 1) + 1});
+
+  std::fill(sc.m, sc.m + rows, kNegInf);
+  std::fill(sc.l, sc.l + rows, 0.0f);
+  std::fill(sc.acc, sc.acc + int64_t{rows} * dvo, 0.0f);
+  const int32_t* pages = p.kv_indices + p.kv_indptr[r];
+  const float* v_block = p.latent ? sc.k : sc.v;
+  const int32_t v_stride = p.latent ? dqk : dvo;
+
+  for (int64_t t0 = begin; t0 < end; t0 += kBlockTokens) {
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(kBlockTokens, end - t0));
+    for (int32_t j = 0; j < n; ++j) {
+      const int64_t t = t0 + j;
+      const int64_t page = pages[t / p.page_size];
+      const int64_t alloc_page = page / p.pages_per_alloc;
+      const int64_t offset = (page % p.pages_per_alloc) * p.page_size + t % p.page_size;
+      float* k_row = sc.k + int64_t{j} * dqk;
+      to_f32(token_ptr(p.k, p.kv_dtype, alloc_page, offset, kv_head), p.kv_dtype, k_row, p.k.dim,
+             1.0f);
+      if (p.latent) {
+        to_f32(token_ptr(p.k_rope, p.kv_dtype, alloc_page, offset, 0), p.kv_dtype,
+               k_row + p.k.dim, p.k_rope.dim, 1.0f);
+      } else {
+        to_f32(token_ptr(p.v, p.kv_dtype, alloc_page, offset, kv_head), p.kv_dtype,
+               sc.v + int64_t{j} * dvo, dvo, 1.0f);
+      }
+    }
+    simd::score_block(sc.q, rows, sc.k, n, dqk, sc.s, kBlockTokens);
+    if (p.soft_cap > 0) {
+      const float cap = p.soft_cap, inv_cap = 1.0f / p.soft_cap;
+      for (int32_t row = 0; row < rows; ++row) {
+        float* s = sc.s + int64_t{row} * kBlockTokens;
+        for (int32_t j = 0; j < n; ++j) s[j] = cap * std::tanh(s[j] * inv_cap);
+      }
+    }
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t key_lo = lo(t), key_hi = hi(t);
+      if (t0 >= key_lo && t0 + n - 1 <= key_hi) continue;  // block fully visible
+      for (int32_t g = 0; g < group; ++g) {
+        float* s = sc.s + (t * group + g) * kBlockTokens;
+        for (int32_t j = 0; j < n; ++j) {
+          if (t0 + j < key_lo || t0 + j > key_hi) s[j] = kNegInf;
+        }
+      }
+    }
+    simd::softmax_block(sc.s, rows, n, kBlockTokens, sc.m, sc.l, sc.alpha);
+    simd::accumulate_block(sc.acc, rows, sc.alpha, sc.s, kBlockTokens, v_block, v_stride, n, dvo);
+  }
+
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int32_t g = 0; g < group; ++g) {
+      const int32_t row = static_cast<int32_t>(t * group + g);
+      const int64_t head = int64_t{kv_head} * group + g;
+      const bool seen = sc.l[row] > 0;
+      float* acc = sc.acc + int64_t{row} * dvo;
+      const float scale = seen ? p.v_scale / sc.l[row] : 0.0f;
+      const float lse = seen ? sc.m[row] + std::log(sc.l[row]) : kNegInf;
+      const int64_t abs_row = item.q_begin + t;
+      if (item.partial >= 0) {
+        const int64_t prow = item.partial + t * p.heads + head;
+        simd::convert_f32(acc, partial_out + prow * dvo, dvo, scale);
+        partial_lse[prow] = lse;
+        continue;
+      }
+      if (!seen) std::fill(acc, acc + dvo, 0.0f);  // acc may hold 0 * NaN-free zeros anyway
+      from_f32(acc, p.out + (abs_row * p.out_row_stride + head * p.out_head_stride) *
+                                dtype_size(p.out_dtype),
+               p.out_dtype, dvo, scale);
+      if (p.lse) p.lse[abs_row * p.lse_row_stride + head * p.lse_head_stride] = lse;
+    }
+  }
+}
+
+// Combines a split (request, tile)'s partials: weights exp(lse_i - max) over its items.
+void merge_group(const Problem& p, const CpuWorkspace& ws, const MergeGroup& group, float* tmp) {
+  const WorkItem& first = ws.items[group.first_item];
+  const int32_t dvo = p.dim_vo;
+  for (int64_t t = 0; t < first.q_end - first.q_begin; ++t) {
+    for (int32_t head = 0; head < p.heads; ++head) {
+      float max_lse = kNegInf;
+      for (int32_t i = 0; i < group.num_items; ++i) {
+        const WorkItem& item = ws.items[group.first_item + i];
+        max_lse = std::max(max_lse, ws.partial_lse[item.partial + t * p.heads + head]);
+      }
+      std::fill(tmp, tmp + dvo, 0.0f);
+      float total = 0;
+      if (max_lse != kNegInf) {
+        for (int32_t i = 0; i < group.num_items; ++i) {
+          const WorkItem& item = ws.items[group.first_item + i];
+          const int64_t prow = item.partial + t * p.heads + head;
+          const float lse = ws.partial_lse[prow];
+          if (lse == kNegInf) continue;
+          const float w = std::exp(lse - max_lse);
+          total += w;
+          const float* src = ws.partial_out.data() + prow * dvo;
+          for (int32_t d = 0; d < dvo; ++d) tmp[d] += w * src[d];
+        }
+      }
+      const int64_t row = first.q_begin + t;
+      from_f32(tmp, p.out + (row * p.out_row_stride + head * p.out_head_stride) *
+                                dtype_size(p.out_dtype),
+               p.out_dtype, dvo, total > 0 ? 1.0f / total : 0.0f);
+      if (p.lse) {
+        p.lse[row * p.lse_row_stride + head * p.lse_head_stride] =
+            total > 0 ? max_lse + std::log(total) : kNegInf;
+      }
+    }
+  }
+}
+
+int thread_id() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
+void run_problem(CpuWorkspace& ws, const Problem& p) {
+  const CpuPlan& plan = ws.plan;
+  PA_CHECK(plan.ready, "workspace: no plan (call plan() with this step's metadata first)");
+  const bool same_kind = is_mla(plan.op) == is_mla(p.op) &&
+                         (is_mla(p.op) || (plan.op == OpKind::kDecode) == (p.op == OpKind::kDecode));
+  const int64_t total_pages = p.kv_indptr[p.batch] - p.kv_indptr[0];
+  const int64_t total_rows = p.qo_indptr ? p.qo_indptr[p.batch] - p.qo_indptr[0] : p.batch;
+  PA_CHECK(same_kind && plan.batch == p.batch && plan.heads == p.heads &&
+               plan.kv_heads == p.kv_heads && plan.dim_qk == p.dim_qk &&
+               plan.dim_vo == p.dim_vo && plan.page_size == p.page_size &&
+               plan.total_pages == total_pages && plan.total_rows == total_rows,
+           "workspace: planned for {} (batch {}, heads {}/{}, dims {}/{}, P {}, {} pages, {} rows) "
+           "but called for {} (batch {}, heads {}/{}, dims {}/{}, P {}, {} pages, {} rows); call "
+           "plan() with this step's op and metadata",
+           op_name(plan.op), plan.batch, plan.heads, plan.kv_heads, plan.dim_qk, plan.dim_vo,
+           plan.page_size, plan.total_pages, plan.total_rows, op_name(p.op), p.batch, p.heads,
+           p.kv_heads, p.dim_qk, p.dim_vo, p.page_size, total_pages, total_rows);
+
+  const int64_t units = int64_t{plan.num_items} * p.kv_heads;
+  const int32_t dim_qk_cap = std::min(
+      (ws.limits().max_head_dim + 15) / 16 * 16, kMaxHeadDimQk);
+  const int32_t dim_vo_cap = std::min(dim_qk_cap, kMaxHeadDimVo);
+  const int64_t max_rows = ws.max_rows_per_item();
+  float* partial_out = ws.partial_out.data();
+  float* partial_lse = ws.partial_lse.data();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ws.threads())
+  for (int64_t u = 0; u < units; ++u) {
+    const Scratch sc = carve(ws.scratch(thread_id()), max_rows, dim_qk_cap, dim_vo_cap);
+    run_item(p, ws.items[u / p.kv_heads], static_cast<int32_t>(u % p.kv_heads), sc, partial_out,
+             partial_lse);
+  }
+  if (plan.num_merges == 0) return;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ws.threads())
+  for (int32_t g = 0; g < plan.num_merges; ++g) {
+    const Scratch sc = carve(ws.scratch(thread_id()), max_rows, dim_qk_cap, dim_vo_cap);
+    merge_group(p, ws, ws.merges[g], sc.acc);
+  }
+}
+
+}  // namespace pagedattn::cpu

@@ -1,0 +1,88 @@
+// The CPU backend's workspace and work partition.
+//
+// A work item is (request, tile of its query rows, chunk of its KV pages); each item runs for
+// every KV head, so the parallel loop is items x num_kv_heads. Query rows are tiled so that one
+// item's accumulators (rows x group query heads x head_dim_vo floats) stay in L2; KV is split into
+// chunks only when there are too few (request, tile, head) units to keep every thread busy
+// (B = 1 with a long context), and split items write f32 partial outputs with their lse, which a
+// merge pass combines (weights exp(lse_i - max lse)).
+//
+// All buffers are sized once by create_workspace() from WorkspaceLimits and the thread count;
+// plan() fills the item list without allocating and falls back to larger chunks (fewer partials)
+// when a split would not fit.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu/cpu_problem.h"
+#include "pagedattn/backend.h"
+
+namespace pagedattn::cpu {
+
+inline constexpr int32_t kTileRows = 64;        // query rows (tokens x group heads) per item
+inline constexpr int32_t kBlockTokens = 32;     // KV tokens converted to f32 at a time
+inline constexpr int32_t kMinChunkTokens = 256; // smaller KV chunks cost more to merge than win
+
+struct WorkItem {
+  int32_t request = 0;
+  int32_t page_begin = 0;  // chunk of the request's pages: [page_begin, page_end)
+  int32_t page_end = 0;
+  int64_t q_begin = 0;     // query rows (absolute): [q_begin, q_end)
+  int64_t q_end = 0;
+  int64_t partial = -1;    // first partial row (row x head) in the workspace, -1: write `out`
+};
+
+// A (request, query tile) whose KV was split: items [first_item, first_item + num_items).
+struct MergeGroup {
+  int32_t first_item = 0;
+  int32_t num_items = 0;
+};
+
+struct CpuPlan {
+  bool ready = false;
+  OpKind op = OpKind::kDecode;
+  int32_t batch = 0;
+  int32_t heads = 0, kv_heads = 0, dim_qk = 0, dim_vo = 0;
+  int32_t page_size = 0;
+  int64_t total_pages = 0;  // kv_indptr[B] - kv_indptr[0] when planned (staleness check)
+  int64_t total_rows = 0;
+  int32_t tile_tokens = 1;
+  int32_t chunk_pages = 0;  // 0: no split
+  int32_t num_items = 0;
+  int32_t num_merges = 0;
+  int64_t partial_rows = 0;
+};
+
+class CpuWorkspace final : public Workspace {
+ public:
+  CpuWorkspace(const WorkspaceLimits& limits, int32_t threads);
+
+  const WorkspaceLimits& limits() const { return limits_; }
+  int32_t threads() const { return threads_; }
+  int64_t scratch_floats() const { return scratch_floats_; }
+  float* scratch(int32_t thread) { return scratch_.data() + thread * scratch_floats_; }
+  int64_t max_rows_per_item() const { return max_rows_; }
+
+  CpuPlan plan;
+  std::vector<WorkItem> items;       // capacity fixed at creation
+  std::vector<MergeGroup> merges;    // capacity fixed at creation
+  std::vector<float> partial_out;    // [partial rows, dim_vo]
+  std::vector<float> partial_lse;    // [partial rows]
+
+ private:
+  WorkspaceLimits limits_;
+  int32_t threads_ = 1;
+  int64_t max_rows_ = 0;
+  int64_t scratch_floats_ = 0;
+  std::vector<float> scratch_;
+};
+
+// Fills workspace.plan / items / merges for `op` over `meta` (host metadata). Throws when the
+// step exceeds the workspace's limits.
+void build_plan(CpuWorkspace& workspace, const OpDesc& op, const StepMetadata& meta);
+
+// Runs a validated problem with the workspace's plan (which must match it), then merges.
+void run_problem(CpuWorkspace& workspace, const Problem& problem);
+
+}  // namespace pagedattn::cpu

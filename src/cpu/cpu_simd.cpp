@@ -1,0 +1,207 @@
+// Hot loops of the CPU backend (see cpu_simd.h). Vector extensions give 16-float chunks that the
+// compiler maps to one zmm (AVX-512), two ymm (AVX2) or four xmm (baseline) registers; the
+// target_clones attribute compiles each function for those targets and picks one at load time.
+// exp() is a branch-free polynomial so that the softmax vectorizes (no libm call in the loop).
+#include "cpu/cpu_simd.h"
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "pagedattn/dtype.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(PAGEDATTN_NO_TARGET_CLONES)
+#define PA_SIMD_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define PA_SIMD_CLONES
+#endif
+
+// The 64-byte vector helpers below are always inlined into the clones; GCC's note that passing
+// such vectors by value changes the ABI between targets does not apply to them.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace pagedattn::cpu::simd {
+namespace {
+
+using Chunk = float __attribute__((vector_size(kLanes * sizeof(float))));
+
+[[gnu::always_inline]] inline Chunk load(const float* p) {
+  Chunk c;
+  std::memcpy(&c, p, sizeof(c));
+  return c;
+}
+[[gnu::always_inline]] inline void store(float* p, const Chunk& c) { std::memcpy(p, &c, sizeof(c)); }
+[[gnu::always_inline]] inline float sum(const Chunk& c) {
+  float total = 0;
+  for (int i = 0; i < kLanes; ++i) total += c[i];
+  return total;
+}
+
+// exp(x) for x <= 0 (scores minus their running max) and -inf: Cody-Waite reduction to
+// r in [-ln2/2, ln2/2], degree-6 polynomial, 2^n through the exponent bits. Relative error ~2 ulp;
+// x < -87 (including -inf) gives exactly 0, so masked keys carry no weight.
+[[gnu::always_inline]] inline float exp_nonpositive(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float clamped = x < -87.0f ? -87.0f : x;
+  const float shifted = clamped * kLog2e + kRound;
+  const float n = shifted - kRound;
+  const int32_t exponent = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRound);
+  const float r = (clamped - n * kLn2Hi) - n * kLn2Lo;
+  float poly = 1.3981999507e-3f;
+  poly = poly * r + 8.3334519073e-3f;
+  poly = poly * r + 4.1665795894e-2f;
+  poly = poly * r + 1.6666665459e-1f;
+  poly = poly * r + 5.0000001201e-1f;
+  poly = poly * r * r + r + 1.0f;
+  const float scale = std::bit_cast<float>((exponent + 127) << 23);
+  return x < -87.0f ? 0.0f : poly * scale;
+}
+
+const std::array<float, 256>& fp8_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = fp8e4m3_to_float(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+PA_SIMD_CLONES void convert_f32(const float* src, float* dst, int n, float scale) {
+  for (int i = 0; i < n; ++i) dst[i] = src[i] * scale;
+}
+
+PA_SIMD_CLONES void convert_bf16(const uint16_t* src, float* dst, int n, float scale) {
+  for (int i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(uint32_t{src[i]} << 16) * scale;
+}
+
+PA_SIMD_CLONES void convert_f16(const uint16_t* src, float* dst, int n, float scale) {
+  for (int i = 0; i < n; ++i) dst[i] = half_to_float(src[i]) * scale;
+}
+
+void convert_fp8(const uint8_t* src, float* dst, int n, float scale) {
+  const std::array<float, 256>& table = fp8_table();
+  for (int i = 0; i < n; ++i) dst[i] = table[src[i]] * scale;
+}
+
+PA_SIMD_CLONES void store_bf16(const float* src, uint16_t* dst, int n, float scale) {
+  for (int i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i] * scale);
+}
+
+void store_f16(const float* src, uint16_t* dst, int n, float scale) {
+  for (int i = 0; i < n; ++i) dst[i] = float_to_half(src[i] * scale);
+}
+
+PA_SIMD_CLONES void score_block(const float* __restrict q, int rows, const float* __restrict k,
+                                int n, int dim, float* __restrict s, int s_stride) {
+  for (int r = 0; r < rows; ++r) {
+    const float* qr = q + static_cast<int64_t>(r) * dim;
+    float* sr = s + static_cast<int64_t>(r) * s_stride;
+    int j = 0;
+    // Four keys at a time: four independent FMA chains share each query chunk load.
+    for (; j + 4 <= n; j += 4) {
+      const float* k0 = k + static_cast<int64_t>(j) * dim;
+      Chunk a0{}, a1{}, a2{}, a3{};
+      for (int d = 0; d < dim; d += kLanes) {
+        const Chunk qc = load(qr + d);
+        a0 += qc * load(k0 + d);
+        a1 += qc * load(k0 + dim + d);
+        a2 += qc * load(k0 + 2 * dim + d);
+        a3 += qc * load(k0 + 3 * dim + d);
+      }
+      sr[j] = sum(a0);
+      sr[j + 1] = sum(a1);
+      sr[j + 2] = sum(a2);
+      sr[j + 3] = sum(a3);
+    }
+    for (; j < n; ++j) {
+      const float* kj = k + static_cast<int64_t>(j) * dim;
+      Chunk a{};
+      for (int d = 0; d < dim; d += kLanes) a += load(qr + d) * load(kj + d);
+      sr[j] = sum(a);
+    }
+  }
+}
+
+PA_SIMD_CLONES void softmax_block(float* __restrict s, int rows, int n, int s_stride,
+                                  float* __restrict m, float* __restrict l,
+                                  float* __restrict alpha) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int r = 0; r < rows; ++r) {
+    float* sr = s + static_cast<int64_t>(r) * s_stride;
+    float block_max = kNegInf;
+    for (int j = 0; j < n; ++j) block_max = sr[j] > block_max ? sr[j] : block_max;
+    const float m_new = block_max > m[r] ? block_max : m[r];
+    if (m_new == kNegInf) {  // nothing visible yet: p = 0, state unchanged
+      for (int j = 0; j < n; ++j) sr[j] = 0.0f;
+      alpha[r] = 1.0f;
+      continue;
+    }
+    float total = 0;
+    for (int j = 0; j < n; ++j) {
+      const float p = exp_nonpositive(sr[j] - m_new);
+      sr[j] = p;
+      total += p;
+    }
+    alpha[r] = m[r] == kNegInf ? 0.0f : exp_nonpositive(m[r] - m_new);
+    l[r] = l[r] * alpha[r] + total;
+    m[r] = m_new;
+  }
+}
+
+PA_SIMD_CLONES void accumulate_block(float* __restrict acc, int rows, const float* __restrict alpha,
+                                     const float* __restrict p, int p_stride,
+                                     const float* __restrict v, int v_stride, int n, int dim) {
+  for (int r = 0; r < rows; ++r) {
+    float* ar = acc + static_cast<int64_t>(r) * dim;
+    const float* pr = p + static_cast<int64_t>(r) * p_stride;
+    const float a = alpha[r];
+    int d = 0;
+    // Four chunks of the output row stay in registers while the block's values stream by.
+    for (; d + 4 * kLanes <= dim; d += 4 * kLanes) {
+      Chunk c0 = load(ar + d) * a, c1 = load(ar + d + kLanes) * a;
+      Chunk c2 = load(ar + d + 2 * kLanes) * a, c3 = load(ar + d + 3 * kLanes) * a;
+      for (int j = 0; j < n; ++j) {
+        const float* vj = v + static_cast<int64_t>(j) * v_stride + d;
+        const float w = pr[j];
+        c0 += w * load(vj);
+        c1 += w * load(vj + kLanes);
+        c2 += w * load(vj + 2 * kLanes);
+        c3 += w * load(vj + 3 * kLanes);
+      }
+      store(ar + d, c0);
+      store(ar + d + kLanes, c1);
+      store(ar + d + 2 * kLanes, c2);
+      store(ar + d + 3 * kLanes, c3);
+    }
+    for (; d < dim; d += kLanes) {
+      Chunk c = load(ar + d) * a;
+      for (int j = 0; j < n; ++j) c += pr[j] * load(v + static_cast<int64_t>(j) * v_stride + d);
+      store(ar + d, c);
+    }
+  }
+}
+
+const char* active_isa() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl")) {
+    return "avx512";
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2";
+  return "baseline";
+#else
+  return "portable";
+#endif
+}
+
+}  // namespace pagedattn::cpu::simd

@@ -1,0 +1,75 @@
+// Helpers of the CPU backend tests (see cpu_test_util.h).
+#include "cpu/cpu_test_util.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/test_util.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/cpu_plan.h"
+#include "reference/reference.h"
+
+namespace pagedattn::testing {
+
+void run_cpu(const AttentionCase& c, int32_t threads) {
+  static const std::unique_ptr<Backend> backend = cpu::make_backend();
+  WorkspaceLimits limits;
+  limits.max_qo_rows = std::max<int64_t>(1024, c.num_rows());
+  limits.max_batch = std::max<int32_t>(64, c.batch_size());
+  std::unique_ptr<Workspace> workspace =
+      threads > 0 ? std::make_unique<cpu::CpuWorkspace>(limits, threads)
+                  : backend->create_workspace(limits);
+  backend->plan(*workspace, c.op_desc(), c.meta());
+  switch (c.spec().op) {
+    case OpKind::kDecode: backend->run_decode(*workspace, c.decode_args()); break;
+    case OpKind::kPrefill: backend->run_prefill(*workspace, c.prefill_args()); break;
+    case OpKind::kMlaDecode:
+    case OpKind::kMlaExtend: backend->run_mla(*workspace, c.mla_args()); break;
+  }
+}
+
+std::string run_and_check(const CaseSpec& spec, uint64_t seed, const RunOptions& options,
+                          RunOutputs* outputs) {
+  const AttentionCase c(spec, seed);
+  poison(c.out());
+  if (c.lse().defined()) poison(c.lse());
+  run_cpu(c, options.threads);
+  std::vector<double> expected_lse;
+  std::vector<double> expected;
+  switch (spec.op) {
+    case OpKind::kDecode: expected = reference_decode(c.decode_args(), &expected_lse); break;
+    case OpKind::kPrefill: expected = reference_prefill(c.prefill_args(), &expected_lse); break;
+    default: expected = reference_mla(c.mla_args(), &expected_lse); break;
+  }
+  const std::vector<double> got = to_doubles(c.out());
+  std::string report = compare(got, expected, tolerance_for(spec.q_dtype), "out");
+  std::vector<double> got_lse;
+  if (c.lse().defined()) {
+    got_lse = to_doubles(c.lse());
+    const std::string lse_report = compare(got_lse, expected_lse, {2e-4, 2e-5}, "lse");
+    if (!lse_report.empty()) report += (report.empty() ? "" : "\n") + lse_report;
+  }
+  if (outputs) *outputs = {got, got_lse};
+  if (report.empty()) return report;
+  return fmt::format("{} (seed {}; PAGEDATTN_TEST_SEED={} reproduces)\n{}", spec.name(), seed,
+                     seed, report);
+}
+
+bool still_poisoned(const TensorView& view) {
+  const std::vector<double> values = to_doubles(view);
+  for (double v : values) {
+    if (v == v) return false;  // not NaN: something wrote here
+  }
+  // NaN is also what a kernel could write; check the exact 0xFF bytes of contiguous views.
+  if (view.is_contiguous()) {
+    const auto* bytes = static_cast<const unsigned char*>(view.data);
+    const int64_t n = view.numel() * dtype_size(view.dtype);
+    for (int64_t i = 0; i < n; ++i) {
+      if (bytes[i] != 0xff) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace pagedattn::testing

@@ -1,0 +1,40 @@
+// Helpers of the CPU backend tests: run one generated case (tests/common/cases.h) through the
+// backend with poisoned outputs and compare every output and lse element with the float64
+// reference (tests/reference).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/cases.h"
+
+namespace pagedattn::testing {
+
+struct RunOptions {
+  int32_t threads = 0;  // 0: the backend's own workspace; > 0: a workspace for this many threads
+                        // (forces the split-KV path on small cases)
+};
+
+// Outputs of one run, as doubles (row-major), for cross-run comparisons.
+struct RunOutputs {
+  std::vector<double> out;
+  std::vector<double> lse;
+};
+
+// Runs `spec` with `seed` on the cpu backend; returns "" when every element matches the
+// reference, else a report (naming the seed). Fills `outputs` when given.
+std::string run_and_check(const CaseSpec& spec, uint64_t seed, const RunOptions& options = {},
+                          RunOutputs* outputs = nullptr);
+
+// Runs the case's op on the cpu backend (plan + run) with the case's own buffers.
+void run_cpu(const AttentionCase& c, int32_t threads = 0);
+
+// GoogleTest prints a parameter with its readable name.
+inline void PrintTo(const CaseSpec& spec, std::ostream* os) { *os << spec.name(); }
+
+// True when every byte of the view still holds the poison pattern (0xFF).
+bool still_poisoned(const TensorView& view);
+
+}  // namespace pagedattn::testing

@@ -1,0 +1,173 @@
+// CPU decode against the float64 reference: dtypes x head_dim x group size x page size x layout x
+// lengths (1, P-1, P, P+1, long), shuffled pages, allocation pages larger than P, padding,
+// soft-cap, sliding window, split KV, page-size invariance. Each case varies one axis around a
+// base so the table stays small enough for the sanitizer build.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "common/test_util.h"
+#include "cpu/cpu_test_util.h"
+
+namespace pagedattn::testing {
+namespace {
+
+std::vector<int32_t> edge_lengths(int32_t page_size, int32_t long_len) {
+  return {1, std::max(1, page_size - 1), page_size, page_size + 1, long_len};
+}
+
+CaseSpec base_decode() {
+  CaseSpec spec;
+  spec.op = OpKind::kDecode;
+  spec.q_dtype = DType::kBF16;
+  spec.kv_dtype = DType::kBF16;
+  spec.num_qo_heads = 8;
+  spec.num_kv_heads = 2;
+  spec.head_dim_qk = spec.head_dim_vo = 128;
+  spec.page_size = 16;
+  spec.kv_lens = edge_lengths(16, 257);
+  return spec;
+}
+
+std::vector<CaseSpec> decode_cases() {
+  std::vector<CaseSpec> cases;
+  const std::pair<DType, DType> dtypes[] = {{DType::kF32, DType::kF32},
+                                            {DType::kF16, DType::kF16},
+                                            {DType::kBF16, DType::kBF16},
+                                            {DType::kBF16, DType::kFP8E4M3},
+                                            {DType::kF32, DType::kFP8E4M3},
+                                            {DType::kF16, DType::kBF16}};
+  for (auto [q, kv] : dtypes) {
+    for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
+      CaseSpec spec = base_decode();
+      spec.q_dtype = q;
+      spec.kv_dtype = kv;
+      spec.layout = layout;
+      if (kv == DType::kFP8E4M3) spec.kv_scale = 0.25f;
+      cases.push_back(spec);
+    }
+  }
+  for (int32_t dim : {16, 64, 80, 256, 512}) {
+    CaseSpec spec = base_decode();
+    spec.q_dtype = spec.kv_dtype = DType::kF32;
+    spec.head_dim_qk = spec.head_dim_vo = dim;
+    spec.kv_lens = {1, 33, 190};
+    cases.push_back(spec);
+  }
+  // Group sizes: MHA, 3, 5, 7, 12, MQA, and the 32/8 of the benchmark.
+  for (auto [hq, hkv] : {std::pair{4, 4}, {6, 2}, {10, 2}, {14, 2}, {12, 1}, {8, 1}, {32, 8}}) {
+    CaseSpec spec = base_decode();
+    spec.num_qo_heads = hq;
+    spec.num_kv_heads = hkv;
+    spec.head_dim_qk = spec.head_dim_vo = 64;
+    cases.push_back(spec);
+  }
+  for (int32_t page : {1, 3, 16, 64}) {
+    for (int32_t ratio : {1, 4}) {
+      CaseSpec spec = base_decode();
+      spec.page_size = page;
+      spec.alloc_page_size = page * ratio;
+      spec.kv_lens = edge_lengths(page, 200);
+      spec.layout = ratio == 4 ? KvLayout::kHND : KvLayout::kNHD;
+      cases.push_back(spec);
+    }
+  }
+  {
+    CaseSpec spec = base_decode();  // padded batch: padding rows give 0 and -inf
+    spec.padded_batch = 8;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();  // sequential (unshuffled) pages, no lse
+    spec.shuffle_pages = false;
+    spec.with_lse = false;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();  // logits soft-cap (Gemma 2 style), large logits
+    spec.q_dtype = spec.kv_dtype = DType::kF32;
+    spec.logits_soft_cap = 5.0f;
+    spec.value_range = 3.0f;
+    cases.push_back(spec);
+  }
+  for (int32_t window : {0, 7, 100}) {
+    CaseSpec spec = base_decode();
+    spec.q_dtype = spec.kv_dtype = DType::kF32;
+    spec.window_left = window;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();  // a sm_scale far from 1/sqrt(d)
+    spec.q_dtype = spec.kv_dtype = DType::kF32;
+    spec.sm_scale = 0.5f;
+    cases.push_back(spec);
+  }
+  return cases;
+}
+
+class DecodeTest : public ::testing::TestWithParam<CaseSpec> {};
+
+TEST_P(DecodeTest, MatchesReference) {
+  const uint64_t seed = fresh_seed();
+  const std::string report = run_and_check(GetParam(), seed);
+  EXPECT_TRUE(report.empty()) << report;
+}
+
+// The same cases with a workspace for 8 threads: the long requests split into KV chunks whose
+// partial outputs are merged.
+TEST_P(DecodeTest, MatchesReferenceWithSplitKv) {
+  CaseSpec spec = GetParam();
+  spec.kv_lens = {900};
+  spec.num_kv_heads = 1;
+  spec.num_qo_heads = std::max(1, GetParam().num_qo_heads / GetParam().num_kv_heads);
+  const uint64_t seed = fresh_seed();
+  const std::string report = run_and_check(spec, seed, {.threads = 8});
+  EXPECT_TRUE(report.empty()) << report;
+}
+
+std::string case_name(const ::testing::TestParamInfo<CaseSpec>& info) {
+  return fmt::format("{}_{}", info.index, info.param.name());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, DecodeTest, ::testing::ValuesIn(decode_cases()), case_name);
+
+TEST(DecodeCorners, EmptyBatchAndAllEmptyRequests) {
+  CaseSpec spec = base_decode();
+  spec.kv_lens = {};
+  EXPECT_EQ(run_and_check(spec, fresh_seed()), "");
+  spec.kv_lens = {0, 0, 0};
+  EXPECT_EQ(run_and_check(spec, fresh_seed()), "");
+}
+
+TEST(DecodeCorners, BatchOfOneLongContextSplits) {
+  CaseSpec spec = base_decode();
+  spec.kv_lens = {3000};
+  spec.page_size = 16;
+  for (int32_t threads : {2, 4, 16}) {
+    EXPECT_EQ(run_and_check(spec, fresh_seed(), {.threads = threads}), "") << threads;
+  }
+}
+
+// The same logical KV stored with P = 1, 16 and 64 gives the same outputs within rounding.
+TEST(DecodeCorners, PageSizeInvariance) {
+  const uint64_t seed = fresh_seed();
+  RunOutputs first;
+  for (int32_t page : {1, 16, 64}) {
+    CaseSpec spec = base_decode();
+    spec.q_dtype = spec.kv_dtype = DType::kF32;
+    spec.kv_lens = {1, 15, 64, 65, 300};
+    spec.page_size = page;
+    RunOutputs outputs;
+    ASSERT_EQ(run_and_check(spec, seed, {}, &outputs), "") << "P " << page;
+    if (page == 1) {
+      first = outputs;
+      continue;
+    }
+    EXPECT_EQ(compare(outputs.out, first.out, tolerance_for(DType::kF32), "out vs P=1"), "")
+        << "P " << page << " seed " << seed;
+    EXPECT_EQ(compare(outputs.lse, first.lse, {1e-5, 1e-6}, "lse vs P=1"), "")
+        << "P " << page << " seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace pagedattn::testing
