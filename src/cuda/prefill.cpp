@@ -1,0 +1,188 @@
+// Host side of the CUDA prefill / extend: what is supported, validation of the arguments (every
+// check before any launch, each error naming the argument, its value and what was expected), and
+// the translation of the views into the kernel's PrefillParams (src/cuda/prefill/params.h).
+//
+// The metadata lives on the device and is never read here (no host sync, graph-capturable); the
+// grid is bounded from host-known sizes: the CTAs of request r are ceil(q_len_r * g / kBlockM), so
+// sum_r <= floor(T * g / kBlockM) + B (and <= B * ceil(max_q_len * g / kBlockM) when the step
+// says max_q_len). CTAs past the last tile exit at once.
+#include "cuda/prefill.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/check.h"
+#include "cuda/prefill/params.h"
+
+namespace pagedattn::cuda {
+
+namespace {
+
+bool supported_head_dims(int32_t qk, int32_t vo) {
+  return (qk == vo && (qk == 64 || qk == 128 || qk == 256)) || (qk == 192 && vo == 128);
+}
+
+constexpr const char* kHeadDimsText = "64/64, 128/128, 256/256 or 192/128";
+
+void check_metadata(const TensorView& view, std::string_view name, int64_t min_size,
+                    Device device) {
+  check_tensor(name, view, {kAnySize}, DType::kI32, device);
+  PA_CHECK(view.shape[0] >= min_size, "{}: {} entries, expected at least {}", name, view.shape[0],
+           min_size);
+  PA_CHECK(view.strides[0] == 1, "{}: stride {}, expected a contiguous array (stride 1)", name,
+           view.strides[0]);
+}
+
+// cp.async moves 16 bytes: the pointer and every outer stride must keep 16-byte alignment.
+void check_vector_aligned(std::string_view name, const TensorView& view, int64_t bytes) {
+  PA_CHECK(reinterpret_cast<uintptr_t>(view.data) % bytes == 0,
+           "{}: data pointer {} is not {}-byte aligned (expected for vector loads)", name,
+           view.data, bytes);
+  const int64_t elements = bytes / dtype_size(view.dtype);
+  for (int d = 0; d + 1 < view.ndim; ++d) {
+    PA_CHECK(view.strides[d] % elements == 0,
+             "{}: stride {} of dimension {} is not a multiple of {} elements (expected {}-byte "
+             "aligned rows)",
+             name, view.strides[d], d, elements, bytes);
+  }
+}
+
+}  // namespace
+
+Support supports_prefill(const OpDesc& op) {
+  if (op.op != OpKind::kPrefill) {
+    return Support::no(fmt::format("prefill kernel: operation {} (expected prefill)",
+                                   op_name(op.op)));
+  }
+  if (op.device.type != DeviceType::kCUDA) {
+    return Support::no(fmt::format("prefill kernel: device {} (expected cuda)", op.device.str()));
+  }
+  if (op.q_dtype != DType::kBF16 && op.q_dtype != DType::kF16) {
+    return Support::no(fmt::format("prefill kernel: q dtype {} (expected bf16 or f16)",
+                                   dtype_name(op.q_dtype)));
+  }
+  if (op.kv_dtype != op.q_dtype) {
+    return Support::no(fmt::format(
+        "prefill kernel: kv dtype {} with q dtype {} (expected the q dtype; fp8 KV is not "
+        "supported by CUDA prefill yet)",
+        dtype_name(op.kv_dtype), dtype_name(op.q_dtype)));
+  }
+  if (!supported_head_dims(op.head_dim_qk, op.head_dim_vo)) {
+    return Support::no(fmt::format("prefill kernel: head_dim_qk/vo {}/{} (expected {})",
+                                   op.head_dim_qk, op.head_dim_vo, kHeadDimsText));
+  }
+  if (op.num_kv_heads < 1 || op.num_qo_heads < 1 || op.num_qo_heads % op.num_kv_heads != 0) {
+    return Support::no(fmt::format(
+        "prefill kernel: {} query heads over {} KV heads (expected a positive multiple)",
+        op.num_qo_heads, op.num_kv_heads));
+  }
+  if (op.page_size < 1) {
+    return Support::no(fmt::format("prefill kernel: page_size {} (expected >= 1)", op.page_size));
+  }
+  return Support::yes();
+}
+
+void run_prefill(CudaWorkspace& /*workspace*/, const PrefillArgs& args) {
+  const OpDesc op = describe_op(args);
+  const Device device = args.q.device;
+  PA_CHECK(device.type == DeviceType::kCUDA, "q: on {}, expected a cuda device", device.str());
+  const Support support = supports_prefill(op);
+  PA_CHECK(support.ok, "{}", support.reason);
+
+  const PagedKv& kv = args.kv;
+  kv.validate(device);
+  const int64_t rows = args.q.shape[0];
+  const int32_t hq = op.num_qo_heads, hkv = op.num_kv_heads;
+  check_tensor("q", args.q, {kAnySize, hq, op.head_dim_qk}, op.q_dtype, device);
+  check_inner_contiguous("q", args.q);
+  check_vector_aligned("q", args.q, 16);
+  check_tensor("kv.k", kv.k, {kAnySize, kAnySize, kAnySize, op.head_dim_qk}, op.q_dtype, device);
+  check_tensor("kv.v", kv.v, {kAnySize, kAnySize, kAnySize, op.head_dim_vo}, op.q_dtype, device);
+  check_vector_aligned("kv.k", kv.k, 16);
+  check_vector_aligned("kv.v", kv.v, 16);
+  check_tensor("out", args.out, {rows, hq, op.head_dim_vo}, op.q_dtype, device);
+  check_inner_contiguous("out", args.out);
+  check_vector_aligned("out", args.out, 4);
+  if (args.lse.defined()) check_tensor("lse", args.lse, {rows, hq}, DType::kF32, device);
+
+  const StepMetadata& meta = args.meta;
+  const int32_t batch = meta.batch_size;
+  PA_CHECK(batch >= 0, "meta.batch_size: {} (expected >= 0)", batch);
+  check_metadata(meta.qo_indptr, "meta.qo_indptr", int64_t{batch} + 1, device);
+  check_metadata(meta.kv_indptr, "meta.kv_indptr", int64_t{batch} + 1, device);
+  check_metadata(meta.kv_indices, "meta.kv_indices", 0, device);
+  check_metadata(meta.kv_last_page_len, "meta.kv_last_page_len", batch, device);
+  PA_CHECK(meta.max_q_len >= 0, "meta.max_q_len: {} (expected >= 0; 0 = unknown)",
+           meta.max_q_len);
+
+  const AttentionOptions& options = args.options;
+  PA_CHECK(std::isfinite(options.sm_scale) && options.sm_scale > 0.0f,
+           "options.sm_scale: {} (expected finite > 0)", options.sm_scale);
+  PA_CHECK(std::isfinite(options.logits_soft_cap) && options.logits_soft_cap >= 0.0f,
+           "options.logits_soft_cap: {} (expected >= 0; 0 = off)", options.logits_soft_cap);
+  PA_CHECK(options.window_left >= -1, "options.window_left: {} (expected >= 0, or -1 = off)",
+           options.window_left);
+  PA_CHECK(kv.k_scale == 1.0f && kv.v_scale == 1.0f,
+           "kv.k_scale/v_scale: {}/{} (expected 1 for a {} cache)", kv.k_scale, kv.v_scale,
+           dtype_name(op.kv_dtype));
+
+  const int group = hq / hkv;
+  const int block_rows = prefill::block_rows(op.head_dim_vo);
+  int64_t tiles = rows * group / block_rows + batch;
+  if (meta.max_q_len > 0) {
+    tiles = std::min<int64_t>(
+        tiles, int64_t{batch} * ((int64_t{meta.max_q_len} * group + block_rows - 1) / block_rows));
+  }
+  PA_CHECK(tiles * hkv < (int64_t{1} << 31),
+           "q: {} rows x {} query heads need {} thread blocks (expected < 2^31)", rows, hq,
+           tiles * hkv);
+  PA_CHECK(int64_t{hq} * rows < (int64_t{1} << 31) / 2 && rows < (int64_t{1} << 30),
+           "q: {} rows x {} heads is too large for 32-bit row indices", rows, hq);
+
+  prefill::PrefillParams p;
+  p.q = args.q.data;
+  p.out = args.out.data;
+  p.lse = args.lse.defined() ? args.lse.data_as<float>() : nullptr;
+  p.q_stride_token = args.q.strides[0];
+  p.q_stride_head = args.q.strides[1];
+  p.out_stride_token = args.out.strides[0];
+  p.out_stride_head = args.out.strides[1];
+  if (args.lse.defined()) {
+    p.lse_stride_token = args.lse.strides[0];
+    p.lse_stride_head = args.lse.strides[1];
+  }
+  const bool nhd = kv.layout == KvLayout::kNHD;
+  p.k = kv.k.data;
+  p.v = kv.v.data;
+  p.k_stride_page = kv.k.strides[0];
+  p.k_stride_token = nhd ? kv.k.strides[1] : kv.k.strides[2];
+  p.k_stride_head = nhd ? kv.k.strides[2] : kv.k.strides[1];
+  p.v_stride_page = kv.v.strides[0];
+  p.v_stride_token = nhd ? kv.v.strides[1] : kv.v.strides[2];
+  p.v_stride_head = nhd ? kv.v.strides[2] : kv.v.strides[1];
+  p.qo_indptr = meta.qo_indptr.data_as<const int32_t>();
+  p.kv_indptr = meta.kv_indptr.data_as<const int32_t>();
+  p.kv_indices = meta.kv_indices.data_as<const int32_t>();
+  p.kv_last_page_len = meta.kv_last_page_len.data_as<const int32_t>();
+  p.batch_size = batch;
+  p.num_qo_heads = hq;
+  p.num_kv_heads = hkv;
+  p.group_size = group;
+  p.page_size = kv.page_size;
+  p.pages_per_alloc = kv.alloc_page_size() / kv.page_size;
+  p.sm_scale = options.sm_scale;
+  p.logits_soft_cap = options.logits_soft_cap;
+  p.window_left = options.window_left;
+  p.causal = options.causal;
+  p.num_tiles_bound = static_cast<int32_t>(tiles);
+
+  if (tiles == 0) return;
+  if (op.q_dtype == DType::kBF16) {
+    prefill::launch_prefill_bf16(p, op.head_dim_qk, op.head_dim_vo, args.stream);
+  } else {
+    prefill::launch_prefill_f16(p, op.head_dim_qk, op.head_dim_vo, args.stream);
+  }
+}
+
+}  // namespace pagedattn::cuda

@@ -1,0 +1,491 @@
+// Batch prefill / extend over the paged KV: FlashAttention-2 on tensor cores (mma.sync m16n8k16).
+//
+// Work: one CTA per (query tile, KV head). The rows of a tile are (token, query head) pairs of one
+// request and one KV group, packed token-major: row r is token r / g, query head kvh * g + r % g
+// (g = group size), so GQA/MQA share each K/V tile across the group and a short extend still fills
+// the tile. The CTA finds its request by a block-wide scan of the per-request tile counts (no plan
+// on the host, no sync) and takes the request's tiles last-first, so the long causal tiles start
+// first.
+//
+// Per CTA: 4 warps, each owning kMTiles x 16 rows. Q stays in shared memory; K and V tiles of
+// kBlockN keys are gathered by cp.async (16 bytes per thread, zero-filled past the KV end) from
+// their pages: the 64 threads of the first two warps translate the next tile's key positions into
+// element offsets (attention page -> allocation page, see kv_cache.h) one tile ahead. Loads overlap
+// compute as in FlashAttention-2: V_j streams in during S = Q K_j^T and the softmax, K_{j+1} during
+// O += P V_j. Shared rows are 16-byte-chunk XOR-swizzled (chunk ^ row % 8), so the ldmatrix reads
+// are conflict-free. Online softmax in base 2 in registers, one quad of lanes per row.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/prefill/params.h"
+
+namespace pagedattn::cuda::prefill {
+
+template <int kHeadDimQk, int kHeadDimVo>
+struct TileConfig {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  // Two m16 tiles per warp halve the shared-memory reads per MMA (each K/V fragment feeds two);
+  // head dim 256 has no registers for a 32 x 256 f32 accumulator, so one.
+  static constexpr int kMTiles = kHeadDimVo <= 128 ? 2 : 1;
+  static constexpr int kRowsPerWarp = 16 * kMTiles;
+  static constexpr int kBlockM = kWarps * kRowsPerWarp;
+  static constexpr int kBlockN = 64;
+  static constexpr int kChunksQk = kHeadDimQk / 8;  // 16-byte chunks per row
+  static constexpr int kChunksVo = kHeadDimVo / 8;
+  static constexpr int kQBytes = kBlockM * kHeadDimQk * 2;
+  static constexpr int kKBytes = kBlockN * kHeadDimQk * 2;
+  static constexpr int kVBytes = kBlockN * kHeadDimVo * 2;
+  static constexpr int kOffsetBytes = 2 * 2 * kBlockN * 8;  // K and V offsets, two tiles
+  static constexpr int kSmemBytes = kQBytes + kKBytes + kVBytes + kOffsetBytes;
+  static_assert(kHeadDimQk % 64 == 0 && kHeadDimVo % 16 == 0 && kHeadDimVo % 64 == 0);
+  static_assert(kBlockN <= kThreads);
+};
+
+// ---- PTX wrappers ----
+
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// 16-byte global -> shared copy; src_bytes 0 zero-fills the destination (rows past the end).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <class T>
+struct Mma;
+
+template <>
+struct Mma<__nv_bfloat16> {
+  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+};
+
+template <>
+struct Mma<__half> {
+  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+};
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile of `kRowBytes` per row.
+template <int kRowBytes>
+__device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
+  return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// Element offsets of keys [n0, n0 + kBlockN) in the K and V pools (-1 past the KV end). Run by
+// threads 0 .. kBlockN - 1, one key each.
+__device__ __forceinline__ void key_offsets(const PrefillParams& p, const int32_t* pages, int kv_len,
+                                            int n0, int64_t* k_off, int64_t* v_off) {
+  const int key = n0 + static_cast<int>(threadIdx.x);
+  int64_t ko = -1, vo = -1;
+  if (key < kv_len) {
+    const int slot = key / p.page_size;
+    const int in_page = key - slot * p.page_size;
+    const int page = __ldg(pages + slot);
+    const int alloc = page / p.pages_per_alloc;
+    const int64_t token = int64_t{page - alloc * p.pages_per_alloc} * p.page_size + in_page;
+    ko = alloc * p.k_stride_page + token * p.k_stride_token;
+    vo = alloc * p.v_stride_page + token * p.v_stride_token;
+  }
+  k_off[threadIdx.x] = ko;
+  v_off[threadIdx.x] = vo;
+}
+
+// Gathers kBlockN rows of kChunks 16-byte chunks into a swizzled tile.
+template <int kChunks, int kBlockN, int kThreads, class T>
+__device__ __forceinline__ void load_kv_tile(uint32_t tile, const T* base, const int64_t* offsets) {
+  constexpr int kRowBytes = kChunks * 16;
+  static_assert(kBlockN * kChunks % kThreads == 0);
+#pragma unroll
+  for (int it = 0; it < kBlockN * kChunks / kThreads; ++it) {
+    const int i = it * kThreads + static_cast<int>(threadIdx.x);
+    const int row = i / kChunks;
+    const int chunk = i % kChunks;
+    const int64_t off = offsets[row];
+    const T* src = off >= 0 ? base + off + chunk * 8 : base;
+    cp_async_16(tile + swizzled<kRowBytes>(row, chunk), src, off >= 0 ? 16 : 0);
+  }
+}
+
+// Finds this CTA's (request, tile) from the per-request tile counts ceil(q_len * g / kBlockM).
+// Returns false when the CTA is past the last tile.
+template <int kBlockM, int kThreads>
+__device__ __forceinline__ bool find_tile(const PrefillParams& p, int target, int& request,
+                                          int& tile) {
+  __shared__ int s_warp_sums[kThreads / 32];
+  __shared__ int s_found[2];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0) s_found[0] = -1;
+  int base = 0;
+  for (int chunk = 0; chunk < p.batch_size; chunk += kThreads) {
+    const int r = chunk + static_cast<int>(threadIdx.x);
+    int count = 0;
+    if (r < p.batch_size) {
+      const int rows = (__ldg(p.qo_indptr + r + 1) - __ldg(p.qo_indptr + r)) * p.group_size;
+      count = (rows + kBlockM - 1) / kBlockM;
+    }
+    int inclusive = count;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int up = __shfl_up_sync(0xffffffffu, inclusive, d);
+      if (lane >= d) inclusive += up;
+    }
+    if (lane == 31) s_warp_sums[warp] = inclusive;
+    __syncthreads();
+    int before = base, total = base;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) {
+      if (w < warp) before += s_warp_sums[w];
+      total += s_warp_sums[w];
+    }
+    const int first = before + inclusive - count;
+    if (count > 0 && target >= first && target < first + count) {
+      s_found[0] = r;
+      s_found[1] = count - 1 - (target - first);  // last tile first
+    }
+    base = total;
+    __syncthreads();
+    if (s_found[0] >= 0 || target < base) break;  // uniform: all threads read the same values
+  }
+  request = s_found[0];
+  tile = s_found[1];
+  return request >= 0;
+}
+
+template <class T, int kHeadDimQk, int kHeadDimVo>
+__global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 2)
+    prefill_kernel(const __grid_constant__ PrefillParams p) {
+  using Config = TileConfig<kHeadDimQk, kHeadDimVo>;
+  constexpr int kThreads = Config::kThreads;
+  constexpr int kMTiles = Config::kMTiles;
+  constexpr int kBlockM = Config::kBlockM;
+  constexpr int kBlockN = Config::kBlockN;
+  constexpr int kNTiles = kBlockN / 8;     // n8 tiles of S
+  constexpr int kOTiles = kHeadDimVo / 8;  // n8 tiles of O
+  constexpr int kQkRowBytes = kHeadDimQk * 2;
+  constexpr int kVoRowBytes = kHeadDimVo * 2;
+  constexpr float kLog2e = 1.4426950408889634f;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s_q = smem_u32(smem);
+  const uint32_t s_k = s_q + Config::kQBytes;
+  const uint32_t s_v = s_k + Config::kKBytes;
+  int64_t* s_off = reinterpret_cast<int64_t*>(smem + Config::kQBytes + Config::kKBytes +
+                                              Config::kVBytes);  // [2 tiles][K, V][kBlockN]
+
+  const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
+  int request, tile;
+  if (!find_tile<kBlockM, kThreads>(p, static_cast<int>(blockIdx.x / p.num_kv_heads), request,
+                                    tile)) {
+    return;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = p.group_size;
+  const int q_begin = p.qo_indptr[request];
+  const int q_len = p.qo_indptr[request + 1] - q_begin;
+  const int num_rows = q_len * g;
+  const int row0 = tile * kBlockM;
+  const int kv_page_begin = p.kv_indptr[request];
+  const int num_pages = p.kv_indptr[request + 1] - kv_page_begin;
+  const int kv_len = num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request]
+                                   : 0;
+  const int32_t* pages = p.kv_indices + kv_page_begin;
+  const int pos_shift = kv_len - q_len;  // query token t sits at KV position pos_shift + t
+
+  // The KV position of each of this thread's rows (2 per m16 tile; rows past the end repeat the
+  // last one).
+  int row_pos[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + warp * Config::kRowsPerWarp + mt * 16 + (lane >> 2) + h * 8;
+      row_pos[mt][h] = pos_shift + min(row, num_rows - 1) / g;
+    }
+  }
+  // The CTA's key range: from the first row's window start to the last row's causal end.
+  const int first_pos = pos_shift + row0 / g;
+  const int last_pos = pos_shift + (min(row0 + kBlockM, num_rows) - 1) / g;
+  const int cta_hi = p.causal ? min(kv_len, last_pos + 1) : kv_len;
+  const int cta_lo = p.window_left >= 0 ? max(0, first_pos - p.window_left) / kBlockN * kBlockN : 0;
+  const int num_blocks = cta_hi > cta_lo ? (cta_hi - cta_lo + kBlockN - 1) / kBlockN : 0;
+
+  const T* k_base = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
+  const T* v_base = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
+
+  float o[kMTiles][kOTiles][4];
+  float row_max[kMTiles][2], row_sum[kMTiles][2];  // max in log2 units (scaled logits)
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kOTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][nt][e] = 0.0f;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_max[mt][h] = -INFINITY;
+      row_sum[mt][h] = 0.0f;
+    }
+  }
+
+  if (num_blocks > 0) {
+    // Q tile: row r is token r / g, head kv_head * g + r % g; rows past the end are zero.
+    const T* q = static_cast<const T*>(p.q);
+    static_assert(kBlockM * Config::kChunksQk % kThreads == 0);
+#pragma unroll 4
+    for (int it = 0; it < kBlockM * Config::kChunksQk / kThreads; ++it) {
+      const int i = it * kThreads + static_cast<int>(threadIdx.x);
+      const int r = i / Config::kChunksQk, chunk = i % Config::kChunksQk;
+      const int row = row0 + r;
+      const bool valid = row < num_rows;
+      const int token = valid ? row / g : 0;
+      const int head = kv_head * g + (valid ? row - token * g : 0);
+      const T* src = q + (q_begin + token) * p.q_stride_token + head * p.q_stride_head + chunk * 8;
+      cp_async_16(s_q + swizzled<kQkRowBytes>(r, chunk), src, valid ? 16 : 0);
+    }
+    if (threadIdx.x < kBlockN) {
+      key_offsets(p, pages, kv_len, cta_lo, s_off, s_off + kBlockN);
+    }
+    __syncthreads();
+    load_kv_tile<Config::kChunksQk, kBlockN, kThreads>(s_k, k_base, s_off);
+    cp_async_commit();
+  }
+
+  const float scale_log2 = p.sm_scale * kLog2e;
+  const bool soft_cap = p.logits_soft_cap > 0.0f;
+  const float cap_inv = soft_cap ? p.sm_scale / p.logits_soft_cap : 0.0f;
+  const float cap_log2 = p.logits_soft_cap * kLog2e;
+
+  // Per-lane ldmatrix byte offsets. In every fragment below a lane reads row (lane % 8) of an 8-row
+  // group and chunk 2 * c + hi; chunk 2 * c + hi ^ row % 8 only changes the low 3 bits, so the
+  // swizzle of chunk 8 * j + 2 * c + hi is 128 * j bytes plus one of four per-lane offsets, and all
+  // the rest of each address is a compile-time immediate (keeps the addresses out of registers).
+  uint32_t q_lane[4], k_lane[4], v_lane[4];
+  {
+    const int q_row = warp * Config::kRowsPerWarp + (lane & 15);
+    const int k_row = ((lane >> 4) << 3) + (lane & 7);
+    const int v_row = (((lane >> 3) & 1) << 3) + (lane & 7);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      q_lane[c] = s_q + swizzled<kQkRowBytes>(q_row, 2 * c + (lane >> 4));
+      k_lane[c] = s_k + swizzled<kQkRowBytes>(k_row, 2 * c + ((lane >> 3) & 1));
+      v_lane[c] = s_v + swizzled<kVoRowBytes>(v_row, 2 * c + (lane >> 4));
+    }
+  }
+
+  for (int block = 0; block < num_blocks; ++block) {
+    const int n0 = cta_lo + block * kBlockN;
+    const int64_t* offsets = s_off + (block & 1) * 2 * kBlockN;
+    cp_async_wait_all();  // K_j (and Q)
+    __syncthreads();      // ... visible to all; every warp is done with V_{j-1}
+    load_kv_tile<Config::kChunksVo, kBlockN, kThreads>(s_v, v_base, offsets + kBlockN);
+    cp_async_commit();
+
+    // S = Q K^T
+    float s[kMTiles][kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kHeadDimQk / 16; ++ks) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        ldmatrix_x4(a[mt], q_lane[ks % 4] + (ks / 4) * 128 + mt * 16 * kQkRowBytes);
+      }
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, k_lane[ks % 4] + (ks / 4) * 128 + np * 16 * kQkRowBytes);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Mma<T>::run(s[mt][2 * np], a[mt], b[0], b[1]);
+          Mma<T>::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // Logits in log2 units, soft-cap, mask.
+    if (soft_cap) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = cap_log2 * tanhf(s[mt][nt][e] * cap_inv);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] *= scale_log2;
+        }
+      }
+    }
+    const bool needs_mask = n0 + kBlockN > cta_hi || (p.causal && n0 + kBlockN - 1 > first_pos) ||
+                            (p.window_left >= 0 && n0 < last_pos - p.window_left);
+    if (needs_mask) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+            const int pos = row_pos[mt][e >> 1];
+            const bool visible = key < kv_len && (!p.causal || key <= pos) &&
+                                 (p.window_left < 0 || key >= pos - p.window_left);
+            if (!visible) s[mt][nt][e] = -INFINITY;
+          }
+        }
+      }
+    }
+
+    // Online softmax: new row max, rescale the running sum and O, P = exp2(S - max).
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = row_max[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) m = fmaxf(m, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        const float m_use = m == -INFINITY ? 0.0f : m;  // a row with nothing seen yet
+        const float alpha = exp2f(row_max[mt][h] - m_use);
+        row_max[mt][h] = m;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          s[mt][nt][2 * h] = exp2f(s[mt][nt][2 * h] - m_use);
+          s[mt][nt][2 * h + 1] = exp2f(s[mt][nt][2 * h + 1] - m_use);
+          sum += s[mt][nt][2 * h] + s[mt][nt][2 * h + 1];
+        }
+        row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
+#pragma unroll
+        for (int nt = 0; nt < kOTiles; ++nt) {
+          o[mt][nt][2 * h] *= alpha;
+          o[mt][nt][2 * h + 1] *= alpha;
+        }
+      }
+    }
+
+    // Offsets of the next tile's keys, then wait for V_j; every warp is done with K_j after this.
+    const bool has_next = block + 1 < num_blocks;
+    if (has_next && threadIdx.x < kBlockN) {
+      int64_t* next = s_off + ((block + 1) & 1) * 2 * kBlockN;
+      key_offsets(p, pages, kv_len, n0 + kBlockN, next, next + kBlockN);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    if (has_next) {
+      load_kv_tile<Config::kChunksQk, kBlockN, kThreads>(
+          s_k, k_base, s_off + ((block + 1) & 1) * 2 * kBlockN);
+      cp_async_commit();
+    }
+
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        a[mt][0] = Mma<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = Mma<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = Mma<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = Mma<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kOTiles / 2; ++dp) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_lane[dp % 4] + (dp / 4) * 128 + kk * 16 * kVoRowBytes);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Mma<T>::run(o[mt][2 * dp], a[mt], b[0], b[1]);
+          Mma<T>::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+
+  // Epilogue: out = O / l (0 for a row that saw no key), lse = ln(sum exp(logits)).
+  T* out = static_cast<T*>(p.out);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = row0 + warp * Config::kRowsPerWarp + mt * 16 + (lane >> 2) + h * 8;
+      if (row >= num_rows) continue;
+      const int token = row / g;
+      const int head = kv_head * g + (row - token * g);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      T* dst = out + (q_begin + token) * p.out_stride_token + head * p.out_stride_head +
+               2 * (lane & 3);
+#pragma unroll
+      for (int nt = 0; nt < kOTiles; ++nt) {
+        const uint32_t packed = Mma<T>::pack(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
+        *reinterpret_cast<uint32_t*>(dst + nt * 8) = packed;
+      }
+      if (p.lse != nullptr && (lane & 3) == 0) {
+        p.lse[(q_begin + token) * p.lse_stride_token + head * p.lse_stride_head] =
+            l > 0.0f ? (row_max[mt][h] + __log2f(l)) / kLog2e : -INFINITY;
+      }
+    }
+  }
+}
+
+}  // namespace pagedattn::cuda::prefill

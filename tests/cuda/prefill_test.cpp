@@ -1,0 +1,376 @@
+// Tests of the CUDA prefill / extend kernel (src/cuda/prefill*): every element of out and lse
+// against the float64 reference (tests/reference) and, where it serves the case, the CPU backend,
+// over the shared paged cases (tests/common/cases.h: NaN in every slot that holds no token,
+// shuffled pages), fresh seeds, outputs poisoned before each run. Parametrized over dtype x head
+// dims x group size x page size x causal, plus corner cases (padding, empty KV, one long request,
+// HND, allocation pages larger than P, soft-cap, sliding window), page-size invariance (bitwise),
+// and argument errors. Skips, saying why, where no CUDA device is usable (CI).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/cases.h"
+#include "common/test_util.h"
+#include "cpu/cpu_backend.h"
+#include "cuda/prefill.h"
+#include "cuda/workspace.h"
+#include "pagedattn/error.h"
+#include "reference/reference.h"
+
+namespace pagedattn::cuda {
+namespace {
+
+using testing::AttentionCase;
+using testing::CaseSpec;
+
+// Empty when a CUDA device is usable, else why not (CI: "CUDA driver version is insufficient").
+std::string gpu_missing() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status);
+  return count > 0 ? std::string() : std::string("no CUDA device");
+}
+
+#define SKIP_WITHOUT_GPU()                                                                  \
+  do {                                                                                      \
+    if (const std::string why = gpu_missing(); !why.empty()) {                              \
+      GTEST_SKIP() << "no usable CUDA device, CUDA test skipped (" << why << ")";           \
+    }                                                                                       \
+  } while (0)
+
+void check_cuda(cudaError_t status, const char* what) {
+  ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
+}
+
+// Device copies of host views (same shape and strides), freed with the mirror.
+class DeviceMirror {
+ public:
+  ~DeviceMirror() {
+    for (void* p : buffers_) cudaFree(p);
+  }
+  // Copies the whole extent of `view` (element 0 .. the last addressed one) to the device.
+  TensorView copy(const TensorView& view) {
+    if (!view.defined()) return view;
+    TensorView out = view;
+    const size_t bytes = extent_bytes(view);
+    void* device = nullptr;
+    if (cudaMalloc(&device, bytes == 0 ? 16 : bytes) != cudaSuccess) {
+      throw Error("cudaMalloc failed in the test");
+    }
+    buffers_.push_back(device);
+    if (bytes > 0 && cudaMemcpy(device, view.data, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+      throw Error("cudaMemcpy to the device failed in the test");
+    }
+    out.data = device;
+    out.device = Device::cuda(0);
+    return out;
+  }
+  // A device buffer like `view` filled with 0xff bytes (NaN in every float dtype).
+  TensorView poisoned(const TensorView& view) {
+    TensorView out = copy(view);
+    if (out.defined() && cudaMemset(out.data, 0xff, extent_bytes(view)) != cudaSuccess) {
+      throw Error("cudaMemset failed in the test");
+    }
+    return out;
+  }
+  static void copy_back(const TensorView& device, const TensorView& host) {
+    if (!host.defined()) return;
+    if (cudaMemcpy(host.data, device.data, extent_bytes(host), cudaMemcpyDeviceToHost) !=
+        cudaSuccess) {
+      throw Error("cudaMemcpy to the host failed in the test");
+    }
+  }
+  static size_t extent_bytes(const TensorView& view) {
+    if (view.numel() == 0) return 0;
+    int64_t last = 0;
+    for (int d = 0; d < view.ndim; ++d) last += (view.shape[d] - 1) * view.strides[d];
+    return static_cast<size_t>((last + 1) * dtype_size(view.dtype));
+  }
+
+ private:
+  std::vector<void*> buffers_;
+};
+
+// Device versions of a case's prefill arguments; out and lse poisoned.
+PrefillArgs to_device(const PrefillArgs& host, DeviceMirror& mirror) {
+  PrefillArgs args = host;
+  args.q = mirror.copy(host.q);
+  args.kv.k = mirror.copy(host.kv.k);
+  args.kv.v = mirror.copy(host.kv.v);
+  args.meta.qo_indptr = mirror.copy(host.meta.qo_indptr);
+  args.meta.kv_indptr = mirror.copy(host.meta.kv_indptr);
+  args.meta.kv_indices = mirror.copy(host.meta.kv_indices);
+  args.meta.kv_last_page_len = mirror.copy(host.meta.kv_last_page_len);
+  args.out = mirror.poisoned(host.out);
+  args.lse = mirror.poisoned(host.lse);
+  args.stream = nullptr;
+  return args;
+}
+
+CudaWorkspace& workspace() {
+  static CudaWorkspace ws{WorkspaceLimits{}};
+  return ws;
+}
+
+// Runs the case on the GPU, leaves the results in the case's host out/lse, returns them.
+struct Result {
+  std::vector<double> out, lse;
+};
+Result run_gpu(const AttentionCase& c) {
+  DeviceMirror mirror;
+  const PrefillArgs host = c.prefill_args();
+  const PrefillArgs args = to_device(host, mirror);
+  run_prefill(workspace(), args);
+  if (cudaDeviceSynchronize() != cudaSuccess) throw Error("prefill kernel failed");
+  DeviceMirror::copy_back(args.out, host.out);
+  DeviceMirror::copy_back(args.lse, host.lse);
+  Result result{testing::to_doubles(host.out), {}};
+  if (host.lse.defined()) result.lse = testing::to_doubles(host.lse);
+  return result;
+}
+
+constexpr testing::Tolerance kLseTolerance{2e-4, 2e-4};
+
+// GPU vs float64 reference, then (when the CPU backend serves the case) GPU vs CPU backend.
+void check_case(const CaseSpec& spec) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (PAGEDATTN_TEST_SEED), case " + spec.name());
+  const AttentionCase c(spec, seed);
+  std::vector<double> ref_lse;
+  const std::vector<double> ref = testing::reference_prefill(c.prefill_args(), &ref_lse);
+  const Result gpu = run_gpu(c);
+  const testing::Tolerance tolerance = testing::tolerance_for(spec.q_dtype);
+  EXPECT_EQ(testing::compare(gpu.out, ref, tolerance, "out vs reference"), "");
+  if (spec.with_lse) {
+    EXPECT_EQ(testing::compare(gpu.lse, ref_lse, kLseTolerance, "lse"), "");
+  }
+
+  auto cpu = cpu::make_backend();
+  if (!cpu->supports(c.op_desc())) return;
+  const AttentionCase cpu_case(spec, seed);  // same inputs, its own output buffers
+  const PrefillArgs cpu_args = cpu_case.prefill_args();
+  testing::poison(cpu_args.out);
+  auto cpu_ws = cpu->create_workspace(WorkspaceLimits{});
+  cpu->plan(*cpu_ws, cpu_case.op_desc(), cpu_args.meta);
+  cpu->run_prefill(*cpu_ws, cpu_args);
+  const testing::Tolerance twice{2 * tolerance.abs, 2 * tolerance.rel};
+  EXPECT_EQ(testing::compare(gpu.out, testing::to_doubles(cpu_args.out), twice, "out vs CPU"), "");
+}
+
+// ---- parametrized sweep ----
+
+struct SweepParam {
+  DType dtype;
+  int head_dim_qk, head_dim_vo;
+  int group;
+  int page_size;
+  bool causal;
+};
+
+std::string sweep_name(const ::testing::TestParamInfo<SweepParam>& info) {
+  const SweepParam& p = info.param;
+  return std::string(dtype_name(p.dtype)) + "_d" + std::to_string(p.head_dim_qk) + "v" +
+         std::to_string(p.head_dim_vo) + "_g" + std::to_string(p.group) + "_P" +
+         std::to_string(p.page_size) + (p.causal ? "_causal" : "_full");
+}
+
+std::vector<SweepParam> sweep_params() {
+  std::vector<SweepParam> params;
+  const int dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const auto& d : dims) {
+      for (int page : {1, 16, 64}) {
+        for (bool causal : {true, false}) {
+          const int group = d[0] == 128 ? 4 : (d[0] == 64 ? 7 : 2);  // 7: a group not 2^k
+          params.push_back({dtype, d[0], d[1], group, page, causal});
+        }
+      }
+    }
+  }
+  for (int group : {1, 3, 8, 16}) params.push_back({DType::kBF16, 128, 128, group, 16, true});
+  return params;
+}
+
+class PrefillSweep : public ::testing::TestWithParam<SweepParam> {};
+
+TEST_P(PrefillSweep, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const SweepParam& p = GetParam();
+  CaseSpec spec;
+  spec.op = OpKind::kPrefill;
+  spec.q_dtype = spec.kv_dtype = p.dtype;
+  spec.head_dim_qk = p.head_dim_qk;
+  spec.head_dim_vo = p.head_dim_vo;
+  spec.num_kv_heads = 2;
+  spec.num_qo_heads = 2 * p.group;
+  spec.page_size = p.page_size;
+  spec.causal = p.causal;
+  // Ragged: an extend over a long prefix, a full prefill crossing tiles, a short extend, a
+  // one-token step, and padding.
+  spec.kv_lens = {300, 133, 70, 9};
+  spec.q_lens = {37, 133, 5, 1};
+  spec.padded_batch = 6;
+  check_case(spec);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, PrefillSweep, ::testing::ValuesIn(sweep_params()), sweep_name);
+
+// ---- corner cases ----
+
+CaseSpec base_spec() {
+  CaseSpec spec;
+  spec.op = OpKind::kPrefill;
+  spec.num_qo_heads = 8;
+  spec.num_kv_heads = 2;
+  spec.page_size = 16;
+  spec.kv_lens = {96, 40};
+  spec.q_lens = {96, 17};
+  return spec;
+}
+
+TEST(CudaPrefill, LongRequestManyTiles) {
+  SKIP_WITHOUT_GPU();
+  CaseSpec spec = base_spec();
+  spec.kv_lens = {1500};
+  spec.q_lens = {700};
+  check_case(spec);
+  spec.causal = false;
+  check_case(spec);
+}
+
+TEST(CudaPrefill, HndLayoutAndLargeAllocationPages) {
+  SKIP_WITHOUT_GPU();
+  CaseSpec spec = base_spec();
+  spec.layout = KvLayout::kHND;
+  check_case(spec);
+  spec.alloc_page_size = 64;  // 4 attention pages of 16 per allocation page
+  check_case(spec);
+  spec.layout = KvLayout::kNHD;
+  spec.page_size = 1;
+  spec.alloc_page_size = 16;
+  check_case(spec);
+}
+
+TEST(CudaPrefill, EmptyAndPaddedRequests) {
+  SKIP_WITHOUT_GPU();
+  CaseSpec spec = base_spec();
+  spec.kv_lens = {0, 50, 0};
+  spec.q_lens = {0, 50, 0};
+  spec.padded_batch = 5;
+  check_case(spec);
+  spec.kv_lens = {1};
+  spec.q_lens = {1};
+  spec.padded_batch = 0;
+  check_case(spec);
+}
+
+TEST(CudaPrefill, SoftCapAndSlidingWindow) {
+  SKIP_WITHOUT_GPU();
+  CaseSpec spec = base_spec();
+  spec.kv_lens = {300, 70};
+  spec.q_lens = {150, 70};
+  spec.value_range = 3.0f;  // logits large enough for the cap to matter
+  spec.logits_soft_cap = 5.0f;
+  check_case(spec);
+  spec.logits_soft_cap = 0.0f;
+  spec.value_range = 1.0f;
+  for (int window : {0, 1, 47, 200}) {
+    spec.window_left = window;
+    check_case(spec);
+  }
+  spec.causal = false;
+  spec.window_left = 31;
+  check_case(spec);
+}
+
+TEST(CudaPrefill, WithoutLse) {
+  SKIP_WITHOUT_GPU();
+  CaseSpec spec = base_spec();
+  spec.with_lse = false;
+  check_case(spec);
+}
+
+// The same logical KV laid out with P = 1, 16, 64 gives bitwise the same output (the kernel's
+// key order does not depend on the page size).
+TEST(CudaPrefill, PageSizeInvariance) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  CaseSpec spec = base_spec();
+  spec.kv_lens = {200, 77};
+  spec.q_lens = {60, 77};
+  std::vector<Result> results;
+  for (int page : {1, 16, 64}) {
+    spec.page_size = page;
+    results.push_back(run_gpu(AttentionCase(spec, seed)));
+  }
+  for (size_t i = 1; i < results.size(); ++i) {
+    EXPECT_EQ(std::memcmp(results[i].out.data(), results[0].out.data(),
+                          results[0].out.size() * sizeof(double)),
+              0);
+    EXPECT_EQ(testing::compare(results[i].lse, results[0].lse, {0, 0}, "lse"), "");
+  }
+}
+
+// ---- argument errors: an Error naming the argument, and nothing written ----
+
+TEST(CudaPrefill, RejectsBadArguments) {
+  SKIP_WITHOUT_GPU();
+  const AttentionCase c(base_spec(), testing::fresh_seed());
+  DeviceMirror mirror;
+  const PrefillArgs good = to_device(c.prefill_args(), mirror);
+  auto expect_error = [&](PrefillArgs args, const std::string& needle) {
+    try {
+      run_prefill(workspace(), args);
+      ADD_FAILURE() << "no error, expected one naming " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  PrefillArgs args = good;
+  args.options.sm_scale = 0.0f;
+  expect_error(args, "sm_scale");
+  args = good;
+  args.out.shape[2] = 64;
+  expect_error(args, "out");
+  args = good;
+  args.lse.dtype = DType::kF16;
+  expect_error(args, "lse");
+  args = good;
+  args.meta.qo_indptr.shape[0] = 1;
+  expect_error(args, "qo_indptr");
+  args = good;
+  args.q.device = Device::cpu();
+  expect_error(args, "cuda");
+  args = good;
+  args.options.window_left = -2;
+  expect_error(args, "window_left");
+  // Nothing was written: out is still all poison.
+  std::vector<uint8_t> bytes(DeviceMirror::extent_bytes(good.out));
+  check_cuda(cudaMemcpy(bytes.data(), good.out.data, bytes.size(), cudaMemcpyDeviceToHost),
+             "copy out");
+  for (uint8_t b : bytes) ASSERT_EQ(b, 0xff);
+}
+
+TEST(CudaPrefill, SupportsNamesWhatIsMissing) {
+  OpDesc op;
+  op.op = OpKind::kPrefill;
+  op.device = Device::cuda(0);
+  EXPECT_TRUE(supports_prefill(op));
+  op.kv_dtype = DType::kFP8E4M3;
+  EXPECT_NE(supports_prefill(op).reason.find("fp8"), std::string::npos);
+  op.kv_dtype = DType::kBF16;
+  op.head_dim_qk = op.head_dim_vo = 96;
+  EXPECT_NE(supports_prefill(op).reason.find("96"), std::string::npos);
+  op.head_dim_qk = op.head_dim_vo = 128;
+  op.num_qo_heads = 12;
+  op.num_kv_heads = 8;
+  EXPECT_FALSE(supports_prefill(op));
+}
+
+}  // namespace
+}  // namespace pagedattn::cuda
