@@ -241,10 +241,11 @@ void run_problem(CpuWorkspace& ws, const Problem& p) {
   PA_CHECK(same_kind && plan.batch == p.batch && plan.heads == p.heads &&
                plan.kv_heads == p.kv_heads && plan.dim_qk == p.dim_qk &&
                plan.dim_vo == p.dim_vo && plan.page_size == p.page_size &&
-               plan.total_pages == total_pages && plan.total_rows == total_rows,
+               plan.total_pages == total_pages && plan.total_rows == total_rows &&
+               plan.fingerprint == metadata_fingerprint(p.batch, p.kv_indptr, p.qo_indptr),
            "workspace: planned for {} (batch {}, heads {}/{}, dims {}/{}, P {}, {} pages, {} rows) "
-           "but called for {} (batch {}, heads {}/{}, dims {}/{}, P {}, {} pages, {} rows); call "
-           "plan() with this step's op and metadata",
+           "but called for {} (batch {}, heads {}/{}, dims {}/{}, P {}, {} pages, {} rows) or "
+           "for other per-request lengths; call plan() with this step's op and metadata",
            op_name(plan.op), plan.batch, plan.heads, plan.kv_heads, plan.dim_qk, plan.dim_vo,
            plan.page_size, plan.total_pages, plan.total_rows, op_name(p.op), p.batch, p.heads,
            p.kv_heads, p.dim_qk, p.dim_vo, p.page_size, total_pages, total_rows);

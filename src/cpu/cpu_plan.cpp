@@ -15,6 +15,19 @@ constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;
 
 }  // namespace
 
+uint64_t metadata_fingerprint(int32_t batch, const int32_t* kv_indptr, const int32_t* qo_indptr) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the counts
+  auto mix = [&hash](int64_t value) {
+    hash ^= static_cast<uint64_t>(value);
+    hash *= 1099511628211ull;
+  };
+  for (int32_t r = 0; r < batch; ++r) {
+    mix(kv_indptr[r + 1] - kv_indptr[r]);
+    mix(qo_indptr ? qo_indptr[r + 1] - qo_indptr[r] : 1);
+  }
+  return hash;
+}
+
 CpuWorkspace::CpuWorkspace(const WorkspaceLimits& limits, int32_t threads)
     : limits_(limits), threads_(std::max(1, threads)) {
   PA_CHECK(limits.max_batch >= 0 && limits.max_pages >= 0 && limits.max_qo_rows >= 0,
@@ -93,6 +106,7 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
   plan.page_size = op.page_size;
   plan.total_pages = kv_indptr[batch] - kv_indptr[0];
   plan.total_rows = qo_indptr ? qo_indptr[batch] - qo_indptr[0] : batch;
+  plan.fingerprint = metadata_fingerprint(batch, kv_indptr, qo_indptr);
   PA_CHECK(plan.total_pages <= limits.max_pages,
            "meta.kv_indptr: {} pages exceeds the workspace's limits.max_pages {}",
            plan.total_pages, limits.max_pages);

@@ -47,6 +47,7 @@ struct CpuPlan {
   int32_t page_size = 0;
   int64_t total_pages = 0;  // kv_indptr[B] - kv_indptr[0] when planned (staleness check)
   int64_t total_rows = 0;
+  uint64_t fingerprint = 0;  // of kv_indptr and qo_indptr: run() refuses a plan for other metadata
   int32_t tile_tokens = 1;
   int32_t chunk_pages = 0;  // 0: no split
   int32_t num_items = 0;
@@ -81,6 +82,9 @@ class CpuWorkspace final : public Workspace {
 // Fills workspace.plan / items / merges for `op` over `meta` (host metadata). Throws when the
 // step exceeds the workspace's limits.
 void build_plan(CpuWorkspace& workspace, const OpDesc& op, const StepMetadata& meta);
+
+// A hash of the per-request page and row counts (kv_indptr, qo_indptr; null = one row each).
+uint64_t metadata_fingerprint(int32_t batch, const int32_t* kv_indptr, const int32_t* qo_indptr);
 
 // Runs a validated problem with the workspace's plan (which must match it), then merges.
 void run_problem(CpuWorkspace& workspace, const Problem& problem);
