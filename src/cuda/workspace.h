@@ -92,6 +92,10 @@ class CudaWorkspace final : public Workspace {
   void* scratch() const { return scratch_.data(); }
   size_t scratch_bytes() const { return scratch_.bytes(); }
 
+  // The stream plan() enqueues on (a cudaStream_t; null = the legacy default stream). Decode
+  // must run on the same stream as its plan (checked).
+  void* stream = nullptr;
+
   // ---- the last plan (set by Backend::plan, checked by run_*) ----
   bool planned = false;
   OpDesc planned_op;

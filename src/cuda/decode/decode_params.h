@@ -1,0 +1,60 @@
+// The decode kernels' parameters: one plain struct passed by value, built by the launcher
+// (decode.cu) from DecodeArgs and the workspace's partition. Strides are in elements.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/workspace.h"
+#include "pagedattn/dtype.h"
+
+namespace pagedattn::cuda {
+
+struct DecodeParams {
+  // q [B, Hq, D]; out [B, Hq, D] (q's dtype); lse [B, Hq] f32 or null.
+  const void* q;
+  int64_t q_stride_batch, q_stride_head;
+  void* out;
+  int64_t out_stride_batch, out_stride_head;
+  float* lse;
+  int64_t lse_stride_batch, lse_stride_head;
+  // K and V caches: element (alloc page a, token t within it, KV head h, dim d) lives at
+  // a * stride_page + t * stride_token + h * stride_head + d (covers NHD and HND).
+  const void* k;
+  const void* v;
+  int64_t k_stride_page, k_stride_token, k_stride_head;
+  int64_t v_stride_page, v_stride_token, v_stride_head;
+  int32_t page_size;        // attention page size P
+  int32_t pages_per_alloc;  // r = alloc_page_size / P
+  // CSR metadata (device, int32).
+  const int32_t* kv_indptr;         // [B + 1]
+  const int32_t* kv_indices;        // attention-page ids
+  const int32_t* kv_last_page_len;  // [B]
+  int32_t batch;
+  int32_t num_qo_heads;
+  int32_t num_kv_heads;
+  int32_t group;         // Hq / Hkv
+  int32_t group_tiles;   // ceil(group / kMaxGroupPerCta): CTAs per KV head
+  float q_scale;         // sm_scale * k_scale, times log2(e) when there is no soft-cap
+  float soft_cap;        // > 0: logits = cap * tanh(logits / cap)
+  float soft_cap_log2;   // soft_cap * log2(e)
+  float v_scale;
+  int32_t window_left;   // >= 0: keys at positions >= kv_len - 1 - window_left
+  PartitionView partition;
+  float* partial_out;    // [items, Hq, D]
+  float* partial_lse;    // [items, Hq]
+};
+
+// Query heads handled by one CTA (a group larger than this takes several CTAs per KV head).
+inline constexpr int kMaxGroupPerCta = 16;
+
+// Launches the split-KV decode kernel for head dim kHeadDim (explicitly instantiated per head
+// dim in decode_d*.cu). QT: __nv_bfloat16 / __half; KVT: QT or __nv_fp8_e4m3.
+template <int kHeadDim, class QT, class KVT>
+void launch_decode_kernel(const DecodeParams& params, int grid_items, void* stream);
+
+// The decode kernel for (head_dim, q dtype, KV dtype), then the merge of split requests
+// (decode_launch.cu).
+void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DType kv_dtype,
+                   int grid_items, void* stream);
+
+}  // namespace pagedattn::cuda
