@@ -1,0 +1,76 @@
+// Helpers of the CUDA tests: the skip-when-no-GPU guard, device copies of host tensors, and a
+// generated case (tests/common/cases.h) mirrored onto the device and run through the cuda backend,
+// then compared with the float64 reference and with the CPU backend.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/cases.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/workspace.h"
+
+// Skips the test, with the reason, where no CUDA device can be used (as in CI).
+#define PA_REQUIRE_GPU()                                                            \
+  do {                                                                              \
+    if (const ::pagedattn::Support pa_gpu_ = ::pagedattn::cuda::device_available(); \
+        !pa_gpu_) {                                                                 \
+      GTEST_SKIP() << "no GPU: " << pa_gpu_.reason;                                 \
+    }                                                                               \
+  } while (0)
+
+namespace pagedattn::testing {
+
+// Bytes spanned by a view (its extent through the strides).
+int64_t extent_bytes(const TensorView& view);
+
+// A device buffer holding a copy of a host view, with the same shape and strides.
+class DeviceTensor {
+ public:
+  DeviceTensor() = default;
+  // Copies `host` (its whole extent) to the device.
+  explicit DeviceTensor(const TensorView& host);
+  // Same shape/strides as `host`, every byte 0xFF (NaN in every float dtype).
+  static DeviceTensor poisoned_like(const TensorView& host);
+  // A contiguous device tensor with these contents.
+  static DeviceTensor from_vector(const std::vector<int32_t>& values);
+
+  const TensorView& view() const { return view_; }
+  void copy_to(const TensorView& host) const;  // device -> host, same layout
+  void copy_from(const TensorView& host);      // host -> device, same layout
+
+ private:
+  cuda::DeviceBuffer buffer_;
+  TensorView view_;
+  int64_t bytes_ = 0;
+};
+
+// A decode case on the device: q, K/V, metadata and poisoned out/lse.
+struct DeviceDecodeCase {
+  explicit DeviceDecodeCase(const AttentionCase& c);
+  DecodeArgs args(void* stream = nullptr) const;
+  StepMetadata meta() const;
+
+  const AttentionCase* host;
+  DeviceTensor q, k, v, out, lse, qo_indptr, kv_indptr, kv_indices, kv_last_page_len;
+};
+
+// Runs plan + decode of `device_case` on the cuda backend (workspace from default limits sized
+// for the case) and waits for it.
+void run_cuda_decode(const DeviceDecodeCase& device_case, void* stream = nullptr);
+
+// Runs the case on the CPU backend into the case's own host out/lse.
+void run_cpu_case(const AttentionCase& c);
+
+// The whole check of one decode spec: GPU vs float64 reference, and GPU vs CPU backend.
+// Returns "" when all match, else a report naming the seed.
+std::string check_cuda_decode(const CaseSpec& spec, uint64_t seed);
+
+inline void PrintTo(const CaseSpec& spec, std::ostream* os) { *os << spec.name(); }
+
+}  // namespace pagedattn::testing

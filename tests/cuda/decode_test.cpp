@@ -1,0 +1,229 @@
+// CUDA decode against the float64 reference and the CPU backend, over a case table built from the
+// shared generator (tests/common/cases.h): q/KV dtypes (bf16, f16, fp8 KV with a scale) x layout,
+// head dims 64/128/256, group sizes 1..16 (3, 5, 7 included) and beyond (20, 32: several CTAs per
+// KV head), page sizes 1..256 with allocation pages 4x larger, lengths around the page edges,
+// padding, soft-cap, sliding window, explicit sm_scale, and long requests that take the split-KV
+// path (B = 1, and mixed with empty requests). Each case varies one axis around a base so the
+// table stays small enough for compute-sanitizer. Outputs are poisoned (0xFF) before each run.
+#include <gtest/gtest.h>
+
+#include "common/test_util.h"
+#include "cuda/cuda_test_util.h"
+
+namespace pagedattn::testing {
+namespace {
+
+std::vector<int32_t> edge_lengths(int32_t page_size, int32_t long_len) {
+  return {1, std::max(1, page_size - 1), page_size, page_size + 1, long_len};
+}
+
+CaseSpec base_decode() {
+  CaseSpec spec;
+  spec.op = OpKind::kDecode;
+  spec.q_dtype = DType::kBF16;
+  spec.kv_dtype = DType::kBF16;
+  spec.num_qo_heads = 8;
+  spec.num_kv_heads = 2;
+  spec.head_dim_qk = spec.head_dim_vo = 128;
+  spec.page_size = 16;
+  spec.kv_lens = edge_lengths(16, 300);
+  return spec;
+}
+
+std::vector<CaseSpec> cuda_decode_cases() {
+  std::vector<CaseSpec> cases;
+  const std::pair<DType, DType> dtypes[] = {{DType::kBF16, DType::kBF16},
+                                            {DType::kF16, DType::kF16},
+                                            {DType::kBF16, DType::kFP8E4M3},
+                                            {DType::kF16, DType::kFP8E4M3}};
+  for (auto [q, kv] : dtypes) {
+    for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
+      CaseSpec spec = base_decode();
+      spec.q_dtype = q;
+      spec.kv_dtype = kv;
+      spec.layout = layout;
+      if (kv == DType::kFP8E4M3) spec.kv_scale = 0.25f;
+      cases.push_back(spec);
+    }
+  }
+  for (int32_t dim : {64, 256}) {
+    for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
+      CaseSpec spec = base_decode();
+      spec.head_dim_qk = spec.head_dim_vo = dim;
+      spec.kv_dtype = kv;
+      spec.kv_lens = {1, 33, 190};
+      cases.push_back(spec);
+    }
+  }
+  // Group sizes 1, 3, 5, 7, 12, 16, 4 (Llama 3 8B: 32/8), 20 and 32 (more than one CTA per head).
+  for (auto [hq, hkv] : {std::pair{4, 4}, {6, 2}, {10, 2}, {14, 2}, {12, 1}, {16, 1}, {32, 8},
+                         {40, 2}, {32, 1}}) {
+    CaseSpec spec = base_decode();
+    spec.num_qo_heads = hq;
+    spec.num_kv_heads = hkv;
+    spec.head_dim_qk = spec.head_dim_vo = hq > 16 ? 64 : 128;
+    spec.kv_lens = {1, 17, 150};
+    cases.push_back(spec);
+  }
+  for (int32_t page : {1, 3, 16, 64, 256}) {
+    for (int32_t ratio : {1, 4}) {
+      CaseSpec spec = base_decode();
+      spec.page_size = page;
+      spec.alloc_page_size = page * ratio;
+      spec.kv_lens = edge_lengths(page, 200);
+      spec.layout = ratio == 4 ? KvLayout::kHND : KvLayout::kNHD;
+      cases.push_back(spec);
+    }
+  }
+  {
+    CaseSpec spec = base_decode();  // padding requests: out 0, lse -inf
+    spec.padded_batch = 8;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();  // every request empty
+    spec.kv_lens = {0, 0, 0};
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();  // sequential pages, no lse, explicit sm_scale
+    spec.shuffle_pages = false;
+    spec.with_lse = false;
+    spec.sm_scale = 0.3f;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();  // soft-cap on large logits
+    spec.logits_soft_cap = 5.0f;
+    spec.value_range = 3.0f;
+    cases.push_back(spec);
+  }
+  for (int32_t window : {0, 37, 1000}) {
+    CaseSpec spec = base_decode();
+    spec.window_left = window;
+    spec.kv_lens = {1, 40, 300};
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();  // soft-cap and window, fp8
+    spec.kv_dtype = DType::kFP8E4M3;
+    spec.kv_scale = 0.5f;
+    spec.logits_soft_cap = 20.0f;
+    spec.window_left = 100;
+    cases.push_back(spec);
+  }
+  // Split-KV: one long request (every SM busy), and long requests mixed with empty ones, P = 1.
+  {
+    CaseSpec spec = base_decode();
+    spec.num_qo_heads = 32;
+    spec.num_kv_heads = 8;
+    spec.kv_lens = {12000};
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();
+    spec.page_size = 1;
+    spec.alloc_page_size = 16;
+    spec.kv_lens = {5000, 0, 1, 2600};
+    spec.padded_batch = 6;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();  // split with a window that empties some chunks
+    spec.kv_lens = {6000, 3000};
+    spec.window_left = 700;
+    cases.push_back(spec);
+  }
+  return cases;
+}
+
+class CudaDecodeTest : public ::testing::TestWithParam<CaseSpec> {};
+
+TEST_P(CudaDecodeTest, MatchesReferenceAndCpu) {
+  PA_REQUIRE_GPU();
+  const std::string report = check_cuda_decode(GetParam(), fresh_seed());
+  EXPECT_TRUE(report.empty()) << report;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeTest, ::testing::ValuesIn(cuda_decode_cases()),
+                         [](const auto& info) {
+                           return info.param.name() + "_c" + std::to_string(info.index);
+                         });
+
+// The same logical KV with P = 1, 16 and 64 gives the same outputs (within rounding).
+TEST(CudaDecode, PageSizeInvariance) {
+  PA_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::vector<std::vector<double>> outputs;
+  for (int32_t page : {1, 16, 64}) {
+    CaseSpec spec = base_decode();
+    spec.page_size = page;
+    spec.alloc_page_size = 64;
+    spec.kv_lens = {700, 3, 64, 129};
+    const AttentionCase c(spec, seed);
+    DeviceDecodeCase device_case(c);
+    run_cuda_decode(device_case);
+    device_case.out.copy_to(c.out());
+    outputs.push_back(to_doubles(c.out()));
+  }
+  for (size_t i = 1; i < outputs.size(); ++i) {
+    const std::string report =
+        compare(outputs[i], outputs[0], tolerance_for(DType::kBF16), "P vs P=1");
+    EXPECT_TRUE(report.empty()) << "seed " << seed << "\n" << report;
+  }
+}
+
+// Bad input: an Error naming the argument, and nothing launched.
+TEST(CudaDecode, RejectsBadArguments) {
+  PA_REQUIRE_GPU();
+  CaseSpec spec = base_decode();
+  const AttentionCase c(spec, fresh_seed());
+  DeviceDecodeCase device_case(c);
+  const std::unique_ptr<Backend> backend = cuda::make_backend();
+  std::unique_ptr<Workspace> workspace = backend->create_workspace({});
+  DecodeArgs args = device_case.args();
+  // Not planned.
+  EXPECT_THROW(backend->run_decode(*workspace, args), Error);
+  backend->plan(*workspace, describe_op(args), args.meta);
+  DecodeArgs bad = args;
+  bad.options.sm_scale = 0.0f;
+  try {
+    backend->run_decode(*workspace, bad);
+    ADD_FAILURE() << "sm_scale 0 accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("sm_scale"), std::string::npos) << error.what();
+  }
+  bad = args;
+  bad.q = c.decode_args().q;  // host memory
+  EXPECT_THROW(backend->run_decode(*workspace, bad), Error);
+  bad = args;
+  bad.out.shape[2] = 64;
+  EXPECT_THROW(backend->run_decode(*workspace, bad), Error);
+  // The poisoned output is untouched.
+  device_case.out.copy_to(c.out());
+  for (double value : to_doubles(c.out())) ASSERT_TRUE(value != value);
+}
+
+TEST(CudaDecode, SupportsSaysWhy) {
+  const std::unique_ptr<Backend> backend = cuda::make_backend();
+  OpDesc op;
+  op.device = Device::cuda(0);
+  const Support device = cuda::device_available();
+  if (!device) {
+    const Support answer = backend->supports(op);
+    EXPECT_FALSE(answer.ok);
+    EXPECT_NE(answer.reason.find("no CUDA device"), std::string::npos) << answer.reason;
+    GTEST_SKIP() << "no GPU: " << device.reason;
+  }
+  EXPECT_TRUE(backend->supports(op).ok) << backend->supports(op).reason;
+  op.head_dim_qk = op.head_dim_vo = 96;
+  const Support answer = backend->supports(op);
+  EXPECT_FALSE(answer.ok);
+  EXPECT_NE(answer.reason.find("96"), std::string::npos) << answer.reason;
+  op.head_dim_qk = op.head_dim_vo = 128;
+  op.q_dtype = op.kv_dtype = DType::kF32;
+  EXPECT_FALSE(backend->supports(op).ok);
+}
+
+}  // namespace
+}  // namespace pagedattn::testing
