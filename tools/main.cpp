@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "pagedattn 0.1.0");
   try {
     // Subcommands are added as they land (see tools/commands.h).
+    pagedattn::tools::add_demo_command(app);
     pagedattn::tools::add_info_command(app);
     pagedattn::tools::add_plan_command(app);
     pagedattn::tools::add_bench_command(app);

@@ -1,0 +1,443 @@
+// The demo's engine loop (see demo.h): a seeded trace of requests, scheduled step by step over a
+// PageAllocator-managed pool, with the attention batches run and checked by AttentionRunner.
+//
+// One engine step:
+//   1. arrivals join the waiting queue;
+//   2. admission, in queue order while the batch has room and the pool has the pages (else the
+//      head of the queue waits: a "queued admission"). A request with a shared prefix forks the
+//      prefix's cache entry (filled on first use): full pages shared, the partial last page
+//      copied with copy_tokens. Its remaining tokens get pages, their K/V are stored with
+//      store_kv, and it joins this step's prefill batch (q_len = its uncached tokens);
+//   3. decode: every request admitted in an earlier step grows by one token (one new page when
+//      it crosses a page boundary), its K/V stored, one query row each. When the pool cannot
+//      supply the pages, the youngest requests are preempted (pages freed, requeued at the
+//      front; they are prefilled again on re-admission: recompute);
+//   4. finished requests free their pages; allocator consistency is checked.
+// The logical K/V of every request (what it has seen, in order) is kept beside the cache so the
+// reference can check outputs without trusting the cache's bookkeeping.
+#include "tools/demo.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <numeric>
+#include <random>
+
+#include "core/check.h"
+#include "pagedattn/page_allocator.h"
+#include "pagedattn/registry.h"
+#include "tools/demo_attention.h"
+
+namespace pagedattn::tools {
+namespace {
+
+using demo::BatchEntry;
+
+constexpr int64_t kPrefixIdBase = int64_t{1} << 40;  // allocator ids of the shared prefixes
+constexpr float kQueryRange = 6.0f;  // |q| up to 6: logits spread enough for a peaked softmax
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Random bf16 values uniform in [-range, range): xorshift, cheap enough for every token.
+class ValueSource {
+ public:
+  explicit ValueSource(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull | 1) {}
+  void fill(uint16_t* out, int64_t n, float range) {
+    for (int64_t i = 0; i < n; ++i) {
+      state_ ^= state_ << 13;
+      state_ ^= state_ >> 7;
+      state_ ^= state_ << 17;
+      const float unit = static_cast<float>(state_ >> 40) * 0x1p-24f;  // [0, 1)
+      out[i] = float_to_bf16((2.0f * unit - 1.0f) * range);
+    }
+  }
+
+ private:
+  uint64_t state_;
+};
+
+enum class State : uint8_t { kFuture, kWaiting, kRunning, kDone };
+
+struct Request {
+  int64_t id = 0;
+  int32_t prefix = -1;  // shared prefix index, or -1
+  int32_t prompt_len = 0;
+  int32_t output_len = 0;
+  int64_t arrival_step = 0;
+  State state = State::kFuture;
+  int32_t generated = 0;       // decode tokens produced
+  int32_t cached = 0;          // tokens in the cache
+  int64_t admitted_at = -1;    // step of the latest admission
+  std::vector<uint16_t> k, v;  // logical K/V [prompt_len + generated, Hkv, D]
+  int32_t total_tokens() const { return prompt_len + generated; }
+};
+
+struct Prefix {
+  int32_t length = 0;
+  int64_t id = 0;
+  bool resident = false;
+  std::vector<uint16_t> k, v;
+};
+
+class Engine {
+ public:
+  explicit Engine(const DemoOptions& options);
+  DemoResult run();
+
+ private:
+  void make_trace();
+  int32_t pages_to_admit(const Request& r) const;
+  void admit(Request& r, std::vector<BatchEntry>& prefill);
+  void store_tokens(int64_t id, const std::vector<uint16_t>& k, const std::vector<uint16_t>& v,
+                    int32_t from, int32_t to);
+  void preempt(Request& r);
+  void run_batch(bool prefill, const std::vector<BatchEntry>& batch);
+  void check(bool ok, std::string message);
+
+  DemoOptions options_;
+  demo::ModelShape shape_;
+  int64_t token_elements_ = 0;  // Hkv * D
+  std::mt19937_64 rng_;
+  ValueSource values_;
+  std::vector<Request> requests_;
+  std::vector<Prefix> prefixes_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;  // in admission order
+  std::unique_ptr<HostKvCache> cache_;
+  std::unique_ptr<PageAllocator> allocator_;
+  std::unique_ptr<demo::AttentionRunner> runner_;
+  DemoResult result_;
+  int64_t step_ = 0;
+};
+
+Engine::Engine(const DemoOptions& options)
+    : options_(options),
+      shape_{options.num_qo_heads, options.num_kv_heads, options.head_dim},
+      token_elements_(int64_t{options.num_kv_heads} * options.head_dim),
+      rng_(options.seed),
+      values_(options.seed ^ 0x5bd1e995u) {
+  const int32_t a = options.alloc_page_size;
+  PA_CHECK(options.num_requests >= 1, "--requests: {} (expected >= 1)", options.num_requests);
+  PA_CHECK(options.decode_steps >= 1, "--steps: {} (expected >= 1)", options.decode_steps);
+  PA_CHECK(a >= 1, "--alloc-page-size: {} (expected >= 1)", a);
+  PA_CHECK(!options.page_sizes.empty(), "--page-size: empty list (expected e.g. 1,16)");
+  for (int32_t p : options.page_sizes) {
+    PA_CHECK(p >= 1 && a % p == 0,
+             "--page-size: {} does not divide the allocation page size {} (expected a divisor)", p,
+             a);
+  }
+  PA_CHECK(options.min_prompt >= 1 && options.max_prompt >= options.min_prompt,
+           "--max-prompt: {} (expected >= {}, the minimum prompt)", options.max_prompt,
+           options.min_prompt);
+  PA_CHECK(options.max_batch >= 1, "--max-batch: {} (expected >= 1)", options.max_batch);
+  PA_CHECK(options.checks_per_step >= 1, "--checks-per-step: {} (expected >= 1)",
+           options.checks_per_step);
+  PA_CHECK(options.num_qo_heads >= 1 && options.num_kv_heads >= 1 &&
+               options.num_qo_heads % options.num_kv_heads == 0,
+           "model: {} query heads is not a multiple of {} KV heads", options.num_qo_heads,
+           options.num_kv_heads);
+  make_trace();
+
+  // Pool: by default about 45% of what the largest max_batch requests would hold at once, so
+  // that admission queues and decode preempts now and then; never less than the largest request
+  // plus the prefixes (each request must fit alone, or the trace could not finish).
+  std::vector<int64_t> needs;
+  int64_t largest = 0, longest = 0, prefix_pages = 0;
+  for (const Request& r : requests_) {
+    needs.push_back(ceil_div(r.prompt_len + r.output_len, a));
+    largest = std::max(largest, needs.back());
+    longest = std::max<int64_t>(longest, r.prompt_len + r.output_len);
+  }
+  for (const Prefix& p : prefixes_) prefix_pages += ceil_div(p.length, a);
+  std::sort(needs.rbegin(), needs.rend());
+  const int64_t busiest = std::accumulate(
+      needs.begin(), needs.begin() + std::min<size_t>(needs.size(), options.max_batch), int64_t{0});
+  const int64_t minimum = largest + prefix_pages + 2;
+  const int64_t pages =
+      options.num_pages > 0
+          ? options.num_pages
+          : std::max(minimum, static_cast<int64_t>(busiest * 0.45) + prefix_pages);
+  PA_CHECK(pages >= minimum,
+           "--num-pages: {} is too small for this trace (expected >= {}: the largest request, "
+           "{} pages, plus the shared prefixes, {} pages, plus 2)",
+           pages, minimum, largest, prefix_pages);
+  cache_ = std::make_unique<HostKvCache>(KvCacheConfig{
+      pages, a, options.num_kv_heads, options.head_dim, options.layout, DType::kBF16});
+  allocator_ = std::make_unique<PageAllocator>(static_cast<int32_t>(pages), a);
+  const Selection selection =
+      options.backend.empty() ? Selection::from_env() : Selection::parse(options.backend);
+  const int32_t max_batch = options.max_batch + static_cast<int32_t>(prefixes_.size());
+  runner_ =
+      std::make_unique<demo::AttentionRunner>(shape_, *cache_, options.page_sizes, selection,
+                                              max_batch, longest, int64_t{max_batch} * longest);
+  result_.num_pages = static_cast<int32_t>(pages);
+  result_.description = fmt::format(
+      "one attention layer (Hq {}, Hkv {}, head_dim {}, bf16 q and KV, {}), alloc pages of {} "
+      "tokens, seed {}",
+      options.num_qo_heads, options.num_kv_heads, options.head_dim, layout_name(options.layout), a,
+      options.seed);
+  result_.requests = options.num_requests;
+  result_.prefill_backend = runner_->backend_names(OpKind::kPrefill);
+  result_.decode_backend = runner_->backend_names(OpKind::kDecode);
+  for (int32_t p : options.page_sizes) {
+    PageSizeStats stats;
+    stats.page_size = p;
+    result_.per_page_size.push_back(std::move(stats));
+  }
+}
+
+// Two shared system prompts: one ending in a partial page (fork copies it), one page-aligned
+// (fork shares every page). About 40% / 20% of requests start with them.
+void Engine::make_trace() {
+  const int32_t a = options_.alloc_page_size;
+  for (int32_t length : {6 * a + (a + 2) / 3, 4 * a}) {
+    Prefix p;
+    p.length = std::max(1, length);
+    p.id = kPrefixIdBase + static_cast<int64_t>(prefixes_.size());
+    p.k.resize(static_cast<size_t>(p.length * token_elements_));
+    p.v.resize(p.k.size());
+    values_.fill(p.k.data(), static_cast<int64_t>(p.k.size()), 1.0f);
+    values_.fill(p.v.data(), static_cast<int64_t>(p.v.size()), 1.0f);
+    prefixes_.push_back(std::move(p));
+  }
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double log_min = std::log(options_.min_prompt), log_max = std::log(options_.max_prompt);
+  int64_t arrival = 0;
+  for (int32_t i = 0; i < options_.num_requests; ++i) {
+    Request r;
+    r.id = i;
+    const double pick = unit(rng_);
+    r.prefix = pick < 0.4 ? 0 : pick < 0.6 ? 1 : -1;
+    const int32_t own = static_cast<int32_t>(std::exp(log_min + (log_max - log_min) * unit(rng_)));
+    r.prompt_len = r.prefix >= 0 ? prefixes_[r.prefix].length + std::max(1, own / 2) : own;
+    r.output_len = std::uniform_int_distribution<int32_t>(std::max(1, options_.decode_steps / 2),
+                                                          options_.decode_steps)(rng_);
+    r.arrival_step = arrival;
+    arrival += std::uniform_int_distribution<int64_t>(0, 3)(rng_);
+    requests_.push_back(std::move(r));
+  }
+}
+
+void Engine::check(bool ok, std::string message) {
+  ++result_.checks;
+  if (ok) return;
+  ++result_.failures;
+  if (result_.failure_messages.size() < 10) result_.failure_messages.push_back(std::move(message));
+}
+
+// New pages an admission takes: the request's pages beyond the prefix's shared full pages, plus
+// the prefix's own pages when it is not in the cache yet.
+int32_t Engine::pages_to_admit(const Request& r) const {
+  const int32_t a = options_.alloc_page_size;
+  int64_t pages = ceil_div(r.total_tokens(), a);
+  if (r.prefix >= 0) {
+    const Prefix& p = prefixes_[r.prefix];
+    pages -= p.length / a;
+    if (!p.resident) pages += ceil_div(p.length, a);
+  }
+  return static_cast<int32_t>(pages);
+}
+
+void Engine::store_tokens(int64_t id, const std::vector<uint16_t>& k,
+                          const std::vector<uint16_t>& v, int32_t from, int32_t to) {
+  if (to <= from) return;
+  const int32_t a = options_.alloc_page_size;
+  const auto pages = allocator_->block_table(id);
+  HostTensor slots(DType::kI64, {to - from});
+  for (int32_t t = from; t < to; ++t) {
+    slots.data<int64_t>()[t - from] = int64_t{pages[t / a]} * a + t % a;
+  }
+  const auto view = [&](const std::vector<uint16_t>& data) {
+    return TensorView::contiguous(const_cast<uint16_t*>(data.data()) + from * token_elements_,
+                                  DType::kBF16,
+                                  {to - from, options_.num_kv_heads, options_.head_dim});
+  };
+  store_kv(cache_->paged(a), view(k), view(v), slots.view());
+}
+
+void Engine::admit(Request& r, std::vector<BatchEntry>& prefill) {
+  const int32_t tokens = r.total_tokens();
+  int32_t cached_prefix = 0;
+  if (r.prefix >= 0) {
+    Prefix& p = prefixes_[r.prefix];
+    if (!p.resident) {  // first use: the prefix is prefilled as its own cache entry
+      allocator_->add_request(p.id);
+      check(allocator_->grow(p.id, p.length) == AllocStatus::kOk, "prefix: grow failed");
+      store_tokens(p.id, p.k, p.v, 0, p.length);
+      p.resident = true;
+      prefill.push_back(
+          {allocator_->block_table(p.id), p.length, p.length, p.k.data(), p.v.data(), p.id});
+    }
+    PageCopy copy;
+    check(allocator_->fork(p.id, r.id, &copy) == AllocStatus::kOk, "fork failed");
+    if (copy.num_tokens > 0) {
+      copy_tokens(cache_->paged(options_.alloc_page_size), copy.src, copy.dst, copy.num_tokens);
+      ++result_.partial_page_copies;
+    }
+    ++result_.forks;
+    cached_prefix = p.length;
+    if (r.k.empty()) {
+      r.k = p.k;
+      r.v = p.v;
+    }
+  } else {
+    allocator_->add_request(r.id);
+  }
+  // The prompt's own K/V (first admission only: a preempted request keeps what it had).
+  const size_t want = static_cast<size_t>(tokens * token_elements_);
+  if (r.k.size() < want) {
+    const size_t have = r.k.size();
+    r.k.resize(want);
+    r.v.resize(want);
+    values_.fill(r.k.data() + have, static_cast<int64_t>(want - have), 1.0f);
+    values_.fill(r.v.data() + have, static_cast<int64_t>(want - have), 1.0f);
+  }
+  check(
+      allocator_->grow(r.id, tokens) == AllocStatus::kOk,
+      fmt::format("step {}: admitted request {} could not grow to {} tokens", step_, r.id, tokens));
+  store_tokens(r.id, r.k, r.v, cached_prefix, tokens);
+  r.cached = tokens;
+  r.state = State::kRunning;
+  r.admitted_at = step_;
+  prefill.push_back({allocator_->block_table(r.id), tokens, tokens - cached_prefix, r.k.data(),
+                     r.v.data(), r.id});
+}
+
+void Engine::preempt(Request& r) {
+  allocator_->free(r.id);
+  r.cached = 0;
+  r.state = State::kWaiting;
+  running_.erase(std::find(running_.begin(), running_.end(), &r));
+  waiting_.push_front(&r);
+  ++result_.preemptions;
+}
+
+void Engine::run_batch(bool prefill, const std::vector<BatchEntry>& batch) {
+  if (batch.empty()) return;
+  int64_t rows = 0;
+  for (const BatchEntry& e : batch) rows += e.q_len;
+  HostTensor q(DType::kBF16, {rows, options_.num_qo_heads, options_.head_dim});
+  values_.fill(q.data<uint16_t>(), q.numel(), kQueryRange);
+  std::vector<int32_t> order(batch.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng_);
+  order.resize(std::min<size_t>(order.size(), options_.checks_per_step));
+  runner_->run(step_, prefill, batch, q.view(), order, result_);
+  if (prefill) {
+    ++result_.prefill_batches;
+    result_.prefill_tokens += rows;
+  } else {
+    ++result_.decode_batches;
+    result_.decode_tokens += rows;
+  }
+}
+
+DemoResult Engine::run() {
+  const auto start = std::chrono::steady_clock::now();
+  const int32_t a = options_.alloc_page_size;
+  int32_t finished = 0;
+  size_t next_arrival = 0;
+  const int64_t step_limit = 100 * (int64_t{options_.num_requests} + 1) *
+                             (options_.decode_steps + 1);  // a stall is a failure, not a hang
+  for (step_ = 0; finished < options_.num_requests && step_ < step_limit; ++step_) {
+    while (next_arrival < requests_.size() && requests_[next_arrival].arrival_step <= step_) {
+      requests_[next_arrival].state = State::kWaiting;
+      waiting_.push_back(&requests_[next_arrival++]);
+    }
+    // Admission (one page of headroom so the first decode step rarely preempts at once).
+    std::vector<BatchEntry> prefill;
+    const size_t decoding = running_.size();
+    while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_batch) {
+      Request& r = *waiting_.front();
+      if (pages_to_admit(r) + 1 > allocator_->num_free_pages()) {
+        ++result_.queued_admissions;
+        break;
+      }
+      waiting_.pop_front();
+      admit(r, prefill);
+      running_.push_back(&r);
+    }
+    run_batch(/*prefill=*/true, prefill);
+
+    // Decode the requests admitted before this step; preempt the youngest when pages run out.
+    auto pages_for_decode = [&] {
+      int32_t needed = 0;
+      for (size_t i = 0; i < std::min(decoding, running_.size()); ++i) {
+        needed += running_[i]->cached % a == 0;
+      }
+      return needed;
+    };
+    size_t decode_count = decoding;
+    while (decode_count > 0 && pages_for_decode() > allocator_->num_free_pages()) {
+      preempt(*running_.back());  // youngest first (maybe one just admitted)
+      decode_count = std::min(decode_count, running_.size());
+    }
+    std::vector<BatchEntry> decode;
+    for (size_t i = 0; i < std::min(decode_count, running_.size()); ++i) {
+      Request& r = *running_[i];
+      check(allocator_->grow(r.id, r.cached + 1) == AllocStatus::kOk,
+            fmt::format("step {}: request {} could not grow", step_, r.id));
+      r.k.resize(r.k.size() + token_elements_);
+      r.v.resize(r.v.size() + token_elements_);
+      values_.fill(r.k.data() + r.k.size() - token_elements_, token_elements_, 1.0f);
+      values_.fill(r.v.data() + r.v.size() - token_elements_, token_elements_, 1.0f);
+      store_tokens(r.id, r.k, r.v, r.cached, r.cached + 1);
+      ++r.cached;
+      ++r.generated;
+      decode.push_back({allocator_->block_table(r.id), r.cached, 1, r.k.data(), r.v.data(), r.id});
+    }
+    run_batch(/*prefill=*/false, decode);
+
+    for (auto it = running_.begin(); it != running_.end();) {
+      Request& r = **it;
+      if (r.generated < r.output_len) {
+        ++it;
+        continue;
+      }
+      allocator_->free(r.id);
+      r.state = State::kDone;
+      ++finished;
+      it = running_.erase(it);
+    }
+    result_.peak_pages_used = std::max(result_.peak_pages_used, allocator_->num_used_pages());
+    try {
+      allocator_->check_consistency();
+      check(true, "");
+    } catch (const Error& error) {
+      check(false, fmt::format("step {}: {}", step_, error.what()));
+    }
+    if (options_.progress) {
+      options_.progress({step_ + 1, static_cast<int32_t>(running_.size()),
+                         static_cast<int32_t>(waiting_.size()), finished, options_.num_requests});
+    }
+  }
+  result_.steps = step_;
+  check(finished == options_.num_requests,
+        fmt::format("the trace stalled: {} of {} requests finished after {} steps", finished,
+                    options_.num_requests, step_));
+  for (Prefix& p : prefixes_) {
+    if (p.resident) allocator_->free(p.id);
+  }
+  check(allocator_->num_free_pages() == allocator_->num_pages(),
+        fmt::format("{} pages leaked after every request finished",
+                    allocator_->num_pages() - allocator_->num_free_pages()));
+  result_.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::move(result_);
+}
+
+}  // namespace
+
+double PageSizeStats::median_decode_ms() const {
+  if (decode_step_seconds.empty()) return 0;
+  std::vector<double> sorted = decode_step_seconds;
+  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+  return sorted[sorted.size() / 2] * 1e3;
+}
+
+DemoResult run_demo(const DemoOptions& options) { return Engine(options).run(); }
+
+}  // namespace pagedattn::tools
