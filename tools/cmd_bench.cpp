@@ -6,15 +6,15 @@
 // than it reads (one allocation-page id becomes A/P attention-page ids), the slot form reads
 // every token's slot to validate it. Each figure is the median of repeated samples
 // (tools/report.h). `bench decode|prefill|mla` live in bench_attention.cpp.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "pagedattn/error.h"
@@ -114,7 +114,8 @@ void run_bench_plan(const PlanBenchOptions& options) {
 
           const int64_t bytes = static_cast<int64_t>(sizeof(int32_t)) *
                                 std::max<int64_t>(pages, static_cast<int64_t>(tables.table.size()));
-          std::vector<char> source(static_cast<size_t>(bytes), 1), target(static_cast<size_t>(bytes));
+          std::vector<char> source(static_cast<size_t>(bytes), 1),
+              target(static_cast<size_t>(bytes));
           const double memcpy_ns = median_ns_per_call(
               [&] {
                 std::memcpy(target.data(), source.data(), target.size());
@@ -140,19 +141,26 @@ void run_bench_plan(const PlanBenchOptions& options) {
                          std::to_string(pages), std::to_string(bytes), micros(memcpy_ns),
                          micros(plan_ns), fmt::format("{:.2f}", ratio), micros(trusted_ns),
                          fmt::format("{:.2f}", trusted_ns / memcpy_ns)});
-          results.push_back({{"form", form}, {"batch", batch}, {"kv_len", kv_len},
-                             {"page_size", p}, {"alloc_page_size", options.alloc_page_size},
-                             {"pages", pages}, {"memcpy_bytes", bytes},
-                             {"memcpy_ns", memcpy_ns}, {"plan_ns", plan_ns},
-                             {"plan_trusted_ns", trusted_ns}, {"ratio", ratio},
+          results.push_back({{"form", form},
+                             {"batch", batch},
+                             {"kv_len", kv_len},
+                             {"page_size", p},
+                             {"alloc_page_size", options.alloc_page_size},
+                             {"pages", pages},
+                             {"memcpy_bytes", bytes},
+                             {"memcpy_ns", memcpy_ns},
+                             {"plan_ns", plan_ns},
+                             {"plan_trusted_ns", trusted_ns},
+                             {"ratio", ratio},
                              {"trusted_ratio", trusted_ns / memcpy_ns}});
         }
       }
     }
   }
-  fmt::print("bench plan: host planner vs memcpy of the same index bytes (medians; "
-             "alloc_page_size {}, decode batches, shuffled pages)\n{}\n{}",
-             options.alloc_page_size, machine_description(), table.str());
+  fmt::print(
+      "bench plan: host planner vs memcpy of the same index bytes (medians; "
+      "alloc_page_size {}, decode batches, shuffled pages)\n{}\n{}",
+      options.alloc_page_size, machine_description(), table.str());
   fmt::print("worst ratio plan / memcpy: {:.2f}\n", worst_ratio);
   if (!options.json_path.empty()) {
     const nlohmann::json document = {{"benchmark", "plan"},
@@ -169,7 +177,8 @@ void add_bench_plan_command(CLI::App& bench) {
   auto options = std::make_shared<PlanBenchOptions>();
   CLI::App* cmd = bench.add_subcommand(
       "plan", "Host planner time vs a memcpy of the same index bytes, over a grid");
-  cmd->add_option("--batch", options->batches, "Batch sizes")->delimiter(',')
+  cmd->add_option("--batch", options->batches, "Batch sizes")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--kv-len", options->kv_lens, "KV lengths (tokens per request)")
       ->delimiter(',')

@@ -1,9 +1,9 @@
 // `pagedattn info`: the backends in priority order, the devices, what each backend supports
 // (Backend::describe()), whether it can serve each operation here (supports() on a typical
 // operation of its device), and what `auto` and PAGEDATTN_BACKEND would choose.
-#include <cstdlib>
-
 #include <fmt/format.h>
+
+#include <cstdlib>
 
 #include "pagedattn/registry.h"
 #include "tools/commands.h"
@@ -59,15 +59,16 @@ void run_info() {
       const Support support = backend->supports(typical_op(kind, device_of(*backend)));
       row.push_back(support ? "yes" : "no");
       if (!support) {
-        reasons.push_back(fmt::format("  {} {}: {}", backend->name(), op_name(kind),
-                                      support.reason));
+        reasons.push_back(
+            fmt::format("  {} {}: {}", backend->name(), op_name(kind), support.reason));
       }
     }
     table.add_row(std::move(row));
   }
   fmt::print("{}", table.str());
-  fmt::print("(for a typical operation: GQA 32/8 heads, head_dim 128, bf16, page 16; MLA 128 "
-             "heads, 512+64, page 64)\n");
+  fmt::print(
+      "(for a typical operation: GQA 32/8 heads, head_dim 128, bf16, page 16; MLA 128 "
+      "heads, 512+64, page 64)\n");
   if (!reasons.empty()) {
     fmt::print("\nwhy not\n");
     for (const std::string& reason : reasons) fmt::print("{}\n", reason);

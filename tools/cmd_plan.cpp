@@ -10,14 +10,14 @@
 //    "alloc_page_size": 16, "page_size": 4, "num_alloc_pages": 8, "padded_batch": 4}
 // (or "slots" instead of "block_table"). With --split-kv-target N the split-KV partition is
 // printed as well.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <fstream>
 #include <memory>
-#include <sstream>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/check.h"
 #include "pagedattn/planner.h"
@@ -31,7 +31,7 @@ struct PlanCommandOptions {
   std::string block_table, slots, input_path;
   std::vector<int32_t> seq_lens, q_lens;
   int32_t alloc_page_size = 16;
-  int32_t page_size = 0;  // 0: alloc_page_size
+  int32_t page_size = 0;        // 0: alloc_page_size
   int64_t num_alloc_pages = 0;  // 0: derived from the largest id in the table
   int32_t padded_batch = 0;
   int32_t split_kv_target = 0;
@@ -114,7 +114,8 @@ void run_plan(PlanCommandOptions o) {
     for (int32_t id : row) largest = std::max<int64_t>(largest, id);
   }
   std::vector<int32_t> table(rows.size() * stride, -1);
-  for (size_t r = 0; r < rows.size(); ++r) std::copy(rows[r].begin(), rows[r].end(), table.begin() + r * stride);
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::copy(rows[r].begin(), rows[r].end(), table.begin() + r * stride);
   if (o.num_alloc_pages == 0 && o.alloc_page_size > 0) {
     o.num_alloc_pages = slot_form ? largest / o.alloc_page_size + 1 : largest + 1;
   }
@@ -157,21 +158,35 @@ void run_plan(PlanCommandOptions o) {
   };
   if (o.json) {
     nlohmann::json doc = {
-        {"form", slot_form ? "slots" : "block_table"}, {"alloc_page_size", o.alloc_page_size},
-        {"page_size", o.page_size}, {"num_alloc_pages", o.num_alloc_pages},
-        {"batch_size", batch}, {"num_reqs", num_reqs}, {"num_pages", summary.num_pages},
-        {"num_qo_rows", summary.num_qo_rows}, {"max_q_len", summary.max_q_len},
+        {"form", slot_form ? "slots" : "block_table"},
+        {"alloc_page_size", o.alloc_page_size},
+        {"page_size", o.page_size},
+        {"num_alloc_pages", o.num_alloc_pages},
+        {"batch_size", batch},
+        {"num_reqs", num_reqs},
+        {"num_pages", summary.num_pages},
+        {"num_qo_rows", summary.num_qo_rows},
+        {"max_q_len", summary.max_q_len},
         {"max_kv_len", summary.max_kv_len},
-        {"qo_indptr", std::vector<int32_t>(storage.qo_indptr.begin(), storage.qo_indptr.begin() + batch + 1)},
-        {"kv_indptr", std::vector<int32_t>(storage.kv_indptr.begin(), storage.kv_indptr.begin() + batch + 1)},
-        {"kv_indices", std::vector<int32_t>(storage.kv_indices.begin(), storage.kv_indices.begin() + summary.num_pages)},
-        {"kv_last_page_len", std::vector<int32_t>(storage.kv_last_page_len.begin(), storage.kv_last_page_len.begin() + batch)},
-        {"kv_lens", std::vector<int32_t>(storage.kv_lens.begin(), storage.kv_lens.begin() + batch)}};
+        {"qo_indptr",
+         std::vector<int32_t>(storage.qo_indptr.begin(), storage.qo_indptr.begin() + batch + 1)},
+        {"kv_indptr",
+         std::vector<int32_t>(storage.kv_indptr.begin(), storage.kv_indptr.begin() + batch + 1)},
+        {"kv_indices", std::vector<int32_t>(storage.kv_indices.begin(),
+                                            storage.kv_indices.begin() + summary.num_pages)},
+        {"kv_last_page_len", std::vector<int32_t>(storage.kv_last_page_len.begin(),
+                                                  storage.kv_last_page_len.begin() + batch)},
+        {"kv_lens",
+         std::vector<int32_t>(storage.kv_lens.begin(), storage.kv_lens.begin() + batch)}};
     if (o.split_kv_target > 0) {
-      doc["split_kv"] = {{"chunk_pages", split.chunk_pages}, {"num_items", split.num_items},
-                         {"work_request", std::vector<int32_t>(work_request.begin(), work_request.begin() + split.num_items)},
-                         {"work_chunk", std::vector<int32_t>(work_chunk.begin(), work_chunk.begin() + split.num_items)},
-                         {"merge_indptr", merge}};
+      doc["split_kv"] = {
+          {"chunk_pages", split.chunk_pages},
+          {"num_items", split.num_items},
+          {"work_request",
+           std::vector<int32_t>(work_request.begin(), work_request.begin() + split.num_items)},
+          {"work_chunk",
+           std::vector<int32_t>(work_chunk.begin(), work_chunk.begin() + split.num_items)},
+          {"merge_indptr", merge}};
     }
     fmt::print("{}\n", doc.dump(2));
     return;
@@ -185,12 +200,14 @@ void run_plan(PlanCommandOptions o) {
                  std::to_string(storage.qo_indptr[r + 1] - storage.qo_indptr[r]),
                  std::to_string(storage.qo_indptr[r]), std::to_string(storage.kv_indptr[r]),
                  std::to_string(pages), std::to_string(storage.kv_last_page_len[r]),
-                 std::to_string(storage.kv_lens[r]), fmt::format("[{}]", fmt::join(indices_of(r), ", "))});
+                 std::to_string(storage.kv_lens[r]),
+                 fmt::format("[{}]", fmt::join(indices_of(r), ", "))});
   }
-  fmt::print("plan: {} form, alloc_page_size {}, page_size {}, {} allocation pages; batch {} "
-             "({} requests), {} attention pages, {} query rows\n{}",
-             slot_form ? "slot" : "block-table", o.alloc_page_size, o.page_size,
-             o.num_alloc_pages, batch, num_reqs, summary.num_pages, summary.num_qo_rows, out.str());
+  fmt::print(
+      "plan: {} form, alloc_page_size {}, page_size {}, {} allocation pages; batch {} "
+      "({} requests), {} attention pages, {} query rows\n{}",
+      slot_form ? "slot" : "block-table", o.alloc_page_size, o.page_size, o.num_alloc_pages, batch,
+      num_reqs, summary.num_pages, summary.num_qo_rows, out.str());
   if (o.split_kv_target > 0) {
     Table items({"item", "request", "chunk", "pages"});
     for (int32_t w = 0; w < split.num_items; ++w) {

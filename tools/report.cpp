@@ -1,6 +1,7 @@
 // Aligned tables, terminal progress, machine description and median timing for the tools.
 #include "tools/report.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,8 +9,6 @@
 #include <ctime>
 #include <fstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 namespace pagedattn::tools {
 namespace {

@@ -47,10 +47,10 @@ struct PlanInput {
   std::span<const int32_t> seq_lens;  // [num_reqs]
   std::span<const int32_t> q_lens;    // [num_reqs] for prefill/extend; empty for decode
   int32_t alloc_page_size = 0;
-  int32_t page_size = 0;           // attention page size P; divides alloc_page_size
-  int64_t num_alloc_pages = 0;     // size of the pool, for range checks
-  int32_t padded_batch = 0;        // 0: no padding
-  bool validate = true;            // off only on a trusted hot path
+  int32_t page_size = 0;        // attention page size P; divides alloc_page_size
+  int64_t num_alloc_pages = 0;  // size of the pool, for range checks
+  int32_t padded_batch = 0;     // 0: no padding
+  bool validate = true;         // off only on a trusted hot path
 };
 
 // Caller-owned buffers; their sizes are the capacities.
@@ -64,9 +64,9 @@ struct PlanBuffers {
 
 struct PlanSummary {
   int32_t num_reqs = 0;
-  int32_t batch_size = 0;  // padded
-  int64_t num_pages = 0;   // kv_indptr[batch_size]
-  int64_t num_qo_rows = 0; // qo_indptr[batch_size]
+  int32_t batch_size = 0;   // padded
+  int64_t num_pages = 0;    // kv_indptr[batch_size]
+  int64_t num_qo_rows = 0;  // qo_indptr[batch_size]
   int32_t max_q_len = 0;
   int32_t max_kv_len = 0;
 };

@@ -166,14 +166,22 @@ PA_INLINE void write_mode(const WriteArgs& a, const PlanBuffers& out) {
 template <bool kSlotForm>
 PA_INLINE void write_form(const WriteArgs& b, const PlanBuffers& out) {
   switch (b.ratio) {
-    case 1: return write_mode<kSlotForm, 1>(b, out);
-    case 2: return write_mode<kSlotForm, 2>(b, out);
-    case 4: return write_mode<kSlotForm, 4>(b, out);
-    case 8: return write_mode<kSlotForm, 8>(b, out);
-    case 16: return write_mode<kSlotForm, 16>(b, out);
-    case 32: return write_mode<kSlotForm, 32>(b, out);
-    case 64: return write_mode<kSlotForm, 64>(b, out);
-    default: return write_mode<kSlotForm, 0>(b, out);
+    case 1:
+      return write_mode<kSlotForm, 1>(b, out);
+    case 2:
+      return write_mode<kSlotForm, 2>(b, out);
+    case 4:
+      return write_mode<kSlotForm, 4>(b, out);
+    case 8:
+      return write_mode<kSlotForm, 8>(b, out);
+    case 16:
+      return write_mode<kSlotForm, 16>(b, out);
+    case 32:
+      return write_mode<kSlotForm, 32>(b, out);
+    case 64:
+      return write_mode<kSlotForm, 64>(b, out);
+    default:
+      return write_mode<kSlotForm, 0>(b, out);
   }
 }
 

@@ -26,8 +26,8 @@ constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 [[noreturn]] void report_invalid_request(const BatchView& b, int32_t r) {
   const int64_t seq_len = b.seq_lens[r];
   PA_CHECK(seq_len >= 0 && seq_len <= b.tokens_per_row,
-           "plan: seq_lens[{}] = {} does not fit the table row, expected [0, {}] ({})", r,
-           seq_len, b.tokens_per_row,
+           "plan: seq_lens[{}] = {} does not fit the table row, expected [0, {}] ({})", r, seq_len,
+           b.tokens_per_row,
            b.slot_form ? fmt::format("row_stride {} tokens", b.row_stride)
                        : fmt::format("row_stride {} blocks x alloc_page_size {}", b.row_stride,
                                      b.alloc_page_size));
@@ -114,8 +114,7 @@ PlanSummary plan(const PlanInput& input, const PlanBuffers& buffers) {
     b.slot_form = true;
     table_name = "slots";
   }
-  PA_CHECK(b.row_stride >= 0, "plan: {} row_stride = {}, expected >= 0", table_name,
-           b.row_stride);
+  PA_CHECK(b.row_stride >= 0, "plan: {} row_stride = {}, expected >= 0", table_name, b.row_stride);
   PA_CHECK(static_cast<int64_t>(table.size()) >= num_reqs * b.row_stride,
            "plan: {} has {} entries, expected num_reqs x row_stride = {} x {} = {}", table_name,
            table.size(), num_reqs, b.row_stride, num_reqs * b.row_stride);
@@ -131,8 +130,8 @@ PlanSummary plan(const PlanInput& input, const PlanBuffers& buffers) {
   b.page = planner::Divisor(static_cast<uint32_t>(input.page_size));
   b.num_alloc_pages = input.num_alloc_pages;
   b.page_limit = static_cast<uint32_t>(std::min(input.num_alloc_pages, kMaxInt32 + 1));
-  b.slot_limit = static_cast<uint32_t>(
-      std::min(input.num_alloc_pages * input.alloc_page_size, kMaxInt32 + 1));
+  b.slot_limit =
+      static_cast<uint32_t>(std::min(input.num_alloc_pages * input.alloc_page_size, kMaxInt32 + 1));
   b.tokens_per_row = b.slot_form ? b.row_stride : b.row_stride * input.alloc_page_size;
 
   // ---- 2. validation ----

@@ -18,19 +18,23 @@ int32_t extent(const TensorView& view, int dim) { return static_cast<int32_t>(vi
 
 std::string_view op_name(OpKind op) {
   switch (op) {
-    case OpKind::kDecode: return "decode";
-    case OpKind::kPrefill: return "prefill";
-    case OpKind::kMlaDecode: return "mla_decode";
-    case OpKind::kMlaExtend: return "mla_extend";
+    case OpKind::kDecode:
+      return "decode";
+    case OpKind::kPrefill:
+      return "prefill";
+    case OpKind::kMlaDecode:
+      return "mla_decode";
+    case OpKind::kMlaExtend:
+      return "mla_extend";
   }
   return "unknown";
 }
 
 std::string OpDesc::str() const {
-  std::string text = fmt::format(
-      "{} on {}: q {}, kv {}, heads {}/{}, head_dim {}/{}, page_size {}", op_name(op),
-      device.str(), dtype_name(q_dtype), dtype_name(kv_dtype), num_qo_heads, num_kv_heads,
-      head_dim_qk, head_dim_vo, page_size);
+  std::string text =
+      fmt::format("{} on {}: q {}, kv {}, heads {}/{}, head_dim {}/{}, page_size {}", op_name(op),
+                  device.str(), dtype_name(q_dtype), dtype_name(kv_dtype), num_qo_heads,
+                  num_kv_heads, head_dim_qk, head_dim_vo, page_size);
   if (!is_mla(op)) text += fmt::format(", {}", layout_name(layout));
   if (op == OpKind::kPrefill || op == OpKind::kMlaExtend) text += causal ? ", causal" : ", full";
   if (soft_cap) text += ", soft_cap";
@@ -81,8 +85,10 @@ OpDesc describe_op(const PrefillArgs& args) {
 }
 
 OpDesc describe_op(const MlaArgs& args, OpKind kind) {
-  PA_CHECK(is_mla(kind), "describe_op: operation {} is not an MLA operation (expected mla_decode "
-           "or mla_extend)", op_name(kind));
+  PA_CHECK(is_mla(kind),
+           "describe_op: operation {} is not an MLA operation (expected mla_decode "
+           "or mla_extend)",
+           op_name(kind));
   require_dims("q_nope", args.q_nope, 3, "[T, H, kv_lora_rank]");
   require_dims("q_pe", args.q_pe, 3, "[T, H, rope_dim]");
   require_dims("kv.ckv", args.kv.ckv, 3, "[pages, alloc_page_size, kv_lora_rank]");

@@ -57,8 +57,8 @@ Selection Selection::parse(std::string_view spec) {
              spec, item);
     const std::string_view role = trim(item.substr(0, equals));
     const std::string_view name = trim(item.substr(equals + 1));
-    PA_CHECK(valid_name(name), "backend spec '{}': '{}' is not a backend name for role '{}'",
-             spec, name, role);
+    PA_CHECK(valid_name(name), "backend spec '{}': '{}' is not a backend name for role '{}'", spec,
+             name, role);
     if (role == "prefill") {
       PA_CHECK(!seen_prefill, "backend spec '{}': role 'prefill' given twice", spec);
       seen_prefill = true;

@@ -25,7 +25,7 @@ struct EngineBatch {
   std::vector<int32_t> q_lens;       // empty: decode
   std::vector<int32_t> block_table;  // [num_reqs, block_stride]
   int64_t block_stride = 0;
-  std::vector<int32_t> slots;        // [num_reqs, slot_stride]
+  std::vector<int32_t> slots;  // [num_reqs, slot_stride]
   int64_t slot_stride = 0;
 
   int32_t num_reqs() const { return static_cast<int32_t>(seq_lens.size()); }
@@ -102,9 +102,15 @@ inline std::vector<int32_t> corner_lengths(std::mt19937_64& rng, int32_t num_req
   for (int32_t r = 0; r < num_reqs; ++r) {
     const int32_t pages = std::uniform_int_distribution<int32_t>(0, 3)(rng);
     switch (std::uniform_int_distribution<int>(0, 4)(rng)) {
-      case 0: lens.push_back(0); break;
-      case 1: lens.push_back(1); break;
-      case 2: lens.push_back(std::max(1, pages) * alloc_page_size); break;
+      case 0:
+        lens.push_back(0);
+        break;
+      case 1:
+        lens.push_back(1);
+        break;
+      case 2:
+        lens.push_back(std::max(1, pages) * alloc_page_size);
+        break;
       default:
         lens.push_back(pages * alloc_page_size +
                        std::uniform_int_distribution<int32_t>(1, alloc_page_size)(rng));

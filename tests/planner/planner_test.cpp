@@ -3,9 +3,8 @@
 // is the slot the engine's table gives it, every slot is hit at most once, the lengths and
 // indptrs add up, padding requests are empty, and nothing past the outputs is written. Both
 // table forms must give identical metadata, and validate = false must not change a valid plan.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "common/test_util.h"
 #include "pagedattn/error.h"
@@ -28,8 +27,8 @@ struct PlanCase {
 
 std::string case_name(const ::testing::TestParamInfo<PlanCase>& info) {
   const PlanCase& c = info.param;
-  return fmt::format("A{}_P{}_B{}_pad{}_{}", c.alloc_page_size, c.page_size, c.num_reqs,
-                     c.padding, c.prefill ? "prefill" : "decode");
+  return fmt::format("A{}_P{}_B{}_pad{}_{}", c.alloc_page_size, c.page_size, c.num_reqs, c.padding,
+                     c.prefill ? "prefill" : "decode");
 }
 
 std::vector<PlanCase> all_cases() {
@@ -126,9 +125,9 @@ TEST_P(PlannerProperty, MatchesTokenByTokenModelInBothForms) {
   SCOPED_TRACE(fmt::format("seed {} (PAGEDATTN_TEST_SEED to reproduce)", seed));
   std::mt19937_64 rng(seed);
   for (int round = 0; round < 3; ++round) {
-    const EngineBatch batch = testing::make_batch(
-        rng, c.alloc_page_size, testing::corner_lengths(rng, c.num_reqs, c.alloc_page_size),
-        c.prefill);
+    const EngineBatch batch =
+        testing::make_batch(rng, c.alloc_page_size,
+                            testing::corner_lengths(rng, c.num_reqs, c.alloc_page_size), c.prefill);
     const int32_t padded = c.padding > 0 ? c.num_reqs + c.padding : 0;
     const int32_t capacity_batch = c.num_reqs + c.padding + 2;
     const int64_t capacity_pages = model_pages(batch, c.page_size) + 5;
@@ -184,10 +183,12 @@ TEST(Planner, PageSizeEqualToAllocationPageCopiesTheBlockTable) {
   const EngineBatch batch = testing::make_batch(rng, 64, {64 * 3, 65, 63}, false);
   PlanStorage s(3, 16);
   plan(batch.input(true, 64), s.buffers());
-  const std::vector<int32_t> expected = {
-      batch.block_table[0], batch.block_table[1], batch.block_table[2],
-      batch.block_table[batch.block_stride], batch.block_table[batch.block_stride + 1],
-      batch.block_table[2 * batch.block_stride]};
+  const std::vector<int32_t> expected = {batch.block_table[0],
+                                         batch.block_table[1],
+                                         batch.block_table[2],
+                                         batch.block_table[batch.block_stride],
+                                         batch.block_table[batch.block_stride + 1],
+                                         batch.block_table[2 * batch.block_stride]};
   EXPECT_EQ(std::vector<int32_t>(s.kv_indices.begin(), s.kv_indices.begin() + 6), expected);
   EXPECT_EQ(s.kv_last_page_len, (std::vector<int32_t>{64, 1, 63}));
 }

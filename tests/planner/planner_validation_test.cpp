@@ -1,9 +1,8 @@
 // Every validation error of the planner: the message names the argument, the request index, the
 // position and the value, and nothing is written. validate = false skips the data checks but
 // never the buffer capacities.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "common/test_util.h"
 #include "pagedattn/error.h"
@@ -172,8 +171,8 @@ TEST_F(PlannerValidation, BatchShapeArguments) {
   in.q_lens = in.q_lens.first(2);
   expect_plan_error(in, {"q_lens has 2 entries"});
   in = batch_.input(false, 16);
-  in.table = BlockTableInput{std::span<const int32_t>(batch_.block_table).first(5),
-                             batch_.block_stride};
+  in.table =
+      BlockTableInput{std::span<const int32_t>(batch_.block_table).first(5), batch_.block_stride};
   expect_plan_error(in, {"block_table has 5 entries"});
   in = batch_.input(true, 16);
   in.num_reqs = -1;

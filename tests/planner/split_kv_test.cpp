@@ -2,9 +2,8 @@
 // exactly one item, items of a request are consecutive chunks 0..n-1 in request order, each chunk
 // holds chunk_pages pages except a request's last, merge_indptr is the CSR of the items, the
 // count stays within split_kv_capacity, and chunk_pages follows the rule in planner.h.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "common/test_util.h"
 #include "pagedattn/error.h"

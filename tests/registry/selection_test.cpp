@@ -1,12 +1,11 @@
 // Backend selection over a local registry of fake backends (the whole matrix of operation x
 // device x spec), spec parsing, PAGEDATTN_BACKEND, and the built-in registry (an explicit CUDA
 // choice on a machine that cannot serve it is an error saying why; unknown names list the known).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <functional>
-
-#include <fmt/format.h>
 
 #include "pagedattn/error.h"
 #include "pagedattn/registry.h"
@@ -69,8 +68,8 @@ struct SelectCase {
   const char* spec;
   OpKind op;
   DeviceType device;
-  const char* expected;                // backend name, or "" for an error
-  std::vector<std::string> in_error;   // substrings of the error
+  const char* expected;               // backend name, or "" for an error
+  std::vector<std::string> in_error;  // substrings of the error
 };
 
 std::string select_name(const ::testing::TestParamInfo<SelectCase>& info) {
@@ -116,9 +115,12 @@ INSTANTIATE_TEST_SUITE_P(
         SelectCase{"auto", K::kDecode, kCuda, "fast_gpu", {}},
         SelectCase{"auto", K::kPrefill, kCuda, "gpu", {}},
         SelectCase{"auto", K::kMlaDecode, kCuda, "fast_gpu", {}},
-        SelectCase{"auto", K::kMlaExtend, kCuda, "", {"no backend can run mla_extend",
-                                                      "fast_gpu: no mla_extend kernel",
-                                                      "gpu: MLA is not implemented"}},
+        SelectCase{"auto",
+                   K::kMlaExtend,
+                   kCuda,
+                   "",
+                   {"no backend can run mla_extend", "fast_gpu: no mla_extend kernel",
+                    "gpu: MLA is not implemented"}},
         SelectCase{"auto", K::kDecode, kCpu, "fast_cpu", {}},
         SelectCase{"auto", K::kPrefill, kCpu, "cpu", {}},
         SelectCase{"auto", K::kMlaExtend, kCpu, "cpu", {}},
@@ -132,8 +134,11 @@ INSTANTIATE_TEST_SUITE_P(
         SelectCase{"gpu", K::kDecode, kCpu, "", {"'gpu'", "runs on cuda", "on cpu"}},
         SelectCase{"cpu", K::kDecode, kCuda, "", {"'cpu'", "runs on cpu", "cuda:0"}},
         // unknown: lists the known ones.
-        SelectCase{"tpu", K::kDecode, kCpu, "", {"'tpu'", "not known",
-                                                 "auto, fast_gpu, gpu, fast_cpu, cpu, broken"}},
+        SelectCase{"tpu",
+                   K::kDecode,
+                   kCpu,
+                   "",
+                   {"'tpu'", "not known", "auto, fast_gpu, gpu, fast_cpu, cpu, broken"}},
         // per role: prefill governs prefill and MLA extend, decode governs decode and MLA decode.
         SelectCase{"prefill=cpu,decode=fast_cpu", K::kPrefill, kCpu, "cpu", {}},
         SelectCase{"prefill=cpu,decode=fast_cpu", K::kMlaExtend, kCpu, "cpu", {}},
@@ -141,8 +146,8 @@ INSTANTIATE_TEST_SUITE_P(
         SelectCase{"prefill=cpu,decode=fast_cpu", K::kMlaDecode, kCpu, "fast_cpu", {}},
         SelectCase{"decode=cpu", K::kDecode, kCpu, "cpu", {}},
         SelectCase{"decode=cpu", K::kPrefill, kCpu, "cpu", {}},
-        SelectCase{"decode=cpu, prefill=fast_cpu", K::kPrefill, kCpu, "",
-                   {"'fast_cpu'", "prefill"}},
+        SelectCase{
+            "decode=cpu, prefill=fast_cpu", K::kPrefill, kCpu, "", {"'fast_cpu'", "prefill"}},
         SelectCase{"prefill=gpu,decode=fast_gpu", K::kDecode, kCuda, "fast_gpu", {}}),
     select_name);
 
@@ -224,9 +229,9 @@ TEST(Registry, BuiltinExplicitCudaSaysWhyItCannotServe) {
     EXPECT_NE(message.find(support.reason), std::string::npos) << message;
   }
   // The same for a CPU-resident operation: the unavailability is the reason given.
-  EXPECT_THROW(select_backend(registry, Selection::parse("cuda"),
-                              op_on(OpKind::kPrefill, Device::cpu())),
-               Error);
+  EXPECT_THROW(
+      select_backend(registry, Selection::parse("cuda"), op_on(OpKind::kPrefill, Device::cpu())),
+      Error);
 }
 
 TEST(Registry, BuiltinUnknownNameListsKnownBackends) {
@@ -235,8 +240,7 @@ TEST(Registry, BuiltinUnknownNameListsKnownBackends) {
                    op_on(OpKind::kDecode, Device::cpu()));
     ADD_FAILURE() << "no error";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("known backends: auto, cuda, cpu"),
-              std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("known backends: auto, cuda, cpu"), std::string::npos)
         << error.what();
   }
 }
