@@ -133,20 +133,43 @@ __device__ __forceinline__ void key_offsets(const PrefillParams& p, const int32_
   v_off[threadIdx.x] = vo;
 }
 
-// Gathers kBlockN rows of kChunks 16-byte chunks into a swizzled tile.
+// Gathers kBlockN rows of kChunks 16-byte chunks into a swizzled tile. When a pass of the block
+// covers a multiple of 8 rows, a thread keeps one chunk column and one swizzle for all its rows,
+// so each copy costs an offset load and an add (head dims 64, 128); otherwise the general form.
 template <int kChunks, int kBlockN, int kThreads, class T>
 __device__ __forceinline__ void load_kv_tile(uint32_t tile, const T* base, const int64_t* offsets) {
   constexpr int kRowBytes = kChunks * 16;
   static_assert(kBlockN * kChunks % kThreads == 0);
+  if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0) {
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    const int row = static_cast<int>(threadIdx.x) / kChunks;
+    const int chunk = static_cast<int>(threadIdx.x) % kChunks;
+    const uint32_t dst = tile + swizzled<kRowBytes>(row, chunk);
+    const T* src = base + chunk * 8;
 #pragma unroll
-  for (int it = 0; it < kBlockN * kChunks / kThreads; ++it) {
-    const int i = it * kThreads + static_cast<int>(threadIdx.x);
-    const int row = i / kChunks;
-    const int chunk = i % kChunks;
-    const int64_t off = offsets[row];
-    const T* src = off >= 0 ? base + off + chunk * 8 : base;
-    cp_async_16(tile + swizzled<kRowBytes>(row, chunk), src, off >= 0 ? 16 : 0);
+    for (int it = 0; it < kBlockN / kRowsPerPass; ++it) {
+      const int64_t off = offsets[it * kRowsPerPass + row];
+      cp_async_16(dst + it * kRowsPerPass * kRowBytes, off >= 0 ? src + off : base,
+                  off >= 0 ? 16 : 0);
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < kBlockN * kChunks / kThreads; ++it) {
+      const int i = it * kThreads + static_cast<int>(threadIdx.x);
+      const int row = i / kChunks;
+      const int chunk = i % kChunks;
+      const int64_t off = offsets[row];
+      const T* src = off >= 0 ? base + off + chunk * 8 : base;
+      cp_async_16(tile + swizzled<kRowBytes>(row, chunk), src, off >= 0 ? 16 : 0);
+    }
   }
+}
+
+// 2^x on the special-function unit (flushes subnormal results to 0; exp2(-inf) = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // Finds this CTA's (request, tile) from the per-request tile counts ceil(q_len * g / kBlockM).
@@ -353,23 +376,17 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
       }
     }
 
-    // Logits in log2 units, soft-cap, mask.
+    // Soft-cap (then S is in log2 units already) and mask; otherwise the scale is folded into the
+    // exponent below (max of raw S times a positive scale = max of scaled S).
+    float mul = scale_log2;
     if (soft_cap) {
+      mul = 1.0f;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[mt][nt][e] = cap_log2 * tanhf(s[mt][nt][e] * cap_inv);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] *= scale_log2;
         }
       }
     }
@@ -392,31 +409,43 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
       }
     }
 
-    // Online softmax: new row max, rescale the running sum and O, P = exp2(S - max).
+    // Online softmax: new row max, P = exp2(S * mul - max), rescale the running sum and, when a
+    // max moved anywhere in the warp, O.
+    float alpha[kMTiles][2];
+    bool moved = false;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float m = row_max[mt][h];
+        float m = s[mt][0][2 * h];
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) m = fmaxf(m, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          m = fmaxf(m, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        }
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        m = fmaxf(row_max[mt][h], m * mul);
         const float m_use = m == -INFINITY ? 0.0f : m;  // a row with nothing seen yet
-        const float alpha = exp2f(row_max[mt][h] - m_use);
+        alpha[mt][h] = fast_exp2(row_max[mt][h] - m_use);
+        moved |= m != row_max[mt][h];
         row_max[mt][h] = m;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
-          s[mt][nt][2 * h] = exp2f(s[mt][nt][2 * h] - m_use);
-          s[mt][nt][2 * h + 1] = exp2f(s[mt][nt][2 * h + 1] - m_use);
+          s[mt][nt][2 * h] = fast_exp2(fmaf(s[mt][nt][2 * h], mul, -m_use));
+          s[mt][nt][2 * h + 1] = fast_exp2(fmaf(s[mt][nt][2 * h + 1], mul, -m_use));
           sum += s[mt][nt][2 * h] + s[mt][nt][2 * h + 1];
         }
-        row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
+        row_sum[mt][h] = row_sum[mt][h] * alpha[mt][h] + sum;
+      }
+    }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
         for (int nt = 0; nt < kOTiles; ++nt) {
-          o[mt][nt][2 * h] *= alpha;
-          o[mt][nt][2 * h + 1] *= alpha;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[mt][nt][e] *= alpha[mt][e >> 1];
         }
       }
     }
