@@ -22,6 +22,7 @@ namespace {
 struct DemoCli {
   DemoOptions options;
   std::string layout = "nhd";
+  std::string table = "block";
   std::string json_path;
 };
 
@@ -54,6 +55,7 @@ nlohmann::json to_json(const DemoCli& cli, const DemoResult& r) {
         {"max_prompt", o.max_prompt},
         {"max_batch", o.max_batch},
         {"layout", cli.layout},
+        {"table", cli.table},
         {"num_qo_heads", o.num_qo_heads},
         {"num_kv_heads", o.num_kv_heads},
         {"head_dim", o.head_dim},
@@ -87,6 +89,12 @@ void run(DemoCli& cli) {
     cli.options.layout = KvLayout::kHND;
   } else {
     throw Error(fmt::format("--layout: '{}' is not a layout (expected nhd or hnd)", cli.layout));
+  }
+  if (cli.table == "block" || cli.table == "slot") {
+    cli.options.slot_table = cli.table == "slot";
+  } else {
+    throw Error(
+        fmt::format("--table: '{}' is not a table form (expected block or slot)", cli.table));
   }
   // A progress line on a terminal, redrawn at most ten times a second.
   const bool terminal = isatty(STDERR_FILENO) != 0;
@@ -142,6 +150,9 @@ void add_demo_command(CLI::App& app) {
                    "Requests of each batch checked against the reference")
       ->capture_default_str();
   demo->add_option("--layout", cli->layout, "KV layout: nhd or hnd")->capture_default_str();
+  demo->add_option("--table", cli->table,
+                   "Planner input: block (block tables, vLLM) or slot (token->slot, SGLang)")
+      ->capture_default_str();
   demo->add_option("--backend", o.backend,
                    "Backend spec: auto, a name, or prefill=X,decode=Y (default: "
                    "$PAGEDATTN_BACKEND, else auto)");

@@ -170,15 +170,15 @@ Engine::Engine(const DemoOptions& options)
   const Selection selection =
       options.backend.empty() ? Selection::from_env() : Selection::parse(options.backend);
   const int32_t max_batch = options.max_batch + static_cast<int32_t>(prefixes_.size());
-  runner_ =
-      std::make_unique<demo::AttentionRunner>(shape_, *cache_, options.page_sizes, selection,
-                                              max_batch, longest, int64_t{max_batch} * longest);
+  runner_ = std::make_unique<demo::AttentionRunner>(
+      shape_, *cache_, options.page_sizes, selection, max_batch, longest,
+      int64_t{max_batch} * longest, options.slot_table);
   result_.num_pages = static_cast<int32_t>(pages);
   result_.description = fmt::format(
       "one attention layer (Hq {}, Hkv {}, head_dim {}, bf16 q and KV, {}), alloc pages of {} "
-      "tokens, seed {}",
+      "tokens, {} tables, seed {}",
       options.num_qo_heads, options.num_kv_heads, options.head_dim, layout_name(options.layout), a,
-      options.seed);
+      options.slot_table ? "token->slot" : "block", options.seed);
   result_.requests = options.num_requests;
   result_.prefill_backend = runner_->backend_names(OpKind::kPrefill);
   result_.decode_backend = runner_->backend_names(OpKind::kDecode);

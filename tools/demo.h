@@ -41,7 +41,8 @@ struct DemoOptions {
   int32_t num_pages = 0;        // pool size in allocation pages; 0: sized to force some queueing
   int32_t checks_per_step = 2;  // sampled requests checked per batch
   KvLayout layout = KvLayout::kNHD;
-  std::string backend;  // selection spec; empty: PAGEDATTN_BACKEND, else auto
+  bool slot_table = false;  // planner input: token->slot tables (SGLang) instead of block tables
+  std::string backend;      // selection spec; empty: PAGEDATTN_BACKEND, else auto
   // Model shape (Llama-like).
   int32_t num_qo_heads = 32;
   int32_t num_kv_heads = 8;

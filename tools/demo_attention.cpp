@@ -1,5 +1,6 @@
-// The demo's attention step (see demo_attention.h): plan with the host planner (block-table form),
-// run the selected backend for each page size, time the backend's plan + run, check the output.
+// The demo's attention step (see demo_attention.h): plan with the host planner (block-table or
+// token->slot form), run the selected backend for each page size, time the backend's plan + run,
+// check the output.
 //
 // Checks of one batch, for every page size:
 //   - every query row of every real request is finite (out and lse);
@@ -63,9 +64,11 @@ struct AttentionRunner::PerPageSize {
 
 AttentionRunner::AttentionRunner(const ModelShape& shape, const HostKvCache& cache,
                                  const std::vector<int32_t>& page_sizes, const Selection& selection,
-                                 int32_t max_batch, int64_t max_tokens, int64_t max_rows)
+                                 int32_t max_batch, int64_t max_tokens, int64_t max_rows,
+                                 bool slot_table)
     : shape_(shape),
       cache_(cache),
+      slot_table_(slot_table),
       max_batch_(
           static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(std::max(max_batch, 1))))) {
   for (int32_t page_size : page_sizes) {
@@ -127,19 +130,30 @@ void AttentionRunner::run(int64_t step, bool prefill, std::span<const BatchEntry
   const int64_t hq = shape_.qo_heads, dim = shape_.head_dim, row_elements = hq * dim;
   const float sm_scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
 
-  // The engine's tables: block table [num_reqs, row_stride], seq_lens, q_lens; row offsets.
+  // The engine's table, in the form chosen: block table [num_reqs, max pages] (vLLM) or token ->
+  // slot table [num_reqs, max seq_len] (SGLang); seq_lens, q_lens; first query row per request.
+  const int64_t alloc = cache_.config().alloc_page_size;
   int64_t row_stride = 1;
-  for (const BatchEntry& e : batch)
-    row_stride = std::max<int64_t>(row_stride, e.block_table.size());
+  for (const BatchEntry& e : batch) {
+    row_stride = std::max<int64_t>(
+        row_stride, slot_table_ ? int64_t{e.seq_len} : static_cast<int64_t>(e.block_table.size()));
+  }
   std::vector<int32_t> table(static_cast<size_t>(num_reqs * row_stride), 0);
   std::vector<int32_t> seq_lens(num_reqs), q_lens(num_reqs);
   std::vector<int64_t> first_row(num_reqs + 1, 0);
   for (int32_t r = 0; r < num_reqs; ++r) {
-    std::copy(batch[r].block_table.begin(), batch[r].block_table.end(),
-              table.begin() + r * row_stride);
-    seq_lens[r] = batch[r].seq_len;
-    q_lens[r] = batch[r].q_len;
-    first_row[r + 1] = first_row[r] + batch[r].q_len;
+    const BatchEntry& e = batch[r];
+    int32_t* row = table.data() + r * row_stride;
+    if (slot_table_) {
+      for (int64_t t = 0; t < e.seq_len; ++t) {
+        row[t] = static_cast<int32_t>(e.block_table[t / alloc] * alloc + t % alloc);
+      }
+    } else {
+      std::copy(e.block_table.begin(), e.block_table.end(), row);
+    }
+    seq_lens[r] = e.seq_len;
+    q_lens[r] = e.q_len;
+    first_row[r + 1] = first_row[r] + e.q_len;
   }
   const int64_t real_rows = first_row[num_reqs];
   PA_CHECK(q.ndim == 3 && q.shape[0] == real_rows, "demo: q has {} rows, expected {}", q.shape[0],
@@ -189,7 +203,11 @@ void AttentionRunner::run(int64_t step, bool prefill, std::span<const BatchEntry
     const PagedKv kv = cache_.paged(pp.page_size);
 
     PlanInput input;
-    input.table = BlockTableInput{table, row_stride};
+    if (slot_table_) {
+      input.table = SlotTableInput{table, row_stride};
+    } else {
+      input.table = BlockTableInput{table, row_stride};
+    }
     input.num_reqs = num_reqs;
     input.seq_lens = seq_lens;
     if (prefill) input.q_lens = q_lens;

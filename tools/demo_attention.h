@@ -40,10 +40,11 @@ struct ModelShape {
 class AttentionRunner {
  public:
   // `max_batch`: most requests in one batch; `max_tokens`: longest request; `max_rows`: most
-  // query rows in one batch. Selects the backends per page size (Error if one cannot serve).
+  // query rows in one batch; `slot_table`: hand the planner token->slot tables instead of block
+  // tables. Selects the backends per page size (Error if one cannot serve).
   AttentionRunner(const ModelShape& shape, const HostKvCache& cache,
                   const std::vector<int32_t>& page_sizes, const Selection& selection,
-                  int32_t max_batch, int64_t max_tokens, int64_t max_rows);
+                  int32_t max_batch, int64_t max_tokens, int64_t max_rows, bool slot_table);
   ~AttentionRunner();
 
   std::string backend_names(OpKind op) const;  // e.g. "cpu", or "cpu (P=1), cuda (P=16)"
@@ -58,6 +59,7 @@ class AttentionRunner {
   struct PerPageSize;
   ModelShape shape_;
   const HostKvCache& cache_;
+  bool slot_table_ = false;
   int32_t max_batch_;
   std::vector<std::unique_ptr<PerPageSize>> per_page_size_;
 };

@@ -53,13 +53,19 @@ void expect_served(const DemoResult& result, const DemoOptions& options) {
   }
 }
 
-class DemoLayout : public ::testing::TestWithParam<KvLayout> {};
+struct DemoCase {
+  KvLayout layout;
+  bool slot_table;
+};
 
-TEST_P(DemoLayout, ServesEveryRequestWithAllChecksPassing) {
+class DemoConfig : public ::testing::TestWithParam<DemoCase> {};
+
+TEST_P(DemoConfig, ServesEveryRequestWithAllChecksPassing) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(fmt::format("seed {}", seed));
   DemoOptions options = small_options(seed);
-  options.layout = GetParam();
+  options.layout = GetParam().layout;
+  options.slot_table = GetParam().slot_table;
   int64_t progress_calls = 0;
   options.progress = [&](const DemoProgress& p) {
     ++progress_calls;
@@ -74,9 +80,13 @@ TEST_P(DemoLayout, ServesEveryRequestWithAllChecksPassing) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, DemoLayout, ::testing::Values(KvLayout::kNHD, KvLayout::kHND),
-                         [](const ::testing::TestParamInfo<KvLayout>& info) {
-                           return std::string(layout_name(info.param));
+INSTANTIATE_TEST_SUITE_P(Configs, DemoConfig,
+                         ::testing::Values(DemoCase{KvLayout::kNHD, false},
+                                           DemoCase{KvLayout::kHND, false},
+                                           DemoCase{KvLayout::kNHD, true}),
+                         [](const ::testing::TestParamInfo<DemoCase>& info) {
+                           return fmt::format("{}_{}", layout_name(info.param.layout),
+                                              info.param.slot_table ? "SlotTable" : "BlockTable");
                          });
 
 // A pool as small as the trace allows: admissions queue, decode preempts and recomputes, shared
