@@ -94,28 +94,46 @@ std::string utc_timestamp() {
 }
 
 double median_ns_per_call(const std::function<void()>& fn, const TimingOptions& options) {
+  return interleaved_medians_ns({fn}, options)[0];
+}
+
+std::vector<double> interleaved_medians_ns(const std::vector<std::function<void()>>& fns,
+                                           const TimingOptions& options) {
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
-  fn();  // warm caches and page in the buffers
-  // Calls per sample: double until a sample lasts min_sample_seconds.
-  int64_t calls = 1;
-  while (true) {
-    const auto start = Clock::now();
-    for (int64_t i = 0; i < calls; ++i) fn();
-    if (seconds(Clock::now() - start) >= options.min_sample_seconds || calls >= (1 << 20)) break;
-    calls *= 2;
+  // Calls per sample of each function: double until a sample lasts min_sample_seconds (after
+  // one call that warms caches and pages in the buffers).
+  std::vector<int64_t> calls(fns.size(), 1);
+  for (size_t f = 0; f < fns.size(); ++f) {
+    fns[f]();
+    while (true) {
+      const auto start = Clock::now();
+      for (int64_t i = 0; i < calls[f]; ++i) fns[f]();
+      if (seconds(Clock::now() - start) >= options.min_sample_seconds || calls[f] >= (1 << 20)) {
+        break;
+      }
+      calls[f] *= 2;
+    }
   }
-  std::vector<double> samples;
+  std::vector<std::vector<double>> samples(fns.size());
   const auto begin = Clock::now();
-  while (static_cast<int32_t>(samples.size()) < options.min_samples ||
-         (seconds(Clock::now() - begin) < options.min_total_seconds &&
-          static_cast<int32_t>(samples.size()) < options.max_samples)) {
-    const auto start = Clock::now();
-    for (int64_t i = 0; i < calls; ++i) fn();
-    samples.push_back(seconds(Clock::now() - start) * 1e9 / static_cast<double>(calls));
+  int32_t rounds = 0;
+  while (rounds < options.min_samples ||
+         (seconds(Clock::now() - begin) < options.min_total_seconds * fns.size() &&
+          rounds < options.max_samples)) {
+    for (size_t f = 0; f < fns.size(); ++f) {
+      const auto start = Clock::now();
+      for (int64_t i = 0; i < calls[f]; ++i) fns[f]();
+      samples[f].push_back(seconds(Clock::now() - start) * 1e9 / static_cast<double>(calls[f]));
+    }
+    ++rounds;
   }
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  return samples[samples.size() / 2];
+  std::vector<double> medians;
+  for (auto& s : samples) {
+    std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
+    medians.push_back(s[s.size() / 2]);
+  }
+  return medians;
 }
 
 }  // namespace pagedattn::tools

@@ -54,6 +54,11 @@ struct TimingOptions {
   int32_t max_samples = 2000;
 };
 double median_ns_per_call(const std::function<void()>& fn, const TimingOptions& options);
+// The same for several functions measured side by side: samples are taken round-robin (one of
+// each per round), so that a slower or busier stretch of the machine affects them alike. Returns
+// the median nanoseconds per call of each, in order.
+std::vector<double> interleaved_medians_ns(const std::vector<std::function<void()>>& fns,
+                                           const TimingOptions& options);
 
 // Keeps the compiler from dropping writes to `pointer` (benchmarks' results are never read).
 inline void keep(const void* pointer) { asm volatile("" : : "r"(pointer) : "memory"); }

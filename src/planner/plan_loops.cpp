@@ -138,6 +138,9 @@ PA_INLINE void write_all(const WriteArgs a, int32_t* __restrict qo_indptr,
     } else {
       const uint32_t full = count / ratio;
       for (uint32_t block = 0; block < full; ++block) {
+        // Slot form: one slot per allocation page is read, A slots apart; prefetch ahead so
+        // the strided reads overlap instead of waiting on memory one by one.
+        if constexpr (kSlotForm) __builtin_prefetch(row + (block + 16) * alloc_page_size);
         const uint32_t first = first_page<kSlotForm>(row, block, ratio, alloc_page_size, alloc);
         for (uint32_t k = 0; k < ratio; ++k) out[block * ratio + k] = first + k;
       }
