@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <deque>
 #include <numeric>
 #include <random>
@@ -30,57 +29,19 @@
 #include "pagedattn/page_allocator.h"
 #include "pagedattn/registry.h"
 #include "tools/demo_attention.h"
+#include "tools/demo_trace.h"
 
 namespace pagedattn::tools {
 namespace {
 
 using demo::BatchEntry;
+using demo::Prefix;
+using demo::Request;
+using demo::State;
 
-constexpr int64_t kPrefixIdBase = int64_t{1} << 40;  // allocator ids of the shared prefixes
 constexpr float kQueryRange = 6.0f;  // |q| up to 6: logits spread enough for a peaked softmax
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Random bf16 values uniform in [-range, range): xorshift, cheap enough for every token.
-class ValueSource {
- public:
-  explicit ValueSource(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull | 1) {}
-  void fill(uint16_t* out, int64_t n, float range) {
-    for (int64_t i = 0; i < n; ++i) {
-      state_ ^= state_ << 13;
-      state_ ^= state_ >> 7;
-      state_ ^= state_ << 17;
-      const float unit = static_cast<float>(state_ >> 40) * 0x1p-24f;  // [0, 1)
-      out[i] = float_to_bf16((2.0f * unit - 1.0f) * range);
-    }
-  }
-
- private:
-  uint64_t state_;
-};
-
-enum class State : uint8_t { kFuture, kWaiting, kRunning, kDone };
-
-struct Request {
-  int64_t id = 0;
-  int32_t prefix = -1;  // shared prefix index, or -1
-  int32_t prompt_len = 0;
-  int32_t output_len = 0;
-  int64_t arrival_step = 0;
-  State state = State::kFuture;
-  int32_t generated = 0;       // decode tokens produced
-  int32_t cached = 0;          // tokens in the cache
-  int64_t admitted_at = -1;    // step of the latest admission
-  std::vector<uint16_t> k, v;  // logical K/V [prompt_len + generated, Hkv, D]
-  int32_t total_tokens() const { return prompt_len + generated; }
-};
-
-struct Prefix {
-  int32_t length = 0;
-  int64_t id = 0;
-  bool resident = false;
-  std::vector<uint16_t> k, v;
-};
 
 class Engine {
  public:
@@ -88,7 +49,6 @@ class Engine {
   DemoResult run();
 
  private:
-  void make_trace();
   int32_t pages_to_admit(const Request& r) const;
   void admit(Request& r, std::vector<BatchEntry>& prefill);
   void store_tokens(int64_t id, const std::vector<uint16_t>& k, const std::vector<uint16_t>& v,
@@ -101,7 +61,7 @@ class Engine {
   demo::ModelShape shape_;
   int64_t token_elements_ = 0;  // Hkv * D
   std::mt19937_64 rng_;
-  ValueSource values_;
+  demo::ValueSource values_;
   std::vector<Request> requests_;
   std::vector<Prefix> prefixes_;
   std::deque<Request*> waiting_;
@@ -119,51 +79,13 @@ Engine::Engine(const DemoOptions& options)
       token_elements_(int64_t{options.num_kv_heads} * options.head_dim),
       rng_(options.seed),
       values_(options.seed ^ 0x5bd1e995u) {
+  demo::validate_options(options);
+  demo::Trace trace = demo::make_trace(options, rng_, values_);
+  const int64_t pages = demo::pool_pages(options, trace);
+  const int64_t longest = trace.longest;
+  requests_ = std::move(trace.requests);
+  prefixes_ = std::move(trace.prefixes);
   const int32_t a = options.alloc_page_size;
-  PA_CHECK(options.num_requests >= 1, "--requests: {} (expected >= 1)", options.num_requests);
-  PA_CHECK(options.decode_steps >= 1, "--steps: {} (expected >= 1)", options.decode_steps);
-  PA_CHECK(a >= 1, "--alloc-page-size: {} (expected >= 1)", a);
-  PA_CHECK(!options.page_sizes.empty(), "--page-size: empty list (expected e.g. 1,16)");
-  for (int32_t p : options.page_sizes) {
-    PA_CHECK(p >= 1 && a % p == 0,
-             "--page-size: {} does not divide the allocation page size {} (expected a divisor)", p,
-             a);
-  }
-  PA_CHECK(options.min_prompt >= 1 && options.max_prompt >= options.min_prompt,
-           "--max-prompt: {} (expected >= {}, the minimum prompt)", options.max_prompt,
-           options.min_prompt);
-  PA_CHECK(options.max_batch >= 1, "--max-batch: {} (expected >= 1)", options.max_batch);
-  PA_CHECK(options.checks_per_step >= 1, "--checks-per-step: {} (expected >= 1)",
-           options.checks_per_step);
-  PA_CHECK(options.num_qo_heads >= 1 && options.num_kv_heads >= 1 &&
-               options.num_qo_heads % options.num_kv_heads == 0,
-           "model: {} query heads is not a multiple of {} KV heads", options.num_qo_heads,
-           options.num_kv_heads);
-  make_trace();
-
-  // Pool: by default about 45% of what the largest max_batch requests would hold at once, so
-  // that admission queues and decode preempts now and then; never less than the largest request
-  // plus the prefixes (each request must fit alone, or the trace could not finish).
-  std::vector<int64_t> needs;
-  int64_t largest = 0, longest = 0, prefix_pages = 0;
-  for (const Request& r : requests_) {
-    needs.push_back(ceil_div(r.prompt_len + r.output_len, a));
-    largest = std::max(largest, needs.back());
-    longest = std::max<int64_t>(longest, r.prompt_len + r.output_len);
-  }
-  for (const Prefix& p : prefixes_) prefix_pages += ceil_div(p.length, a);
-  std::sort(needs.rbegin(), needs.rend());
-  const int64_t busiest = std::accumulate(
-      needs.begin(), needs.begin() + std::min<size_t>(needs.size(), options.max_batch), int64_t{0});
-  const int64_t minimum = largest + prefix_pages + 2;
-  const int64_t pages =
-      options.num_pages > 0
-          ? options.num_pages
-          : std::max(minimum, static_cast<int64_t>(busiest * 0.45) + prefix_pages);
-  PA_CHECK(pages >= minimum,
-           "--num-pages: {} is too small for this trace (expected >= {}: the largest request, "
-           "{} pages, plus the shared prefixes, {} pages, plus 2)",
-           pages, minimum, largest, prefix_pages);
   cache_ = std::make_unique<HostKvCache>(KvCacheConfig{
       pages, a, options.num_kv_heads, options.head_dim, options.layout, DType::kBF16});
   allocator_ = std::make_unique<PageAllocator>(static_cast<int32_t>(pages), a);
@@ -186,38 +108,6 @@ Engine::Engine(const DemoOptions& options)
     PageSizeStats stats;
     stats.page_size = p;
     result_.per_page_size.push_back(std::move(stats));
-  }
-}
-
-// Two shared system prompts: one ending in a partial page (fork copies it), one page-aligned
-// (fork shares every page). About 40% / 20% of requests start with them.
-void Engine::make_trace() {
-  const int32_t a = options_.alloc_page_size;
-  for (int32_t length : {6 * a + (a + 2) / 3, 4 * a}) {
-    Prefix p;
-    p.length = std::max(1, length);
-    p.id = kPrefixIdBase + static_cast<int64_t>(prefixes_.size());
-    p.k.resize(static_cast<size_t>(p.length * token_elements_));
-    p.v.resize(p.k.size());
-    values_.fill(p.k.data(), static_cast<int64_t>(p.k.size()), 1.0f);
-    values_.fill(p.v.data(), static_cast<int64_t>(p.v.size()), 1.0f);
-    prefixes_.push_back(std::move(p));
-  }
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  const double log_min = std::log(options_.min_prompt), log_max = std::log(options_.max_prompt);
-  int64_t arrival = 0;
-  for (int32_t i = 0; i < options_.num_requests; ++i) {
-    Request r;
-    r.id = i;
-    const double pick = unit(rng_);
-    r.prefix = pick < 0.4 ? 0 : pick < 0.6 ? 1 : -1;
-    const int32_t own = static_cast<int32_t>(std::exp(log_min + (log_max - log_min) * unit(rng_)));
-    r.prompt_len = r.prefix >= 0 ? prefixes_[r.prefix].length + std::max(1, own / 2) : own;
-    r.output_len = std::uniform_int_distribution<int32_t>(std::max(1, options_.decode_steps / 2),
-                                                          options_.decode_steps)(rng_);
-    r.arrival_step = arrival;
-    arrival += std::uniform_int_distribution<int64_t>(0, 3)(rng_);
-    requests_.push_back(std::move(r));
   }
 }
 
@@ -301,7 +191,6 @@ void Engine::admit(Request& r, std::vector<BatchEntry>& prefill) {
   store_tokens(r.id, r.k, r.v, cached_prefix, tokens);
   r.cached = tokens;
   r.state = State::kRunning;
-  r.admitted_at = step_;
   prefill.push_back({allocator_->block_table(r.id), tokens, tokens - cached_prefix, r.k.data(),
                      r.v.data(), r.id});
 }
