@@ -3,9 +3,8 @@
 // the translation of the views into the kernel's PrefillParams (src/cuda/prefill/params.h).
 //
 // The metadata lives on the device and is never read here (no host sync, graph-capturable); the
-// grid is bounded from host-known sizes: the CTAs of request r are ceil(q_len_r * g / kBlockM), so
-// sum_r <= floor(T * g / kBlockM) + B (and <= B * ceil(max_q_len * g / kBlockM) when the step
-// says max_q_len). CTAs past the last tile exit at once.
+// launcher bounds the grid from host-known sizes (T, B, max_q_len; params.h) and CTAs past the
+// last tile exit at once.
 #include "cuda/prefill.h"
 
 #include <algorithm>
@@ -128,15 +127,12 @@ void run_prefill(CudaWorkspace& /*workspace*/, const PrefillArgs& args) {
            dtype_name(op.kv_dtype));
 
   const int group = hq / hkv;
-  const int block_rows = prefill::block_rows(op.head_dim_vo);
-  int64_t tiles = rows * group / block_rows + batch;
-  if (meta.max_q_len > 0) {
-    tiles = std::min<int64_t>(
-        tiles, int64_t{batch} * ((int64_t{meta.max_q_len} * group + block_rows - 1) / block_rows));
-  }
-  PA_CHECK(tiles * hkv < (int64_t{1} << 31),
-           "q: {} rows x {} query heads need {} thread blocks (expected < 2^31)", rows, hq,
-           tiles * hkv);
+  // Grid bound (see params.h tile_bound) with the smallest tile of either kernel: 64 rows.
+  const int64_t max_blocks =
+      (rows * group / 64 + batch) * static_cast<int64_t>(hkv);
+  PA_CHECK(max_blocks < (int64_t{1} << 31),
+           "q: {} rows x {} query heads over {} requests need {} thread blocks (expected < 2^31)",
+           rows, hq, batch, max_blocks);
   PA_CHECK(int64_t{hq} * rows < (int64_t{1} << 31) / 2 && rows < (int64_t{1} << 30),
            "q: {} rows x {} heads is too large for 32-bit row indices", rows, hq);
 
@@ -175,9 +171,9 @@ void run_prefill(CudaWorkspace& /*workspace*/, const PrefillArgs& args) {
   p.logits_soft_cap = options.logits_soft_cap;
   p.window_left = options.window_left;
   p.causal = options.causal;
-  p.num_tiles_bound = static_cast<int32_t>(tiles);
+  p.num_qo_rows = rows;
+  p.max_q_len = meta.max_q_len;
 
-  if (tiles == 0) return;
   if (op.q_dtype == DType::kBF16) {
     prefill::launch_prefill_bf16(p, op.head_dim_qk, op.head_dim_vo, args.stream);
   } else {

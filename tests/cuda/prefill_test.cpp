@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -120,11 +121,14 @@ CudaWorkspace& workspace() {
 struct Result {
   std::vector<double> out, lse;
 };
-Result run_gpu(const AttentionCase& c) {
+// `kernel`: "" runs the default choice (wgmma on Hopper), "mma" forces the mma.sync kernel.
+Result run_gpu(const AttentionCase& c, const char* kernel = "") {
   DeviceMirror mirror;
   const PrefillArgs host = c.prefill_args();
   const PrefillArgs args = to_device(host, mirror);
+  setenv("PAGEDATTN_PREFILL_KERNEL", kernel, 1);
   run_prefill(workspace(), args);
+  unsetenv("PAGEDATTN_PREFILL_KERNEL");
   if (cudaDeviceSynchronize() != cudaSuccess) throw Error("prefill kernel failed");
   DeviceMirror::copy_back(args.out, host.out);
   DeviceMirror::copy_back(args.lse, host.lse);
@@ -135,18 +139,23 @@ Result run_gpu(const AttentionCase& c) {
 
 constexpr testing::Tolerance kLseTolerance{2e-4, 2e-4};
 
-// GPU vs float64 reference, then (when the CPU backend serves the case) GPU vs CPU backend.
+// Both kernels (the default, wgmma on Hopper, and mma.sync) vs the float64 reference, then (when
+// the CPU backend serves the case) the default vs the CPU backend.
 void check_case(const CaseSpec& spec) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (PAGEDATTN_TEST_SEED), case " + spec.name());
   const AttentionCase c(spec, seed);
   std::vector<double> ref_lse;
   const std::vector<double> ref = testing::reference_prefill(c.prefill_args(), &ref_lse);
-  const Result gpu = run_gpu(c);
   const testing::Tolerance tolerance = testing::tolerance_for(spec.q_dtype);
-  EXPECT_EQ(testing::compare(gpu.out, ref, tolerance, "out vs reference"), "");
-  if (spec.with_lse) {
-    EXPECT_EQ(testing::compare(gpu.lse, ref_lse, kLseTolerance, "lse"), "");
+  Result gpu;
+  for (const char* kernel : {"mma", ""}) {
+    SCOPED_TRACE(std::string("kernel ") + (*kernel != '\0' ? kernel : "default"));
+    gpu = run_gpu(c, kernel);
+    EXPECT_EQ(testing::compare(gpu.out, ref, tolerance, "out vs reference"), "");
+    if (spec.with_lse) {
+      EXPECT_EQ(testing::compare(gpu.lse, ref_lse, kLseTolerance, "lse"), "");
+    }
   }
 
   auto cpu = cpu::make_backend();
@@ -304,15 +313,18 @@ TEST(CudaPrefill, PageSizeInvariance) {
   spec.kv_lens = {200, 77};
   spec.q_lens = {60, 77};
   std::vector<Result> results;
-  for (int page : {1, 16, 64}) {
-    spec.page_size = page;
-    results.push_back(run_gpu(AttentionCase(spec, seed)));
-  }
-  for (size_t i = 1; i < results.size(); ++i) {
-    EXPECT_EQ(std::memcmp(results[i].out.data(), results[0].out.data(),
-                          results[0].out.size() * sizeof(double)),
-              0);
-    EXPECT_EQ(testing::compare(results[i].lse, results[0].lse, {0, 0}, "lse"), "");
+  for (const char* kernel : {"mma", ""}) {
+    results.clear();
+    for (int page : {1, 16, 64}) {
+      spec.page_size = page;
+      results.push_back(run_gpu(AttentionCase(spec, seed), kernel));
+    }
+    for (size_t i = 1; i < results.size(); ++i) {
+      EXPECT_EQ(std::memcmp(results[i].out.data(), results[0].out.data(),
+                            results[0].out.size() * sizeof(double)),
+                0);
+      EXPECT_EQ(testing::compare(results[i].lse, results[0].lse, {0, 0}, "lse"), "");
+    }
   }
 }
 

@@ -1,28 +1,61 @@
-// Host-side launch of prefill_kernel for one element type: head-dim dispatch, shared-memory opt-in,
-// launch check. Included by the per-dtype instantiation files (one per dtype keeps each nvcc job
-// small).
+// Host-side launch of the prefill kernels for one element type: kernel choice, head-dim dispatch,
+// grid bound, shared-memory opt-in, launch check. Included by the per-dtype instantiation files
+// (one per dtype keeps each nvcc job small).
+//
+// Kernel choice: the wgmma kernel (kernel_sm90.cuh) on a compute capability 9.x device when the
+// binary holds its sm_90a code, else the mma.sync kernel (kernel.cuh), which also serves sm_80.
+// PAGEDATTN_PREFILL_KERNEL=mma forces the mma.sync kernel (tests and benchmarks compare the two).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "cuda/cuda_check.h"
 #include "cuda/prefill/kernel.cuh"
+#include "cuda/prefill/kernel_sm90.cuh"
 #include "cuda/prefill/params.h"
 
 namespace pagedattn::cuda::prefill {
 
-template <class T, int kHeadDimQk, int kHeadDimVo>
-void launch_config(const PrefillParams& params, cudaStream_t stream) {
-  using Config = TileConfig<kHeadDimQk, kHeadDimVo>;
-  auto* kernel = &prefill_kernel<T, kHeadDimQk, kHeadDimVo>;
-  PA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     Config::kSmemBytes));
+inline bool mma_forced() {
+  const char* env = std::getenv("PAGEDATTN_PREFILL_KERNEL");
+  return env != nullptr && std::strcmp(env, "mma") == 0;
+}
+
+template <class Kernel>
+void launch_kernel(Kernel* kernel, PrefillParams params, int block_rows, int threads, int smem,
+                   cudaStream_t stream) {
+  params.num_tiles_bound = static_cast<int32_t>(tile_bound(params, block_rows));
   const int64_t blocks = int64_t{params.num_tiles_bound} * params.num_kv_heads;
   if (blocks == 0) return;
-  kernel<<<static_cast<unsigned>(blocks), Config::kThreads, Config::kSmemBytes, stream>>>(params);
+  PA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<static_cast<unsigned>(blocks), threads, smem, stream>>>(params);
   check_launch("prefill_kernel");
+}
+
+template <class T, int kHeadDimQk, int kHeadDimVo>
+void launch_config(const PrefillParams& params, cudaStream_t stream) {
+  auto* sm90 = &sm90::prefill_kernel_sm90<T, kHeadDimQk, kHeadDimVo>;
+  // Whether this binary carries sm_90a code for the kernel (checked once; the build's targets do
+  // not change at run time).
+  static const bool has_sm90 = [&] {
+    cudaFuncAttributes attributes{};
+    return cudaFuncGetAttributes(&attributes, sm90) == cudaSuccess &&
+           attributes.binaryVersion >= 90;
+  }();
+  int device = 0, major = 0;
+  PA_CUDA_CHECK(cudaGetDevice(&device));
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major == 9 && has_sm90 && !mma_forced()) {
+    using C = sm90::Config<kHeadDimQk, kHeadDimVo>;
+    return launch_kernel(sm90, params, C::kBlockM, C::kThreads, C::kSmemBytes, stream);
+  }
+  using C = TileConfig<kHeadDimQk, kHeadDimVo>;
+  launch_kernel(&prefill_kernel<T, kHeadDimQk, kHeadDimVo>, params, C::kBlockM, C::kThreads,
+                C::kSmemBytes, stream);
 }
 
 template <class T>

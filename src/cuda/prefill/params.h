@@ -42,7 +42,10 @@ struct PrefillParams {
   int32_t window_left = -1;      // >= 0: keys in [pos - window_left, ...]
   bool causal = true;
 
-  int32_t num_tiles_bound = 0;  // grid = num_tiles_bound * num_kv_heads CTAs
+  // Host-known bounds for the grid: T = qo rows (q.shape[0]) and the step's max_q_len (0 = unknown).
+  int64_t num_qo_rows = 0;
+  int32_t max_q_len = 0;
+  int32_t num_tiles_bound = 0;  // set by the launcher: grid = num_tiles_bound * num_kv_heads CTAs
 };
 
 // Enqueue the kernel for (head_dim_qk, head_dim_vo) in bf16 / f16 (instantiate_*.cu); `stream` is a
@@ -52,8 +55,16 @@ void launch_prefill_bf16(const PrefillParams& params, int head_dim_qk, int head_
 void launch_prefill_f16(const PrefillParams& params, int head_dim_qk, int head_dim_vo,
                         void* stream);
 
-// Query rows (token x query head pairs) per CTA for a value head dim (TileConfig::kBlockM): the
-// host bounds the grid with it.
-inline int block_rows(int head_dim_vo) { return head_dim_vo <= 128 ? 128 : 64; }
+// Upper bound on the query tiles of a step (kBlockM rows each, every request rounded up):
+// sum_r ceil(q_len_r * g / kBlockM) <= floor(T * g / kBlockM) + B, and <= B * ceil(max_q_len * g
+// / kBlockM) when max_q_len is known.
+inline int64_t tile_bound(const PrefillParams& p, int block_rows) {
+  int64_t tiles = p.num_qo_rows * p.group_size / block_rows + p.batch_size;
+  if (p.max_q_len > 0) {
+    const int64_t per_request = (int64_t{p.max_q_len} * p.group_size + block_rows - 1) / block_rows;
+    if (int64_t{p.batch_size} * per_request < tiles) tiles = int64_t{p.batch_size} * per_request;
+  }
+  return tiles;
+}
 
 }  // namespace pagedattn::cuda::prefill

@@ -1,0 +1,323 @@
+// Batch prefill / extend on Hopper (sm_90a): the same algorithm, work split and K/V gather as
+// kernel.cuh, with the two products on wgmma. One warpgroup (4 warps) per CTA owns 64 packed query
+// rows; S = Q K^T takes Q and K from shared memory (both K-major), O += P V takes P from registers
+// (the S accumulators turned into A fragments in place) and V from shared memory (N-major, the
+// transposed-B form), so no operand is re-read per warp as with mma.sync and the accumulators stay
+// small (64 x 64 S and 64 x Dvo O per warpgroup): three CTAs fit on an SM and overlap each other's
+// softmax with their products.
+//
+// Shared tiles use wgmma's 128-byte swizzle: a tile of R rows x D columns is D / 64 blocks of
+// R x 64 (128 bytes a row), 16-byte chunk c of row r at r * 128 + ((c ^ r % 8) * 16) in its
+// block, blocks 1024-byte aligned. Descriptors: K-major (Q, K) step 32 bytes per k16 inside a
+// block, 8-row groups 1024 bytes apart; N-major V has 64-column blocks R * 128 bytes apart
+// (leading offset) and 8-key groups 1024 bytes apart (stride offset).
+#pragma once
+
+#include "cuda/prefill/kernel.cuh"
+#include "cuda/prefill/wgmma.cuh"
+
+namespace pagedattn::cuda::prefill::sm90 {
+
+template <int kHeadDimQk, int kHeadDimVo>
+struct Config {
+  static constexpr int kThreads = 128;  // one warpgroup
+  static constexpr int kBlockM = 64;
+  static constexpr int kBlockN = 64;
+  static constexpr int kBlockBytes = 64 * 128;  // one 64-column block of a 64-row tile
+  static constexpr int kQBytes = kHeadDimQk / 64 * kBlockBytes;
+  static constexpr int kKBytes = kHeadDimQk / 64 * kBlockBytes;
+  static constexpr int kVBytes = kHeadDimVo / 64 * kBlockBytes;
+  static constexpr int kOffsetBytes = 2 * 2 * kBlockN * 8;
+  // + 1024: the dynamic shared memory is aligned up to 1024 bytes inside the kernel.
+  static constexpr int kSmemBytes = 1024 + kQBytes + kKBytes + kVBytes + kOffsetBytes;
+  static constexpr int kMinBlocks = kHeadDimVo <= 128 ? 3 : 2;
+  static_assert(kHeadDimQk % 64 == 0 && kHeadDimVo % 64 == 0);
+};
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a 64-row swizzled tile.
+__device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
+  return static_cast<uint32_t>((chunk >> 3) * 64 * 128 + row * 128 +
+                               (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ uint64_t descriptor(uint32_t address, uint32_t leading_bytes,
+                                               uint32_t stride_bytes) {
+  return uint64_t{(address & 0x3ffffu) >> 4} | (uint64_t{(leading_bytes >> 4) & 0x3fffu} << 16) |
+         (uint64_t{(stride_bytes >> 4) & 0x3fffu} << 32) | (uint64_t{1} << 62);  // 128B swizzle
+}
+
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Gathers 64 rows of kChunks 16-byte chunks (offsets from key_offsets) into a swizzled tile.
+template <int kChunks, class T>
+__device__ __forceinline__ void load_tile(uint32_t tile, const T* base, const int64_t* offsets) {
+  constexpr int kThreads = 128;
+  if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0) {
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    const int row = static_cast<int>(threadIdx.x) / kChunks;
+    const int chunk = static_cast<int>(threadIdx.x) % kChunks;
+    const uint32_t dst = tile + tile_offset(row, chunk);
+    const T* src = base + chunk * 8;
+#pragma unroll
+    for (int it = 0; it < 64 / kRowsPerPass; ++it) {
+      const int64_t off = offsets[it * kRowsPerPass + row];
+      cp_async_16(dst + it * kRowsPerPass * 128, off >= 0 ? src + off : base, off >= 0 ? 16 : 0);
+    }
+  } else {
+    static_assert(64 * kChunks % kThreads == 0);
+#pragma unroll
+    for (int it = 0; it < 64 * kChunks / kThreads; ++it) {
+      const int i = it * kThreads + static_cast<int>(threadIdx.x);
+      const int row = i / kChunks, chunk = i % kChunks;
+      const int64_t off = offsets[row];
+      cp_async_16(tile + tile_offset(row, chunk), off >= 0 ? base + off + chunk * 8 : base,
+                  off >= 0 ? 16 : 0);
+    }
+  }
+}
+
+template <class T>
+struct Ops;
+template <>
+struct Ops<__nv_bfloat16> {
+  __device__ __forceinline__ static void qk(float (&d)[32], uint64_t a, uint64_t b, int acc) {
+    ss_m64n64k16_bf16(d, a, b, acc);
+  }
+  __device__ __forceinline__ static void pv(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+    rs_m64n64k16_bf16(d, a, b);
+  }
+  __device__ __forceinline__ static void pv(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+    rs_m64n128k16_bf16(d, a, b);
+  }
+  __device__ __forceinline__ static void pv(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
+    rs_m64n256k16_bf16(d, a, b);
+  }
+};
+template <>
+struct Ops<__half> {
+  __device__ __forceinline__ static void qk(float (&d)[32], uint64_t a, uint64_t b, int acc) {
+    ss_m64n64k16_f16(d, a, b, acc);
+  }
+  __device__ __forceinline__ static void pv(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+    rs_m64n64k16_f16(d, a, b);
+  }
+  __device__ __forceinline__ static void pv(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+    rs_m64n128k16_f16(d, a, b);
+  }
+  __device__ __forceinline__ static void pv(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
+    rs_m64n256k16_f16(d, a, b);
+  }
+};
+
+template <class T, int kHeadDimQk, int kHeadDimVo>
+__global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo>::kMinBlocks)
+    prefill_kernel_sm90(const __grid_constant__ PrefillParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = Config<kHeadDimQk, kHeadDimVo>;
+  constexpr int kBlockM = C::kBlockM;
+  constexpr int kBlockN = C::kBlockN;
+  constexpr int kSRegs = kBlockN / 2;     // 64 x 64 f32 over 128 threads
+  constexpr int kORegs = kHeadDimVo / 2;  // 64 x Dvo
+  constexpr float kLog2e = 1.4426950408889634f;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t aligned = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (aligned - raw);
+  const uint32_t s_q = aligned;
+  const uint32_t s_k = s_q + C::kQBytes;
+  const uint32_t s_v = s_k + C::kKBytes;
+  int64_t* s_off = reinterpret_cast<int64_t*>(smem + C::kQBytes + C::kKBytes + C::kVBytes);
+
+  const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
+  int request, tile;
+  if (!find_tile<kBlockM, 128>(p, static_cast<int>(blockIdx.x / p.num_kv_heads), request, tile)) {
+    return;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = p.group_size;
+  const int q_begin = p.qo_indptr[request];
+  const int q_len = p.qo_indptr[request + 1] - q_begin;
+  const int num_rows = q_len * g;
+  const int row0 = tile * kBlockM;
+  const int kv_page_begin = p.kv_indptr[request];
+  const int num_pages = p.kv_indptr[request + 1] - kv_page_begin;
+  const int kv_len = num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request]
+                                   : 0;
+  const int32_t* pages = p.kv_indices + kv_page_begin;
+  const int pos_shift = kv_len - q_len;
+
+  int row_pos[2];  // this thread's rows: 16 * warp + lane / 4 (+ 8)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + warp * 16 + (lane >> 2) + h * 8;
+    row_pos[h] = pos_shift + min(row, num_rows - 1) / g;
+  }
+  const int first_pos = pos_shift + row0 / g;
+  const int last_pos = pos_shift + (min(row0 + kBlockM, num_rows) - 1) / g;
+  const int cta_hi = p.causal ? min(kv_len, last_pos + 1) : kv_len;
+  const int cta_lo = p.window_left >= 0 ? max(0, first_pos - p.window_left) / kBlockN * kBlockN : 0;
+  const int num_blocks = cta_hi > cta_lo ? (cta_hi - cta_lo + kBlockN - 1) / kBlockN : 0;
+
+  const T* k_base = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
+  const T* v_base = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
+
+  float o[kORegs];
+#pragma unroll
+  for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+  if (num_blocks > 0) {
+    constexpr int kChunks = kHeadDimQk / 8;
+    const T* q = static_cast<const T*>(p.q);
+#pragma unroll 4
+    for (int it = 0; it < kBlockM * kChunks / 128; ++it) {
+      const int i = it * 128 + static_cast<int>(threadIdx.x);
+      const int r = i / kChunks, chunk = i % kChunks;
+      const int row = row0 + r;
+      const bool valid = row < num_rows;
+      const int token = valid ? row / g : 0;
+      const int head = kv_head * g + (valid ? row - token * g : 0);
+      const T* src = q + (q_begin + token) * p.q_stride_token + head * p.q_stride_head + chunk * 8;
+      cp_async_16(s_q + tile_offset(r, chunk), src, valid ? 16 : 0);
+    }
+    if (threadIdx.x < kBlockN) key_offsets(p, pages, kv_len, cta_lo, s_off, s_off + kBlockN);
+    __syncthreads();
+    load_tile<kHeadDimQk / 8>(s_k, k_base, s_off);
+    cp_async_commit();
+  }
+
+  const float scale_log2 = p.sm_scale * kLog2e;
+  const bool soft_cap = p.logits_soft_cap > 0.0f;
+  const float cap_inv = soft_cap ? p.sm_scale / p.logits_soft_cap : 0.0f;
+  const float cap_log2 = p.logits_soft_cap * kLog2e;
+
+  for (int block = 0; block < num_blocks; ++block) {
+    const int n0 = cta_lo + block * kBlockN;
+    const int64_t* offsets = s_off + (block & 1) * 2 * kBlockN;
+    cp_async_wait_all();  // K_j (and Q)
+    fence_proxy_async();  // ... visible to the tensor cores' (async proxy) reads
+    __syncthreads();      // ... of every thread's copies; every thread is done with V_{j-1}
+    load_tile<kHeadDimVo / 8>(s_v, v_base, offsets + kBlockN);
+    cp_async_commit();
+
+    // S = Q K^T: Dqk / 16 steps of k16, 32 bytes apart inside a 64-column block.
+    float s[kSRegs];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kHeadDimQk / 16; ++ks) {
+      const uint32_t step = (ks >> 2) * C::kBlockBytes + (ks & 3) * 32;
+      Ops<T>::qk(s, descriptor(s_q + step, 16, 1024), descriptor(s_k + step, 16, 1024),
+                 ks > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_registers(s);
+
+    float mul = scale_log2;
+    if (soft_cap) {
+      mul = 1.0f;
+#pragma unroll
+      for (int i = 0; i < kSRegs; ++i) s[i] = cap_log2 * tanhf(s[i] * cap_inv);
+    }
+    const bool needs_mask = n0 + kBlockN > cta_hi || (p.causal && n0 + kBlockN - 1 > first_pos) ||
+                            (p.window_left >= 0 && n0 < last_pos - p.window_left);
+    if (needs_mask) {
+#pragma unroll
+      for (int i = 0; i < kSRegs; ++i) {
+        const int key = n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
+        const int pos = row_pos[(i >> 1) & 1];
+        const bool visible = key < kv_len && (!p.causal || key <= pos) &&
+                             (p.window_left < 0 || key >= pos - p.window_left);
+        if (!visible) s[i] = -INFINITY;
+      }
+    }
+
+    float alpha[2];
+    bool moved = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m = s[2 * h];
+#pragma unroll
+      for (int j = 0; j < kSRegs / 4; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      m = fmaxf(row_max[h], m * mul);
+      const float m_use = m == -INFINITY ? 0.0f : m;
+      alpha[h] = fast_exp2(row_max[h] - m_use);
+      moved |= m != row_max[h];
+      row_max[h] = m;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kSRegs / 4; ++j) {
+        s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], mul, -m_use));
+        s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], mul, -m_use));
+        sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+      }
+      row_sum[h] = row_sum[h] * alpha[h] + sum;
+    }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
+    }
+    uint32_t pa[kBlockN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pa[kk][r] = Mma<T>::pack(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+    }
+
+    const bool has_next = block + 1 < num_blocks;
+    if (has_next && threadIdx.x < kBlockN) {
+      int64_t* next = s_off + ((block + 1) & 1) * 2 * kBlockN;
+      key_offsets(p, pages, kv_len, n0 + kBlockN, next, next + kBlockN);
+    }
+    cp_async_wait_all();  // V_j
+    fence_proxy_async();
+    __syncthreads();  // every thread is done with K_j; the next offsets are visible
+    if (has_next) {
+      load_tile<kHeadDimQk / 8>(s_k, k_base, s_off + ((block + 1) & 1) * 2 * kBlockN);
+      cp_async_commit();
+    }
+
+    // O += P V: kBlockN / 16 steps of 16 keys (2048 bytes of V each).
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      Ops<T>::pv(o, pa[kk], descriptor(s_v + kk * 16 * 128, C::kBlockBytes, 1024));
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_registers(o);
+  }
+
+  T* out = static_cast<T*>(p.out);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = row0 + warp * 16 + (lane >> 2) + h * 8;
+    if (row >= num_rows) continue;
+    const int token = row / g;
+    const int head = kv_head * g + (row - token * g);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    T* dst = out + (q_begin + token) * p.out_stride_token + head * p.out_stride_head + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < kORegs / 4; ++j) {
+      *reinterpret_cast<uint32_t*>(dst + j * 8) =
+          Mma<T>::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+    }
+    if (p.lse != nullptr && (lane & 3) == 0) {
+      p.lse[(q_begin + token) * p.lse_stride_token + head * p.lse_stride_head] =
+          l > 0.0f ? (row_max[h] + __log2f(l)) / kLog2e : -INFINITY;
+    }
+  }
+#else
+  __trap();  // launched only where the sm_90a code exists (see launch.cuh)
+#endif
+}
+
+}  // namespace pagedattn::cuda::prefill::sm90
