@@ -233,6 +233,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
         sum += prob;
       }
       sum = warp_sum(sum);
+      __syncwarp();  // every lane has read m_smem[h] before lane 0 rewrites it
       if (lane == 0) {
         const float alpha = m_new == -INFINITY ? 1.0f : fast_exp2(m_old - m_new);
         l_smem[h] = l_smem[h] * alpha + sum;

@@ -1,0 +1,63 @@
+// Decode steps through CUDA graphs (host API, no CUDA types).
+//
+// For each padded batch size S in config.batch_sizes, one step's device work is captured once
+// into a graph over fixed device buffers: the GPU planner (block table -> qo/kv indptr,
+// kv_indices, last_page_len), the split-KV partition, then `num_layers` decode (+ merge)
+// launches. A step copies the new block table and lengths into those buffers (one asynchronous
+// copy from double-buffered pinned staging) and replays the graph of the smallest S >= num_reqs;
+// requests num_reqs .. S-1 are padding (length 0: out = 0, lse = -inf). Since every kernel reads
+// its sizes from the device (num_items, kv_indptr, ...), one graph serves any lengths and page
+// tables within the capacities. step(..., use_graph = false) launches the same work eagerly (the
+// reference the tests compare every replay with, and the baseline of the host-time benchmark).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "pagedattn/backend.h"
+
+namespace pagedattn::cuda {
+
+struct DecodeGraphConfig {
+  PagedKv kv;  // the device cache (allocation page size A, attention page size P)
+  int32_t num_qo_heads = 32;
+  DType q_dtype = DType::kBF16;
+  AttentionOptions options;
+  std::vector<int32_t> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  int32_t max_blocks_per_request = 0;  // block-table row stride (allocation pages)
+  int32_t num_layers = 1;              // decode launches per step (here all on `kv`)
+  bool with_lse = true;
+};
+
+class DecodeGraphRunner {
+ public:
+  // Allocates the fixed buffers and captures one graph per batch size on `stream`.
+  DecodeGraphRunner(const DecodeGraphConfig& config, void* stream);
+  ~DecodeGraphRunner();
+  DecodeGraphRunner(const DecodeGraphRunner&) = delete;
+  DecodeGraphRunner& operator=(const DecodeGraphRunner&) = delete;
+
+  // The fixed device buffers, at full capacity (max batch rows): the caller writes q rows
+  // [0, num_reqs) before a step and reads out / lse rows after it.
+  TensorView q() const;    // [max_batch, Hq, D]
+  TensorView out() const;  // [max_batch, Hq, D]
+  TensorView lse() const;  // [max_batch, Hq] f32 (undefined without lse)
+  int32_t max_batch() const;
+
+  // One decode step for num_reqs = seq_lens.size() requests; block_table is
+  // [num_reqs, max_blocks_per_request] allocation-page ids (host memory). Asynchronous on the
+  // stream; returns the padded batch size used.
+  int32_t step(std::span<const int32_t> block_table, std::span<const int32_t> seq_lens,
+               bool use_graph = true);
+
+  // Waits for the stream and throws if the planner recorded a bad table in the last step.
+  void check_last_step() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace pagedattn::cuda
