@@ -12,6 +12,8 @@
 #include "core/check.h"
 #include "cuda/cuda_check.h"
 #include "cuda/decode/decode.h"
+#include "cuda/mla.h"
+#include "cuda/prefill.h"
 #include "cuda/workspace.h"
 
 namespace pagedattn::cuda {
@@ -47,11 +49,9 @@ class CudaBackend final : public Backend {
     }
     switch (op.op) {
       case OpKind::kDecode: return supports_decode(op);
-      case OpKind::kPrefill:
-        return Support::no("cuda prefill is not available in this build yet");
+      case OpKind::kPrefill: return supports_prefill(op);
       case OpKind::kMlaDecode:
-      case OpKind::kMlaExtend:
-        return Support::no("cuda MLA is not available in this build yet");
+      case OpKind::kMlaExtend: return supports_mla(op);
     }
     return Support::no("unknown operation");
   }
@@ -60,7 +60,8 @@ class CudaBackend final : public Backend {
     const Support device = device_available();
     std::string text =
         "CUDA (sm_90a): decode bf16/f16 q, KV same or fp8_e4m3, head_dim 64/128/256, any group "
-        "size, any page size, NHD/HND, soft-cap, sliding window, split-KV";
+        "size, any page size, NHD/HND, soft-cap, sliding window, split-KV; prefill/extend "
+        "bf16/f16 (see prefill.h)";
     if (!device) text += fmt::format(" [unavailable: {}]", device.reason);
     return text;
   }
@@ -87,12 +88,11 @@ class CudaBackend final : public Backend {
   }
 
   void run_prefill(Workspace& workspace, const PrefillArgs& args) const override {
-    const Support support = supports(describe_op(args));
-    PA_FAIL("backend 'cuda' cannot run prefill: {}", support.reason);
+    cuda::run_prefill(as_cuda(workspace), args);
   }
 
   void run_mla(Workspace& workspace, const MlaArgs& args) const override {
-    PA_FAIL("backend 'cuda' cannot run MLA: cuda MLA is not available in this build yet");
+    cuda::run_mla(as_cuda(workspace), args);
   }
 };
 
