@@ -50,13 +50,6 @@ const char* row_ptr(const RowSource& s, int64_t row, int64_t head) {
   return s.data + (row * s.row_stride + head * s.head_stride) * dtype_size(s.dtype);
 }
 
-const char* token_ptr(const PagedSource& s, DType dtype, int64_t alloc_page, int64_t offset,
-                      int64_t head) {
-  return s.data +
-         (alloc_page * s.page_stride + offset * s.token_stride + head * s.head_stride) *
-             dtype_size(dtype);
-}
-
 // Per-thread scratch, carved from the workspace (sizes from CpuWorkspace's constructor).
 struct Scratch {
   float *q, *acc, *s, *m, *l, *alpha, *k, *v;
@@ -120,24 +113,72 @@ void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scr
   const float* v_block = p.latent ? sc.k : sc.v;
   const int32_t v_stride = p.latent ? dqk : dvo;
 
-  for (int64_t t0 = begin; t0 < end; t0 += kBlockTokens) {
-    const int32_t n = static_cast<int32_t>(std::min<int64_t>(kBlockTokens, end - t0));
-    for (int32_t j = 0; j < n; ++j) {
-      const int64_t t = t0 + j;
-      const int64_t page = pages[t / p.page_size];
+  // Row addresses of a block's tokens, found by stepping through the request's pages (no
+  // division per token): K rows (MLA: ckv) and V rows (MLA: kpe).
+  const int64_t element = dtype_size(p.kv_dtype);
+  const PagedSource& second = p.latent ? p.k_rope : p.v;
+  const int64_t k_head = p.latent ? 0 : int64_t{kv_head} * p.k.head_stride;
+  const int64_t v_head = p.latent ? 0 : int64_t{kv_head} * p.v.head_stride;
+  const int64_t k_bytes = p.k.dim * element, v_bytes = second.dim * element;
+  struct BlockRows {
+    const char* k[kBlockTokens];
+    const char* v[kBlockTokens];
+    int32_t n = 0;
+  };
+  auto locate = [&](int64_t from, BlockRows& rows_out) {
+    rows_out.n = static_cast<int32_t>(std::max<int64_t>(0, std::min<int64_t>(kBlockTokens,
+                                                                              end - from)));
+    int64_t page_index = from / p.page_size, in_page = from % p.page_size;
+    int64_t k_base = 0, v_base = 0;
+    auto page_bases = [&] {
+      const int64_t page = pages[page_index];
       const int64_t alloc_page = page / p.pages_per_alloc;
-      const int64_t offset = (page % p.pages_per_alloc) * p.page_size + t % p.page_size;
-      float* k_row = sc.k + int64_t{j} * dqk;
-      to_f32(token_ptr(p.k, p.kv_dtype, alloc_page, offset, kv_head), p.kv_dtype, k_row, p.k.dim,
-             1.0f);
-      if (p.latent) {
-        to_f32(token_ptr(p.k_rope, p.kv_dtype, alloc_page, offset, 0), p.kv_dtype,
-               k_row + p.k.dim, p.k_rope.dim, 1.0f);
-      } else {
-        to_f32(token_ptr(p.v, p.kv_dtype, alloc_page, offset, kv_head), p.kv_dtype,
-               sc.v + int64_t{j} * dvo, dvo, 1.0f);
+      const int64_t first_token = (page % p.pages_per_alloc) * p.page_size;
+      k_base = alloc_page * p.k.page_stride + first_token * p.k.token_stride + k_head;
+      v_base = alloc_page * second.page_stride + first_token * second.token_stride + v_head;
+    };
+    if (rows_out.n > 0) page_bases();
+    for (int32_t j = 0; j < rows_out.n; ++j, ++in_page) {
+      if (in_page == p.page_size) {
+        ++page_index;
+        in_page = 0;
+        page_bases();
       }
+      rows_out.k[j] = p.k.data + (k_base + in_page * p.k.token_stride) * element;
+      rows_out.v[j] = second.data + (v_base + in_page * second.token_stride) * element;
     }
+  };
+  // One head's rows are scattered (pages in any order; in NHD the other heads sit in between),
+  // which the hardware prefetchers do not follow: the next block's rows are prefetched in four
+  // parts between this block's phases, so the misses overlap the arithmetic instead of queuing.
+  auto prefetch = [&](const BlockRows& next, int part) {
+    const int32_t j0 = next.n * part / 4, j1 = next.n * (part + 1) / 4;
+    for (int32_t j = j0; j < j1; ++j) {
+      for (int64_t b = 0; b < k_bytes; b += 64) __builtin_prefetch(next.k[j] + b);
+      for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(next.v[j] + b);
+    }
+  };
+  BlockRows blocks[2];
+  locate(begin, blocks[0]);
+  prefetch(blocks[0], 0);
+  prefetch(blocks[0], 1);
+  prefetch(blocks[0], 2);
+  prefetch(blocks[0], 3);
+
+  int current = 0;
+  for (int64_t t0 = begin; t0 < end; t0 += kBlockTokens, current ^= 1) {
+    const BlockRows& block = blocks[current];
+    BlockRows& next = blocks[current ^ 1];
+    const int32_t n = block.n;
+    locate(t0 + kBlockTokens, next);
+    prefetch(next, 0);
+    for (int32_t j = 0; j < n; ++j) {
+      float* k_row = sc.k + int64_t{j} * dqk;
+      to_f32(block.k[j], p.kv_dtype, k_row, p.k.dim, 1.0f);
+      to_f32(block.v[j], p.kv_dtype, p.latent ? k_row + p.k.dim : sc.v + int64_t{j} * dvo,
+             second.dim, 1.0f);
+    }
+    prefetch(next, 1);
     simd::score_block(sc.q, rows, sc.k, n, dqk, sc.s, kBlockTokens);
     if (p.soft_cap > 0) {
       const float cap = p.soft_cap, inv_cap = 1.0f / p.soft_cap;
@@ -156,7 +197,9 @@ void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scr
         }
       }
     }
+    prefetch(next, 2);
     simd::softmax_block(sc.s, rows, n, kBlockTokens, sc.m, sc.l, sc.alpha);
+    prefetch(next, 3);
     simd::accumulate_block(sc.acc, rows, sc.alpha, sc.s, kBlockTokens, v_block, v_stride, n, dvo);
   }
 

@@ -35,10 +35,16 @@ using Chunk = float __attribute__((vector_size(kLanes * sizeof(float))));
   return c;
 }
 [[gnu::always_inline]] inline void store(float* p, const Chunk& c) { std::memcpy(p, &c, sizeof(c)); }
+using Chunk8 = float __attribute__((vector_size(8 * sizeof(float))));
+using Chunk4 = float __attribute__((vector_size(4 * sizeof(float))));
+
+// Horizontal sum as a tree of halves: a few shuffles and adds instead of 15 dependent adds.
 [[gnu::always_inline]] inline float sum(const Chunk& c) {
-  float total = 0;
-  for (int i = 0; i < kLanes; ++i) total += c[i];
-  return total;
+  const Chunk8 eight = __builtin_shufflevector(c, c, 0, 1, 2, 3, 4, 5, 6, 7) +
+                       __builtin_shufflevector(c, c, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Chunk4 four = __builtin_shufflevector(eight, eight, 0, 1, 2, 3) +
+                      __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
+  return (four[0] + four[2]) + (four[1] + four[3]);
 }
 
 // exp(x) for x <= 0 (scores minus their running max) and -inf: Cody-Waite reduction to

@@ -1,0 +1,330 @@
+// `pagedattn bench decode|prefill|mla`: attention throughput on the paged KV cache, printed beside
+// the machine's memory bandwidth measured in the same run.
+//
+// Each configuration (batch x KV length x page size, ...) is one generated case from the shared
+// case table (tests/common/cases.h: shuffled pages, the target shapes as defaults). It is
+// planned once, then run_* is timed alone (median of repeated samples, tools/report.h). Figures:
+//   KV GB/s   = bytes of KV read once (K and V, or the MLA latent) / median time;
+//   GFLOP/s   = 2 * visible (query, key) pairs * heads * (Dqk + Dvo) / median time;
+//   mem GB/s  = a multi-threaded sequential read of a 1 GiB buffer, same threads, same run;
+//   ratio     = KV GB/s / mem GB/s (the decode target is >= 0.6).
+// `--device cuda` goes through bench_attention_cuda() (tools/bench_cuda.h); without a CUDA
+// implementation linked in it says "not available".
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/cases.h"
+#include "core/check.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/cpu_simd.h"
+#include "tools/bench_cuda.h"
+#include "tools/commands.h"
+#include "tools/report.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace pagedattn::tools {
+
+// The default when no CUDA implementation is linked in (see bench_cuda.h).
+[[gnu::weak]] CudaBenchResult bench_attention_cuda(const testing::CaseSpec&, uint64_t,
+                                                   const TimingOptions&) {
+  CudaBenchResult result;
+  result.note = "the CUDA attention benchmark is not hooked in in this build";
+  return result;
+}
+
+namespace {
+
+struct AttentionBenchOptions {
+  OpKind op = OpKind::kDecode;
+  std::string device = "cpu";
+  std::vector<int32_t> batches;
+  std::vector<int32_t> kv_lens;
+  std::vector<int32_t> q_lens;
+  std::vector<int32_t> page_sizes;
+  int32_t qo_heads = 0, kv_heads = 0, head_dim = 0, head_dim_vo = 0;
+  std::string q_dtype = "bf16", kv_dtype = "bf16", layout = "NHD";
+  bool non_causal = false;
+  int32_t threads = 0;
+  double min_time = 0.5;
+  uint64_t seed = 20261202;
+  std::string json_path;
+};
+
+int32_t current_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+// Sequential read of a 1 GiB buffer (first-touched by the reading threads): the machine's
+// achievable memory read bandwidth for this thread count, in GB/s.
+double measure_read_bandwidth_gbs(double min_time) {
+  const int64_t words = (int64_t{1} << 30) / int64_t(sizeof(uint64_t));
+  std::unique_ptr<uint64_t[]> buffer(new uint64_t[static_cast<size_t>(words)]);
+  uint64_t* data = buffer.get();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < words; ++i) data[i] = static_cast<uint64_t>(i);
+  uint64_t sink = 0;
+  TimingOptions timing;
+  timing.min_sample_seconds = 0;
+  timing.min_samples = 5;
+  timing.min_total_seconds = min_time;
+  const double ns = median_ns_per_call(
+      [&] {
+        uint64_t total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+        for (int64_t i = 0; i < words; ++i) total += data[i];
+        sink += total;
+        keep(&sink);
+      },
+      timing);
+  return static_cast<double>(words * int64_t(sizeof(uint64_t))) / ns;
+}
+
+testing::CaseSpec make_spec(const AttentionBenchOptions& o, int32_t batch, int32_t kv_len,
+                            int32_t q_len, int32_t page) {
+  testing::CaseSpec spec = o.op == OpKind::kDecode    ? testing::decode_target_case()
+                           : o.op == OpKind::kPrefill ? testing::prefill_target_case()
+                                                      : testing::mla_decode_target_case();
+  spec.op = o.op;
+  const auto q_dtype = parse_dtype(o.q_dtype);
+  const auto kv_dtype = parse_dtype(o.kv_dtype);
+  PA_CHECK(q_dtype.has_value(), "--q-dtype '{}': not a dtype (f32, f16, bf16)", o.q_dtype);
+  PA_CHECK(kv_dtype.has_value(), "--kv-dtype '{}': not a dtype (f32, f16, bf16, fp8_e4m3)",
+           o.kv_dtype);
+  PA_CHECK(o.layout == "NHD" || o.layout == "HND", "--layout '{}': expected NHD or HND", o.layout);
+  spec.q_dtype = *q_dtype;
+  spec.kv_dtype = *kv_dtype;
+  spec.layout = o.layout == "NHD" ? KvLayout::kNHD : KvLayout::kHND;
+  if (o.qo_heads > 0) spec.num_qo_heads = o.qo_heads;
+  if (o.kv_heads > 0 && !is_mla(o.op)) spec.num_kv_heads = o.kv_heads;
+  if (o.head_dim > 0) spec.head_dim_qk = o.head_dim;
+  if (o.head_dim_vo > 0) spec.head_dim_vo = o.head_dim_vo;
+  if (o.head_dim > 0 && o.head_dim_vo == 0 && !is_mla(o.op)) spec.head_dim_vo = o.head_dim;
+  spec.page_size = page;
+  spec.alloc_page_size = page;
+  spec.spare_pages = 0;
+  spec.causal = !o.non_causal;
+  spec.kv_lens.assign(static_cast<size_t>(batch), kv_len);
+  spec.q_lens.clear();
+  if (o.op == OpKind::kPrefill || q_len > 1) {
+    PA_CHECK(q_len <= kv_len, "--q-len {} exceeds --kv-len {}", q_len, kv_len);
+    spec.q_lens.assign(static_cast<size_t>(batch), q_len);
+    if (is_mla(o.op)) spec.op = OpKind::kMlaExtend;
+  }
+  if (spec.kv_dtype == DType::kFP8E4M3) spec.kv_scale = 0.5f;
+  return spec;
+}
+
+struct Measured {
+  double run_ns = 0, plan_ns = 0, bandwidth_gbs = 0;
+};
+
+Measured run_cpu_case(const testing::AttentionCase& c, const TimingOptions& timing) {
+  const std::unique_ptr<Backend> backend = cpu::make_backend();
+  const Support support = backend->supports(c.op_desc());
+  PA_CHECK(support.ok, "cpu backend cannot run {}: {}", c.spec().name(), support.reason);
+  WorkspaceLimits limits;
+  limits.max_batch = c.batch_size();
+  limits.max_qo_rows = c.num_rows();
+  limits.max_pages = static_cast<int64_t>(c.kv_indices().size());
+  limits.max_qo_heads = c.spec().num_qo_heads;
+  limits.max_head_dim = c.spec().head_dim_qk;
+  const std::unique_ptr<Workspace> workspace = backend->create_workspace(limits);
+  Measured m;
+  m.plan_ns = median_ns_per_call([&] { backend->plan(*workspace, c.op_desc(), c.meta()); },
+                                 TimingOptions{.min_total_seconds = 0.05});
+  switch (c.spec().op) {
+    case OpKind::kDecode: {
+      const DecodeArgs args = c.decode_args();
+      m.run_ns = median_ns_per_call([&] { backend->run_decode(*workspace, args); }, timing);
+      break;
+    }
+    case OpKind::kPrefill: {
+      const PrefillArgs args = c.prefill_args();
+      m.run_ns = median_ns_per_call([&] { backend->run_prefill(*workspace, args); }, timing);
+      break;
+    }
+    default: {
+      const MlaArgs args = c.mla_args();
+      m.run_ns = median_ns_per_call([&] { backend->run_mla(*workspace, args); }, timing);
+      break;
+    }
+  }
+  return m;
+}
+
+void run_bench(const AttentionBenchOptions& o) {
+  PA_CHECK(o.device == "cpu" || o.device == "cuda", "--device '{}': expected cpu or cuda",
+           o.device);
+  const bool cuda = o.device == "cuda";
+#ifdef _OPENMP
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+#endif
+  TimingOptions timing;
+  timing.min_sample_seconds = 0;
+  timing.min_samples = 7;
+  timing.min_total_seconds = o.min_time;
+
+  double cpu_bandwidth = 0;
+  if (!cuda) {
+    cpu_bandwidth = measure_read_bandwidth_gbs(o.min_time);
+    fmt::print("{}\ncpu backend: {} threads, simd {}; memory read bandwidth {:.1f} GB/s "
+               "(1 GiB sequential read, same threads, measured in this run)\n",
+               machine_description(), current_threads(), cpu::simd::active_isa(), cpu_bandwidth);
+  }
+  Table table({"op", "B", "q_len", "kv_len", "heads", "dims", "P", "q/kv", "layout", "run_us",
+               "plan_us", "KV_MB", "KV_GB/s", "GFLOP/s", "mem_GB/s", "ratio"});
+  nlohmann::json results = nlohmann::json::array();
+  const std::vector<int32_t> q_lens = o.q_lens.empty() ? std::vector<int32_t>{1} : o.q_lens;
+  int64_t total = 0;
+  for (size_t i = 0; i < o.batches.size() * o.kv_lens.size() * q_lens.size() * o.page_sizes.size();
+       ++i) {
+    ++total;
+  }
+  Progress progress(total, stderr_is_terminal());
+  for (int32_t batch : o.batches) {
+    for (int32_t kv_len : o.kv_lens) {
+      for (int32_t q_len : q_lens) {
+        for (int32_t page : o.page_sizes) {
+          const testing::CaseSpec spec = make_spec(o, batch, kv_len, q_len, page);
+          progress.step(spec.name());
+          const testing::AttentionCase c(spec, o.seed);
+          Measured m;
+          if (cuda) {
+            const CudaBenchResult r = bench_attention_cuda(spec, o.seed, timing);
+            if (!r.available) {
+              fmt::print("cuda: not available: {}\n", r.note);
+              return;
+            }
+            m.run_ns = r.median_ns;
+            m.bandwidth_gbs = r.device_bandwidth_gbs;
+          } else {
+            m = run_cpu_case(c, timing);
+            m.bandwidth_gbs = cpu_bandwidth;
+          }
+          const double kv_gbs = static_cast<double>(c.kv_bytes()) / m.run_ns;
+          const double gflops = c.flops() / m.run_ns;
+          const double ratio = m.bandwidth_gbs > 0 ? kv_gbs / m.bandwidth_gbs : 0;
+          const std::string dims =
+              spec.head_dim_qk == spec.head_dim_vo
+                  ? fmt::format("{}", spec.head_dim_qk)
+                  : fmt::format("{}/{}", spec.head_dim_qk, spec.head_dim_vo);
+          table.add_row({std::string(op_name(spec.op)), fmt::format("{}", batch),
+                         fmt::format("{}", q_len), fmt::format("{}", kv_len),
+                         fmt::format("{}/{}", spec.num_qo_heads, spec.num_kv_heads), dims,
+                         fmt::format("{}", page),
+                         fmt::format("{}/{}", dtype_name(spec.q_dtype), dtype_name(spec.kv_dtype)),
+                         o.layout, fmt::format("{:.1f}", m.run_ns / 1e3),
+                         cuda ? "-" : fmt::format("{:.1f}", m.plan_ns / 1e3),
+                         fmt::format("{:.1f}", static_cast<double>(c.kv_bytes()) / 1e6),
+                         fmt::format("{:.1f}", kv_gbs), fmt::format("{:.1f}", gflops),
+                         fmt::format("{:.1f}", m.bandwidth_gbs), fmt::format("{:.2f}", ratio)});
+          results.push_back({{"op", op_name(spec.op)},
+                             {"case", spec.name()},
+                             {"batch", batch},
+                             {"q_len", q_len},
+                             {"kv_len", kv_len},
+                             {"num_qo_heads", spec.num_qo_heads},
+                             {"num_kv_heads", spec.num_kv_heads},
+                             {"head_dim_qk", spec.head_dim_qk},
+                             {"head_dim_vo", spec.head_dim_vo},
+                             {"page_size", page},
+                             {"q_dtype", dtype_name(spec.q_dtype)},
+                             {"kv_dtype", dtype_name(spec.kv_dtype)},
+                             {"layout", o.layout},
+                             {"run_us_median", m.run_ns / 1e3},
+                             {"plan_us_median", m.plan_ns / 1e3},
+                             {"kv_bytes", c.kv_bytes()},
+                             {"kv_gbs", kv_gbs},
+                             {"gflops", gflops},
+                             {"memory_bandwidth_gbs", m.bandwidth_gbs},
+                             {"ratio_to_memory_bandwidth", ratio}});
+        }
+      }
+    }
+  }
+  fmt::print("{}", table.str());
+  if (!o.json_path.empty()) {
+    const nlohmann::json document = {{"benchmark", op_name(o.op)},
+                                     {"device", o.device},
+                                     {"machine", machine_description()},
+                                     {"timestamp", utc_timestamp()},
+                                     {"threads", current_threads()},
+                                     {"simd", cpu::simd::active_isa()},
+                                     {"results", results}};
+    std::ofstream out(o.json_path);
+    PA_CHECK(out.good(), "--json {}: cannot open for writing", o.json_path);
+    out << document.dump(2) << "\n";
+  }
+}
+
+void add_one(CLI::App& bench, OpKind op, const char* name, const char* description) {
+  auto options = std::make_shared<AttentionBenchOptions>();
+  options->op = op;
+  if (op == OpKind::kDecode) {
+    options->batches = {1, 16};
+    options->kv_lens = {4096};
+    options->page_sizes = {16};
+  } else if (op == OpKind::kPrefill) {
+    options->batches = {4};
+    options->kv_lens = {2048};
+    options->q_lens = {512};
+    options->page_sizes = {16};
+  } else {
+    options->batches = {1, 16};
+    options->kv_lens = {4096};
+    options->q_lens = {1};
+    options->page_sizes = {64};
+  }
+  CLI::App* cmd = bench.add_subcommand(name, description);
+  cmd->add_option("--device", options->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--batch", options->batches, "Batch sizes")->capture_default_str();
+  cmd->add_option("--kv-len", options->kv_lens, "KV lengths per request (prefix + new tokens)")
+      ->capture_default_str();
+  if (op != OpKind::kDecode) {
+    cmd->add_option("--q-len", options->q_lens, "Query rows per request (MLA: 1 = decode)")
+        ->capture_default_str();
+    cmd->add_flag("--non-causal", options->non_causal, "Every query row sees the whole KV");
+  }
+  cmd->add_option("--page-size", options->page_sizes, "Attention page sizes P")
+      ->capture_default_str();
+  cmd->add_option("--qo-heads", options->qo_heads, "Query heads (default: the target case's)");
+  if (op != OpKind::kMlaDecode) {
+    cmd->add_option("--kv-heads", options->kv_heads, "KV heads");
+    cmd->add_option("--head-dim", options->head_dim, "head_dim (qk)");
+    cmd->add_option("--head-dim-vo", options->head_dim_vo, "head_dim of V (default: head_dim)");
+  }
+  cmd->add_option("--q-dtype", options->q_dtype, "f32, f16, bf16")->capture_default_str();
+  cmd->add_option("--kv-dtype", options->kv_dtype, "f32, f16, bf16, fp8_e4m3")
+      ->capture_default_str();
+  cmd->add_option("--layout", options->layout, "NHD or HND")->capture_default_str();
+  cmd->add_option("--threads", options->threads, "CPU threads (default: OpenMP's)");
+  cmd->add_option("--min-time", options->min_time, "Seconds of samples per figure")
+      ->capture_default_str();
+  cmd->add_option("--json", options->json_path, "Also write the results as JSON to FILE");
+  cmd->callback([options] { run_bench(*options); });
+}
+
+}  // namespace
+
+void add_bench_attention_commands(CLI::App& bench) {
+  add_one(bench, OpKind::kDecode, "decode",
+          "Decode attention: KV GB/s beside the measured memory bandwidth");
+  add_one(bench, OpKind::kPrefill, "prefill", "Prefill / extend attention: GFLOP/s and KV GB/s");
+  add_one(bench, OpKind::kMlaDecode, "mla",
+          "MLA decode (--q-len 1) or extend (--q-len > 1) over the latent cache");
+}
+
+}  // namespace pagedattn::tools
