@@ -8,7 +8,8 @@
 // first.
 //
 // Per CTA: 4 warps, each owning kMTiles x 16 rows. Q stays in shared memory; K and V tiles of
-// kBlockN keys are gathered by cp.async (16 bytes per thread, zero-filled past the KV end) from
+// kBlockN keys are gathered by cp.async (16 bytes per thread; keys past the KV end re-read the last
+// key and are masked) from
 // their pages: the 64 threads of the first two warps translate the next tile's key positions into
 // element offsets (attention page -> allocation page, see kv_cache.h) one tile ahead. Loads overlap
 // compute as in FlashAttention-2: V_j streams in during S = Q K_j^T and the softmax, K_{j+1} during
@@ -114,28 +115,31 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// Element offsets of keys [n0, n0 + kBlockN) in the K and V pools (-1 past the KV end). Run by
-// threads 0 .. kBlockN - 1, one key each.
+// Byte offsets of keys [n0, n0 + kBlockN) in the K and V pools, run by threads 0 .. kBlockN - 1,
+// one key each. A key past the KV end takes the last key's slot: it is read (real data, never an
+// unwritten slot's NaN) and masked out of the softmax, so its P is exactly 0 and no zero-fill or
+// per-copy test is needed in the loads. Requires kv_len >= 1.
+template <class T>
 __device__ __forceinline__ void key_offsets(const PrefillParams& p, const int32_t* pages, int kv_len,
                                             int n0, int64_t* k_off, int64_t* v_off) {
-  const int key = n0 + static_cast<int>(threadIdx.x);
-  int64_t ko = -1, vo = -1;
-  if (key < kv_len) {
-    const int slot = key / p.page_size;
-    const int in_page = key - slot * p.page_size;
-    const int page = __ldg(pages + slot);
-    const int alloc = page / p.pages_per_alloc;
-    const int64_t token = int64_t{page - alloc * p.pages_per_alloc} * p.page_size + in_page;
-    ko = alloc * p.k_stride_page + token * p.k_stride_token;
-    vo = alloc * p.v_stride_page + token * p.v_stride_token;
-  }
-  k_off[threadIdx.x] = ko;
-  v_off[threadIdx.x] = vo;
+  const int key = min(n0 + static_cast<int>(threadIdx.x), kv_len - 1);
+  const int slot = key / p.page_size;
+  const int in_page = key - slot * p.page_size;
+  const int page = __ldg(pages + slot);
+  const int alloc = page / p.pages_per_alloc;
+  const int64_t token = int64_t{page - alloc * p.pages_per_alloc} * p.page_size + in_page;
+  k_off[threadIdx.x] = (alloc * p.k_stride_page + token * p.k_stride_token) * int64_t{sizeof(T)};
+  v_off[threadIdx.x] = (alloc * p.v_stride_page + token * p.v_stride_token) * int64_t{sizeof(T)};
 }
 
-// Gathers kBlockN rows of kChunks 16-byte chunks into a swizzled tile. When a pass of the block
-// covers a multiple of 8 rows, a thread keeps one chunk column and one swizzle for all its rows,
-// so each copy costs an offset load and an add (head dims 64, 128); otherwise the general form.
+// 16-byte global -> shared copy of real data (no zero-fill).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
+// Gathers kBlockN rows of kChunks 16-byte chunks (byte offsets from key_offsets) into a swizzled
+// tile. When a pass of the block covers a multiple of 8 rows, a thread keeps one chunk column and
+// one swizzle for all its rows, so each copy costs an offset load and an add (head dims 64, 128).
 template <int kChunks, int kBlockN, int kThreads, class T>
 __device__ __forceinline__ void load_kv_tile(uint32_t tile, const T* base, const int64_t* offsets) {
   constexpr int kRowBytes = kChunks * 16;
@@ -145,12 +149,10 @@ __device__ __forceinline__ void load_kv_tile(uint32_t tile, const T* base, const
     const int row = static_cast<int>(threadIdx.x) / kChunks;
     const int chunk = static_cast<int>(threadIdx.x) % kChunks;
     const uint32_t dst = tile + swizzled<kRowBytes>(row, chunk);
-    const T* src = base + chunk * 8;
+    const char* src = reinterpret_cast<const char*>(base) + chunk * 16;
 #pragma unroll
     for (int it = 0; it < kBlockN / kRowsPerPass; ++it) {
-      const int64_t off = offsets[it * kRowsPerPass + row];
-      cp_async_16(dst + it * kRowsPerPass * kRowBytes, off >= 0 ? src + off : base,
-                  off >= 0 ? 16 : 0);
+      cp_async_16(dst + it * kRowsPerPass * kRowBytes, src + offsets[it * kRowsPerPass + row]);
     }
   } else {
 #pragma unroll
@@ -158,9 +160,8 @@ __device__ __forceinline__ void load_kv_tile(uint32_t tile, const T* base, const
       const int i = it * kThreads + static_cast<int>(threadIdx.x);
       const int row = i / kChunks;
       const int chunk = i % kChunks;
-      const int64_t off = offsets[row];
-      const T* src = off >= 0 ? base + off + chunk * 8 : base;
-      cp_async_16(tile + swizzled<kRowBytes>(row, chunk), src, off >= 0 ? 16 : 0);
+      cp_async_16(tile + swizzled<kRowBytes>(row, chunk),
+                  reinterpret_cast<const char*>(base) + offsets[row] + chunk * 16);
     }
   }
 }
@@ -310,7 +311,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
       cp_async_16(s_q + swizzled<kQkRowBytes>(r, chunk), src, valid ? 16 : 0);
     }
     if (threadIdx.x < kBlockN) {
-      key_offsets(p, pages, kv_len, cta_lo, s_off, s_off + kBlockN);
+      key_offsets<T>(p, pages, kv_len, cta_lo, s_off, s_off + kBlockN);
     }
     __syncthreads();
     load_kv_tile<Config::kChunksQk, kBlockN, kThreads>(s_k, k_base, s_off);
@@ -454,7 +455,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
     const bool has_next = block + 1 < num_blocks;
     if (has_next && threadIdx.x < kBlockN) {
       int64_t* next = s_off + ((block + 1) & 1) * 2 * kBlockN;
-      key_offsets(p, pages, kv_len, n0 + kBlockN, next, next + kBlockN);
+      key_offsets<T>(p, pages, kv_len, n0 + kBlockN, next, next + kBlockN);
     }
     cp_async_wait_all();
     __syncthreads();

@@ -18,25 +18,28 @@
 
 namespace pagedattn::cuda::prefill::sm90 {
 
-template <int kHeadDimQk, int kHeadDimVo>
+template <int kHeadDimQk, int kHeadDimVo, int kBlockKeys = 64>
 struct Config {
   static constexpr int kThreads = 128;  // one warpgroup
   static constexpr int kBlockM = 64;
-  static constexpr int kBlockN = 64;
-  static constexpr int kBlockBytes = 64 * 128;  // one 64-column block of a 64-row tile
-  static constexpr int kQBytes = kHeadDimQk / 64 * kBlockBytes;
-  static constexpr int kKBytes = kHeadDimQk / 64 * kBlockBytes;
-  static constexpr int kVBytes = kHeadDimVo / 64 * kBlockBytes;
+  static constexpr int kBlockN = kBlockKeys;
+  static constexpr int kQBlockBytes = kBlockM * 128;   // one 64-column block of the Q tile
+  static constexpr int kKvBlockBytes = kBlockN * 128;  // ... of a K or V tile
+  static constexpr int kQBytes = kHeadDimQk / 64 * kQBlockBytes;
+  static constexpr int kKBytes = kHeadDimQk / 64 * kKvBlockBytes;
+  static constexpr int kVBytes = kHeadDimVo / 64 * kKvBlockBytes;
   static constexpr int kOffsetBytes = 2 * 2 * kBlockN * 8;
   // + 1024: the dynamic shared memory is aligned up to 1024 bytes inside the kernel.
   static constexpr int kSmemBytes = 1024 + kQBytes + kKBytes + kVBytes + kOffsetBytes;
-  static constexpr int kMinBlocks = kHeadDimVo <= 128 ? 3 : 2;
+  static constexpr int kMinBlocks = kHeadDimVo <= 128 && kBlockN <= 64 ? 3 : 2;
   static_assert(kHeadDimQk % 64 == 0 && kHeadDimVo % 64 == 0);
+  static_assert(kBlockN % 64 == 0 && kBlockN <= kThreads);
 };
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a 64-row swizzled tile.
+// Byte offset of 16-byte chunk `chunk` of row `row` in a kRows-row swizzled tile.
+template <int kRows>
 __device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
-  return static_cast<uint32_t>((chunk >> 3) * 64 * 128 + row * 128 +
+  return static_cast<uint32_t>((chunk >> 3) * kRows * 128 + row * 128 +
                                (((chunk & 7) ^ (row & 7)) << 4));
 }
 
@@ -50,30 +53,29 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// Gathers 64 rows of kChunks 16-byte chunks (offsets from key_offsets) into a swizzled tile.
-template <int kChunks, class T>
+// Gathers kRows rows of kChunks 16-byte chunks (byte offsets from key_offsets) into a swizzled
+// tile.
+template <int kChunks, int kRows, class T>
 __device__ __forceinline__ void load_tile(uint32_t tile, const T* base, const int64_t* offsets) {
   constexpr int kThreads = 128;
+  const char* bytes = reinterpret_cast<const char*>(base);
   if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0) {
     constexpr int kRowsPerPass = kThreads / kChunks;
     const int row = static_cast<int>(threadIdx.x) / kChunks;
     const int chunk = static_cast<int>(threadIdx.x) % kChunks;
-    const uint32_t dst = tile + tile_offset(row, chunk);
-    const T* src = base + chunk * 8;
+    const uint32_t dst = tile + tile_offset<kRows>(row, chunk);
+    const char* src = bytes + chunk * 16;
 #pragma unroll
-    for (int it = 0; it < 64 / kRowsPerPass; ++it) {
-      const int64_t off = offsets[it * kRowsPerPass + row];
-      cp_async_16(dst + it * kRowsPerPass * 128, off >= 0 ? src + off : base, off >= 0 ? 16 : 0);
+    for (int it = 0; it < kRows / kRowsPerPass; ++it) {
+      cp_async_16(dst + it * kRowsPerPass * 128, src + offsets[it * kRowsPerPass + row]);
     }
   } else {
-    static_assert(64 * kChunks % kThreads == 0);
+    static_assert(kRows * kChunks % kThreads == 0);
 #pragma unroll
-    for (int it = 0; it < 64 * kChunks / kThreads; ++it) {
+    for (int it = 0; it < kRows * kChunks / kThreads; ++it) {
       const int i = it * kThreads + static_cast<int>(threadIdx.x);
       const int row = i / kChunks, chunk = i % kChunks;
-      const int64_t off = offsets[row];
-      cp_async_16(tile + tile_offset(row, chunk), off >= 0 ? base + off + chunk * 8 : base,
-                  off >= 0 ? 16 : 0);
+      cp_async_16(tile + tile_offset<kRows>(row, chunk), bytes + offsets[row] + chunk * 16);
     }
   }
 }
@@ -111,14 +113,14 @@ struct Ops<__half> {
   }
 };
 
-template <class T, int kHeadDimQk, int kHeadDimVo>
-__global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo>::kMinBlocks)
+template <class T, int kHeadDimQk, int kHeadDimVo, int kBlockKeys = 64>
+__global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys>::kMinBlocks)
     prefill_kernel_sm90(const __grid_constant__ PrefillParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = Config<kHeadDimQk, kHeadDimVo>;
+  using C = Config<kHeadDimQk, kHeadDimVo, kBlockKeys>;
   constexpr int kBlockM = C::kBlockM;
   constexpr int kBlockN = C::kBlockN;
-  constexpr int kSRegs = kBlockN / 2;     // 64 x 64 f32 over 128 threads
+  constexpr int kSRegs = kBlockN / 2;     // 64 x kBlockN f32 over 128 threads
   constexpr int kORegs = kHeadDimVo / 2;  // 64 x Dvo
   constexpr float kLog2e = 1.4426950408889634f;
 
@@ -181,11 +183,11 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo>::kMinBlock
       const int token = valid ? row / g : 0;
       const int head = kv_head * g + (valid ? row - token * g : 0);
       const T* src = q + (q_begin + token) * p.q_stride_token + head * p.q_stride_head + chunk * 8;
-      cp_async_16(s_q + tile_offset(r, chunk), src, valid ? 16 : 0);
+      cp_async_16(s_q + tile_offset<kBlockM>(r, chunk), src, valid ? 16 : 0);
     }
-    if (threadIdx.x < kBlockN) key_offsets(p, pages, kv_len, cta_lo, s_off, s_off + kBlockN);
+    if (threadIdx.x < kBlockN) key_offsets<T>(p, pages, kv_len, cta_lo, s_off, s_off + kBlockN);
     __syncthreads();
-    load_tile<kHeadDimQk / 8>(s_k, k_base, s_off);
+    load_tile<kHeadDimQk / 8, kBlockN>(s_k, k_base, s_off);
     cp_async_commit();
   }
 
@@ -200,17 +202,23 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo>::kMinBlock
     cp_async_wait_all();  // K_j (and Q)
     fence_proxy_async();  // ... visible to the tensor cores' (async proxy) reads
     __syncthreads();      // ... of every thread's copies; every thread is done with V_{j-1}
-    load_tile<kHeadDimVo / 8>(s_v, v_base, offsets + kBlockN);
+    load_tile<kHeadDimVo / 8, kBlockN>(s_v, v_base, offsets + kBlockN);
     cp_async_commit();
 
-    // S = Q K^T: Dqk / 16 steps of k16, 32 bytes apart inside a 64-column block.
+    // S = Q K^T: Dqk / 16 steps of k16, 32 bytes apart inside a 64-column block; each 64 keys of
+    // the tile are one m64n64 product into their 32 accumulators.
     float s[kSRegs];
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kHeadDimQk / 16; ++ks) {
-      const uint32_t step = (ks >> 2) * C::kBlockBytes + (ks & 3) * 32;
-      Ops<T>::qk(s, descriptor(s_q + step, 16, 1024), descriptor(s_k + step, 16, 1024),
-                 ks > 0 ? 1 : 0);
+      const uint32_t column = (ks & 3) * 32;
+      const uint64_t a = descriptor(s_q + (ks >> 2) * C::kQBlockBytes + column, 16, 1024);
+#pragma unroll
+      for (int half = 0; half < kBlockN / 64; ++half) {
+        const uint32_t b = s_k + (ks >> 2) * C::kKvBlockBytes + half * 64 * 128 + column;
+        Ops<T>::qk(*reinterpret_cast<float(*)[32]>(s + 32 * half), a, descriptor(b, 16, 1024),
+                   ks > 0 ? 1 : 0);
+      }
     }
     wgmma_commit();
     wgmma_wait_all();
@@ -272,13 +280,13 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo>::kMinBlock
     const bool has_next = block + 1 < num_blocks;
     if (has_next && threadIdx.x < kBlockN) {
       int64_t* next = s_off + ((block + 1) & 1) * 2 * kBlockN;
-      key_offsets(p, pages, kv_len, n0 + kBlockN, next, next + kBlockN);
+      key_offsets<T>(p, pages, kv_len, n0 + kBlockN, next, next + kBlockN);
     }
     cp_async_wait_all();  // V_j
     fence_proxy_async();
     __syncthreads();  // every thread is done with K_j; the next offsets are visible
     if (has_next) {
-      load_tile<kHeadDimQk / 8>(s_k, k_base, s_off + ((block + 1) & 1) * 2 * kBlockN);
+      load_tile<kHeadDimQk / 8, kBlockN>(s_k, k_base, s_off + ((block + 1) & 1) * 2 * kBlockN);
       cp_async_commit();
     }
 
@@ -286,7 +294,7 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo>::kMinBlock
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      Ops<T>::pv(o, pa[kk], descriptor(s_v + kk * 16 * 128, C::kBlockBytes, 1024));
+      Ops<T>::pv(o, pa[kk], descriptor(s_v + kk * 16 * 128, C::kKvBlockBytes, 1024));
     }
     wgmma_commit();
     wgmma_wait_all();
