@@ -10,8 +10,8 @@
 namespace pagedattn::cuda {
 
 Support supports_mla(const OpDesc& op) {
-  return Support::no(fmt::format(
-      "{}: MLA has no CUDA kernel yet (use the CPU backend for MLA)", op_name(op.op)));
+  return Support::no(
+      fmt::format("{}: MLA has no CUDA kernel yet (use the CPU backend for MLA)", op_name(op.op)));
 }
 
 void run_mla(CudaWorkspace& /*workspace*/, const MlaArgs& /*args*/) {

@@ -51,15 +51,15 @@ void check_vector_aligned(std::string_view name, const TensorView& view, int64_t
 
 Support supports_prefill(const OpDesc& op) {
   if (op.op != OpKind::kPrefill) {
-    return Support::no(fmt::format("prefill kernel: operation {} (expected prefill)",
-                                   op_name(op.op)));
+    return Support::no(
+        fmt::format("prefill kernel: operation {} (expected prefill)", op_name(op.op)));
   }
   if (op.device.type != DeviceType::kCUDA) {
     return Support::no(fmt::format("prefill kernel: device {} (expected cuda)", op.device.str()));
   }
   if (op.q_dtype != DType::kBF16 && op.q_dtype != DType::kF16) {
-    return Support::no(fmt::format("prefill kernel: q dtype {} (expected bf16 or f16)",
-                                   dtype_name(op.q_dtype)));
+    return Support::no(
+        fmt::format("prefill kernel: q dtype {} (expected bf16 or f16)", dtype_name(op.q_dtype)));
   }
   if (op.kv_dtype != op.q_dtype) {
     return Support::no(fmt::format(
@@ -112,8 +112,7 @@ void run_prefill(CudaWorkspace& /*workspace*/, const PrefillArgs& args) {
   check_metadata(meta.kv_indptr, "meta.kv_indptr", int64_t{batch} + 1, device);
   check_metadata(meta.kv_indices, "meta.kv_indices", 0, device);
   check_metadata(meta.kv_last_page_len, "meta.kv_last_page_len", batch, device);
-  PA_CHECK(meta.max_q_len >= 0, "meta.max_q_len: {} (expected >= 0; 0 = unknown)",
-           meta.max_q_len);
+  PA_CHECK(meta.max_q_len >= 0, "meta.max_q_len: {} (expected >= 0; 0 = unknown)", meta.max_q_len);
 
   const AttentionOptions& options = args.options;
   PA_CHECK(std::isfinite(options.sm_scale) && options.sm_scale > 0.0f,
@@ -128,8 +127,7 @@ void run_prefill(CudaWorkspace& /*workspace*/, const PrefillArgs& args) {
 
   const int group = hq / hkv;
   // Grid bound (see params.h tile_bound) with the smallest tile of either kernel: 64 rows.
-  const int64_t max_blocks =
-      (rows * group / 64 + batch) * static_cast<int64_t>(hkv);
+  const int64_t max_blocks = (rows * group / 64 + batch) * static_cast<int64_t>(hkv);
   PA_CHECK(max_blocks < (int64_t{1} << 31),
            "q: {} rows x {} query heads over {} requests need {} thread blocks (expected < 2^31)",
            rows, hq, batch, max_blocks);

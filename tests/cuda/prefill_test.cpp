@@ -5,6 +5,8 @@
 // dims x group size x page size x causal, plus corner cases (padding, empty KV, one long request,
 // HND, allocation pages larger than P, soft-cap, sliding window), page-size invariance (bitwise),
 // and argument errors. Skips, saying why, where no CUDA device is usable (CI).
+#include "cuda/prefill.h"
+
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -17,7 +19,6 @@
 #include "common/cases.h"
 #include "common/test_util.h"
 #include "cpu/cpu_backend.h"
-#include "cuda/prefill.h"
 #include "cuda/workspace.h"
 #include "pagedattn/error.h"
 #include "reference/reference.h"
@@ -32,15 +33,17 @@ using testing::CaseSpec;
 std::string gpu_missing() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status);
+  if (status != cudaSuccess) {
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status);
+  }
   return count > 0 ? std::string() : std::string("no CUDA device");
 }
 
-#define SKIP_WITHOUT_GPU()                                                                  \
-  do {                                                                                      \
-    if (const std::string why = gpu_missing(); !why.empty()) {                              \
-      GTEST_SKIP() << "no usable CUDA device, CUDA test skipped (" << why << ")";           \
-    }                                                                                       \
+#define SKIP_WITHOUT_GPU()                                                        \
+  do {                                                                            \
+    if (const std::string why = gpu_missing(); !why.empty()) {                    \
+      GTEST_SKIP() << "no usable CUDA device, CUDA test skipped (" << why << ")"; \
+    }                                                                             \
   } while (0)
 
 void check_cuda(cudaError_t status, const char* what) {

@@ -4,12 +4,13 @@
 // gtest-free executable until `pagedattn bench prefill --device cuda` carries these rows.
 //
 // Each row times the default kernel (wgmma on Hopper) and the mma.sync kernel
-// (PAGEDATTN_PREFILL_KERNEL=mma). Timing: CUDA events around each launch, the L2 flushed (a 256 MiB memset) before every
-// sample, 3 warm-ups, median of `--reps` samples (default 20). FLOPs count the visible
-// (query, key) pairs only (causal: about half of the square), 2 * pairs * Hq * (Dqk + Dvo).
+// (PAGEDATTN_PREFILL_KERNEL=mma). Timing: CUDA events around each launch, the L2 flushed (a 256 MiB
+// memset) before every sample, 3 warm-ups, median of `--reps` samples (default 20). FLOPs count the
+// visible (query, key) pairs only (causal: about half of the square), 2 * pairs * Hq * (Dqk + Dvo).
 //
 // Build (from the repository root, after building the library and the references):
-//   nvcc -std=c++20 -O2 -I include -I src -I tests tools/bench_prefill_cuda/bench_prefill_cuda.cpp \
+//   nvcc -std=c++20 -O2 -I include -I src -I tests tools/bench_prefill_cuda/bench_prefill_cuda.cpp
+//   \
 //     BUILD/tests/reference/libpagedattn_reference.a BUILD/src/libpagedattn.a -lcublas -lfmt \
 //     -Xcompiler -fopenmp -o bench_prefill_cuda
 #include <cublas_v2.h>
@@ -30,14 +31,14 @@ namespace {
 using pagedattn::testing::AttentionCase;
 using pagedattn::testing::CaseSpec;
 
-#define CHECK_CUDA(call)                                                                   \
-  do {                                                                                     \
-    const cudaError_t status_ = (call);                                                    \
-    if (status_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,                    \
-                   cudaGetErrorString(status_));                                           \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+#define CHECK_CUDA(call)                                                \
+  do {                                                                  \
+    const cudaError_t status_ = (call);                                 \
+    if (status_ != cudaSuccess) {                                       \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(status_));                        \
+      std::exit(1);                                                     \
+    }                                                                   \
   } while (0)
 
 struct Timer {
@@ -109,10 +110,9 @@ double cublas_tflops(Timer& timer, int reps) {
   const float alpha = 1.0f, beta = 0.0f;
   const double ms = timer.median_ms(
       [&] {
-        const cublasStatus_t status =
-            cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b,
-                         CUDA_R_16BF, n, &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                         CUBLAS_GEMM_DEFAULT);
+        const cublasStatus_t status = cublasGemmEx(
+            handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
+            &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (status != CUBLAS_STATUS_SUCCESS) std::exit(1);
       },
       reps);
@@ -175,8 +175,7 @@ int main(int argc, char** argv) {
     args.lse = to_device(host.lse, owned);
     // The default kernel (wgmma on Hopper), then the mma.sync kernel.
     unsetenv("PAGEDATTN_PREFILL_KERNEL");
-    const double ms =
-        timer.median_ms([&] { pagedattn::cuda::run_prefill(workspace, args); }, reps);
+    const double ms = timer.median_ms([&] { pagedattn::cuda::run_prefill(workspace, args); }, reps);
     setenv("PAGEDATTN_PREFILL_KERNEL", "mma", 1);
     const double mma_ms =
         timer.median_ms([&] { pagedattn::cuda::run_prefill(workspace, args); }, reps);

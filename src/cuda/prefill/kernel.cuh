@@ -120,8 +120,8 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
 // unwritten slot's NaN) and masked out of the softmax, so its P is exactly 0 and no zero-fill or
 // per-copy test is needed in the loads. Requires kv_len >= 1.
 template <class T>
-__device__ __forceinline__ void key_offsets(const PrefillParams& p, const int32_t* pages, int kv_len,
-                                            int n0, int64_t* k_off, int64_t* v_off) {
+__device__ __forceinline__ void key_offsets(const PrefillParams& p, const int32_t* pages,
+                                            int kv_len, int n0, int64_t* k_off, int64_t* v_off) {
   const int key = min(n0 + static_cast<int>(threadIdx.x), kv_len - 1);
   const int slot = key / p.page_size;
   const int in_page = key - slot * p.page_size;
@@ -253,8 +253,8 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
   const int row0 = tile * kBlockM;
   const int kv_page_begin = p.kv_indptr[request];
   const int num_pages = p.kv_indptr[request + 1] - kv_page_begin;
-  const int kv_len = num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request]
-                                   : 0;
+  const int kv_len =
+      num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request] : 0;
   const int32_t* pages = p.kv_indices + kv_page_begin;
   const int pos_shift = kv_len - q_len;  // query token t sits at KV position pos_shift + t
 
@@ -460,8 +460,8 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
     cp_async_wait_all();
     __syncthreads();
     if (has_next) {
-      load_kv_tile<Config::kChunksQk, kBlockN, kThreads>(
-          s_k, k_base, s_off + ((block + 1) & 1) * 2 * kBlockN);
+      load_kv_tile<Config::kChunksQk, kBlockN, kThreads>(s_k, k_base,
+                                                         s_off + ((block + 1) & 1) * 2 * kBlockN);
       cp_async_commit();
     }
 
@@ -503,8 +503,8 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
       const int token = row / g;
       const int head = kv_head * g + (row - token * g);
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      T* dst = out + (q_begin + token) * p.out_stride_token + head * p.out_stride_head +
-               2 * (lane & 3);
+      T* dst =
+          out + (q_begin + token) * p.out_stride_token + head * p.out_stride_head + 2 * (lane & 3);
 #pragma unroll
       for (int nt = 0; nt < kOTiles; ++nt) {
         const uint32_t packed = Mma<T>::pack(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);

@@ -146,8 +146,8 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
   const int row0 = tile * kBlockM;
   const int kv_page_begin = p.kv_indptr[request];
   const int num_pages = p.kv_indptr[request + 1] - kv_page_begin;
-  const int kv_len = num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request]
-                                   : 0;
+  const int kv_len =
+      num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request] : 0;
   const int32_t* pages = p.kv_indices + kv_page_begin;
   const int pos_shift = kv_len - q_len;
 
@@ -249,7 +249,9 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
     for (int h = 0; h < 2; ++h) {
       float m = s[2 * h];
 #pragma unroll
-      for (int j = 0; j < kSRegs / 4; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      for (int j = 0; j < kSRegs / 4; ++j) {
+        m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      }
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       m = fmaxf(row_max[h], m * mul);
@@ -274,7 +276,9 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) pa[kk][r] = Mma<T>::pack(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      for (int r = 0; r < 4; ++r) {
+        pa[kk][r] = Mma<T>::pack(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      }
     }
 
     const bool has_next = block + 1 < num_blocks;
@@ -312,7 +316,8 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
     const int token = row / g;
     const int head = kv_head * g + (row - token * g);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    T* dst = out + (q_begin + token) * p.out_stride_token + head * p.out_stride_head + 2 * (lane & 3);
+    T* dst =
+        out + (q_begin + token) * p.out_stride_token + head * p.out_stride_head + 2 * (lane & 3);
 #pragma unroll
     for (int j = 0; j < kORegs / 4; ++j) {
       *reinterpret_cast<uint32_t*>(dst + j * 8) =

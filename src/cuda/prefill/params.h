@@ -42,7 +42,8 @@ struct PrefillParams {
   int32_t window_left = -1;      // >= 0: keys in [pos - window_left, ...]
   bool causal = true;
 
-  // Host-known bounds for the grid: T = qo rows (q.shape[0]) and the step's max_q_len (0 = unknown).
+  // Host-known bounds for the grid: T = qo rows (q.shape[0]) and the step's max_q_len (0 =
+  // unknown).
   int64_t num_qo_rows = 0;
   int32_t max_q_len = 0;
   int32_t num_tiles_bound = 0;  // set by the launcher: grid = num_tiles_bound * num_kv_heads CTAs
