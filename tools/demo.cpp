@@ -139,6 +139,7 @@ void Engine::store_tokens(int64_t id, const std::vector<uint16_t>& k,
   HostTensor slots(DType::kI64, {to - from});
   for (int32_t t = from; t < to; ++t) {
     slots.data<int64_t>()[t - from] = int64_t{pages[t / a]} * a + t % a;
+    if (t == from || t % a == 0) runner_->touch(pages[t / a]);
   }
   const auto view = [&](const std::vector<uint16_t>& data) {
     return TensorView::contiguous(const_cast<uint16_t*>(data.data()) + from * token_elements_,
@@ -165,6 +166,7 @@ void Engine::admit(Request& r, std::vector<BatchEntry>& prefill) {
     check(allocator_->fork(p.id, r.id, &copy) == AllocStatus::kOk, "fork failed");
     if (copy.num_tokens > 0) {
       copy_tokens(cache_->paged(options_.alloc_page_size), copy.src, copy.dst, copy.num_tokens);
+      runner_->touch(copy.dst);
       ++result_.partial_page_copies;
     }
     ++result_.forks;

@@ -22,6 +22,7 @@
 
 #include "core/check.h"
 #include "reference/reference.h"
+#include "tools/demo_device.h"
 
 namespace pagedattn::tools::demo {
 namespace {
@@ -34,6 +35,28 @@ double seconds_since(Clock::time_point start) {
 
 TensorView i32_view(std::vector<int32_t>& values, int64_t n) {
   return TensorView::contiguous(values.data(), DType::kI32, {n});
+}
+
+// The backend for `op` under `selection`, and so the device its tensors live on: a named backend
+// brings its device; "auto" prefers a usable GPU whose backend serves the operation, else the
+// CPU (so that a GPU machine runs the demo on the GPU by default).
+const Backend& choose_backend(const Selection& selection, OpDesc op) {
+  const Registry& registry = Registry::builtin();
+  const std::string& spec = selection.for_op(op.op);
+  if (spec == "auto") {
+    op.device = Device::cuda(0);
+    try {
+      return select_backend(registry, selection, op);
+    } catch (const Error&) {
+      // no GPU here, or no GPU backend for this operation: the CPU serves it
+    }
+    op.device = Device::cpu();
+    return select_backend(registry, selection, op);
+  }
+  const Backend* named = registry.find(spec);
+  op.device = named != nullptr && named->device_type() == DeviceType::kCUDA ? Device::cuda(0)
+                                                                            : Device::cpu();
+  return select_backend(registry, selection, op);
 }
 
 // A sampled query row and its reference output.
@@ -71,12 +94,13 @@ AttentionRunner::AttentionRunner(const ModelShape& shape, const HostKvCache& cac
       slot_table_(slot_table),
       max_batch_(
           static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(std::max(max_batch, 1))))) {
+  int64_t max_indices = 1;
+  bool on_gpu = false;
   for (int32_t page_size : page_sizes) {
     const int64_t max_pages = max_batch_ * ((max_tokens + page_size - 1) / page_size);
     auto entry = std::make_unique<PerPageSize>(max_batch_, max_pages);
     entry->page_size = page_size;
     OpDesc op;
-    op.device = Device::cpu();
     op.q_dtype = DType::kBF16;
     op.kv_dtype = cache.config().dtype;
     op.num_qo_heads = shape.qo_heads;
@@ -86,9 +110,12 @@ AttentionRunner::AttentionRunner(const ModelShape& shape, const HostKvCache& cac
     op.layout = cache.config().layout;
     op.causal = true;
     op.op = OpKind::kPrefill;
-    entry->prefill = &select_backend(Registry::builtin(), selection, op);
+    entry->prefill = &choose_backend(selection, op);
     op.op = OpKind::kDecode;
-    entry->decode = &select_backend(Registry::builtin(), selection, op);
+    entry->decode = &choose_backend(selection, op);
+    max_indices = std::max(max_indices, max_pages);
+    on_gpu = on_gpu || entry->prefill->device_type() == DeviceType::kCUDA ||
+             entry->decode->device_type() == DeviceType::kCUDA;
     WorkspaceLimits limits;
     limits.max_batch = max_batch_;
     limits.max_pages = max_pages;
@@ -99,6 +126,15 @@ AttentionRunner::AttentionRunner(const ModelShape& shape, const HostKvCache& cac
     entry->decode_workspace = entry->decode->create_workspace(limits);
     per_page_size_.push_back(std::move(entry));
   }
+  if (on_gpu) {
+    mirror_ = std::make_unique<DeviceMirror>(cache, std::max<int64_t>(max_rows, max_batch_),
+                                             int64_t{shape.qo_heads} * shape.head_dim, max_batch_,
+                                             max_indices);
+  }
+}
+
+void AttentionRunner::touch(int32_t alloc_page) {
+  if (mirror_) mirror_->touch(alloc_page);
 }
 
 AttentionRunner::~AttentionRunner() = default;
@@ -234,17 +270,37 @@ void AttentionRunner::run(int64_t step, bool prefill, std::span<const BatchEntry
     AttentionOptions options;
     options.sm_scale = sm_scale;
     options.causal = true;
+    const Backend& backend = prefill ? *pp.prefill : *pp.decode;
+    Workspace& workspace = prefill ? *pp.prefill_workspace : *pp.decode_workspace;
+    const bool gpu = backend.device_type() == DeviceType::kCUDA;
+    // On the GPU: the written pages, q and the metadata go up first (not timed: an engine keeps
+    // them there), out and lse come back after.
+    PagedKv kv_used = kv;
+    TensorView q_used = q_padded.view(), out_used = out.view(), lse_used = lse.view();
+    StepMetadata meta_used = meta;
+    if (gpu) {
+      kv_used = mirror_->sync(pp.page_size);
+      q_used = mirror_->upload_q(q_padded.view());
+      meta_used = mirror_->upload_metadata(meta);
+      mirror_->poisoned_outputs(rows, hq, &out_used, &lse_used);
+      mirror_->synchronize();
+    }
     const auto run_start = Clock::now();
     if (prefill) {
-      PrefillArgs args{q_padded.view(), kv, meta, out.view(), lse.view(), options};
-      pp.prefill->plan(*pp.prefill_workspace, describe_op(args), meta);
-      pp.prefill->run_prefill(*pp.prefill_workspace, args);
-      stats.prefill_seconds += seconds_since(run_start);
+      PrefillArgs args{q_used, kv_used, meta_used, out_used, lse_used, options};
+      backend.plan(workspace, describe_op(args), meta_used);
+      backend.run_prefill(workspace, args);
     } else {
-      DecodeArgs args{q_padded.view(), kv, meta, out.view(), lse.view(), options};
-      pp.decode->plan(*pp.decode_workspace, describe_op(args), meta);
-      pp.decode->run_decode(*pp.decode_workspace, args);
-      const double elapsed = seconds_since(run_start);
+      DecodeArgs args{q_used, kv_used, meta_used, out_used, lse_used, options};
+      backend.plan(workspace, describe_op(args), meta_used);
+      backend.run_decode(workspace, args);
+    }
+    if (gpu) mirror_->synchronize();
+    const double elapsed = seconds_since(run_start);
+    if (gpu) mirror_->download(out_used, lse_used, out.view(), lse.view());
+    if (prefill) {
+      stats.prefill_seconds += elapsed;
+    } else {
       stats.decode_seconds += elapsed;
       stats.decode_step_seconds.push_back(elapsed);
     }

@@ -37,6 +37,8 @@ struct ModelShape {
   int32_t head_dim = 128;
 };
 
+class DeviceMirror;  // demo_device.h
+
 class AttentionRunner {
  public:
   // `max_batch`: most requests in one batch; `max_tokens`: longest request; `max_rows`: most
@@ -47,7 +49,9 @@ class AttentionRunner {
                   int32_t max_batch, int64_t max_tokens, int64_t max_rows, bool slot_table);
   ~AttentionRunner();
 
-  std::string backend_names(OpKind op) const;  // e.g. "cpu", or "cpu (P=1), cuda (P=16)"
+  std::string backend_names(OpKind op) const;
+  // The host wrote allocation page `alloc_page` (store or fork copy): a GPU backend needs it.
+  void touch(int32_t alloc_page);  // e.g. "cpu", or "cpu (P=1), cuda (P=16)"
 
   // Runs `batch` for every page size. q: [sum of q_len, Hq, D] bf16. `sample`: indices into
   // `batch` whose rows are checked (prefill: the first and last new row of each). Statistics
@@ -62,6 +66,7 @@ class AttentionRunner {
   bool slot_table_ = false;
   int32_t max_batch_;
   std::vector<std::unique_ptr<PerPageSize>> per_page_size_;
+  std::unique_ptr<DeviceMirror> mirror_;  // when a selected backend runs on CUDA
 };
 
 }  // namespace pagedattn::tools::demo
