@@ -10,9 +10,11 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -125,10 +127,12 @@ struct Result {
   std::vector<double> out, lse;
 };
 // `kernel`: "" runs the default choice (wgmma on Hopper), "mma" forces the mma.sync kernel.
-Result run_gpu(const AttentionCase& c, const char* kernel = "") {
+// `drop_hint` clears meta.max_q_len (the grid is then bounded by T and B alone).
+Result run_gpu(const AttentionCase& c, const char* kernel = "", bool drop_hint = false) {
   DeviceMirror mirror;
   const PrefillArgs host = c.prefill_args();
-  const PrefillArgs args = to_device(host, mirror);
+  PrefillArgs args = to_device(host, mirror);
+  if (drop_hint) args.meta.max_q_len = 0;
   setenv("PAGEDATTN_PREFILL_KERNEL", kernel, 1);
   run_prefill(workspace(), args);
   unsetenv("PAGEDATTN_PREFILL_KERNEL");
@@ -297,6 +301,31 @@ TEST(CudaPrefill, SoftCapAndSlidingWindow) {
   spec.causal = false;
   spec.window_left = 31;
   check_case(spec);
+}
+
+// More requests than a CTA's scan covers at once (128), random lengths, and no max_q_len hint.
+TEST(CudaPrefill, ManyRaggedRequestsWithoutHint) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  CaseSpec spec = base_spec();
+  spec.kv_lens.clear();
+  spec.q_lens.clear();
+  for (int r = 0; r < 200; ++r) {
+    const int kv_len = std::uniform_int_distribution<int>(0, 40)(rng);
+    spec.kv_lens.push_back(kv_len);
+    spec.q_lens.push_back(std::uniform_int_distribution<int>(0, std::min(kv_len, 6))(rng));
+  }
+  const AttentionCase c(spec, seed);
+  std::vector<double> ref_lse;
+  const std::vector<double> ref = testing::reference_prefill(c.prefill_args(), &ref_lse);
+  for (const char* kernel : {"mma", ""}) {
+    SCOPED_TRACE(std::string("kernel ") + (*kernel != '\0' ? kernel : "default"));
+    const Result gpu = run_gpu(c, kernel, /*drop_hint=*/true);
+    EXPECT_EQ(testing::compare(gpu.out, ref, testing::tolerance_for(spec.q_dtype), "out"), "");
+    EXPECT_EQ(testing::compare(gpu.lse, ref_lse, kLseTolerance, "lse"), "");
+  }
 }
 
 TEST(CudaPrefill, WithoutLse) {
