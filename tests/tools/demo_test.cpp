@@ -8,10 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "common/test_util.h"
 #include "pagedattn/error.h"
+#include "pagedattn/registry.h"
+#include "tools/demo_attention.h"
 
 namespace pagedattn::tools {
 namespace {
@@ -140,6 +144,61 @@ TEST(Demo, RejectsBadOptionsNamingThem) {
   expect_error([](DemoOptions& o) { o.num_pages = 3; }, "--num-pages: 3 is too small");
   expect_error([](DemoOptions& o) { o.backend = "nope"; }, "'nope'");
   expect_error([](DemoOptions& o) { o.num_kv_heads = 3; }, "not a multiple of 3 KV heads");
+}
+
+// The checks can fail: one attention batch run directly through the demo's runner passes while
+// the cache holds what the requests' logical K/V say, and fails, naming the request, once one
+// cached value differs from it.
+TEST(DemoAttention, ChecksCatchACorruptedCache) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(fmt::format("seed {}", seed));
+  std::mt19937_64 rng(seed);
+  const demo::ModelShape shape{4, 2, 32};
+  const int64_t token = int64_t{shape.kv_heads} * shape.head_dim;
+  HostKvCache cache({8, 4, shape.kv_heads, shape.head_dim, KvLayout::kNHD, DType::kBF16});
+  demo::AttentionRunner runner(shape, cache, {1, 2, 4}, Selection::parse("auto"), 4, 12, 12,
+                               /*slot_table=*/false);
+  // Three requests of 5, 9 and 2 tokens on shuffled pages; logical K/V in bf16.
+  const std::vector<std::vector<int32_t>> tables = {{6, 1}, {3, 0, 7}, {5}};
+  const std::vector<int32_t> lengths = {5, 9, 2};
+  std::vector<HostTensor> k, v;
+  std::vector<demo::BatchEntry> batch;
+  for (size_t r = 0; r < tables.size(); ++r) {
+    k.emplace_back(DType::kBF16,
+                   std::initializer_list<int64_t>{lengths[r], shape.kv_heads, shape.head_dim});
+    v.emplace_back(DType::kBF16,
+                   std::initializer_list<int64_t>{lengths[r], shape.kv_heads, shape.head_dim});
+    testing::fill_uniform(k.back().view(), rng);
+    testing::fill_uniform(v.back().view(), rng);
+    HostTensor slots(DType::kI32, {lengths[r]});
+    for (int32_t t = 0; t < lengths[r]; ++t)
+      slots.data<int32_t>()[t] = tables[r][t / 4] * 4 + t % 4;
+    store_kv(cache.paged(4), k.back().view(), v.back().view(), slots.view());
+    batch.push_back({tables[r], lengths[r], 1, k.back().data<uint16_t>(), v.back().data<uint16_t>(),
+                     static_cast<int64_t>(r)});
+  }
+  HostTensor q(DType::kBF16, {3, shape.qo_heads, shape.head_dim});
+  testing::fill_uniform(q.view(), rng, -4.0f, 4.0f);
+  const std::vector<int32_t> sample = {0, 1, 2};
+
+  DemoResult good;
+  good.per_page_size.resize(3);
+  runner.run(0, /*prefill=*/false, batch, q.view(), sample, good);
+  EXPECT_EQ(good.failures, 0) << failures(good);
+  EXPECT_GT(good.checks, 9);  // 3 rows x 3 page sizes, plus finiteness and padding checks
+
+  // Request 1's token 6 (its second page, 0, offset 2), value of head 1, dim 3: in the cache, not
+  // the logical.
+  uint16_t* cached =
+      cache.paged(4).v.data_as<uint16_t>() + (0 * 4 + 2) * token + shape.head_dim + 3;
+  *cached = float_to_bf16(bf16_to_float(*cached) + 64.0f);
+  DemoResult bad;
+  bad.per_page_size.resize(3);
+  runner.run(0, /*prefill=*/false, batch, q.view(), sample, bad);
+  EXPECT_EQ(bad.failures, 3) << failures(bad);  // request 1, at every page size
+  ASSERT_FALSE(bad.failure_messages.empty());
+  EXPECT_NE(bad.failure_messages[0].find("request 1"), std::string::npos)
+      << bad.failure_messages[0];
 }
 
 }  // namespace
