@@ -8,6 +8,8 @@
 // is timed with CUDA events, the L2 flushed (256 MiB memset) before every sample; median of --reps.
 //   KV TB/s = K and V bytes read once / median time; ratios against the streaming read and the
 //   device copy measured in the same run (and the cuBLAS bf16 matmul, for reference).
+// The GPU planner beside the host planner (--plan): block table -> CSR metadata + split-KV
+// partition, B up to 1024, kv_len up to 32k, P 1 / 16 / 64 (allocation pages of 64 tokens).
 // Then CUDA graphs: host time per decode step (new block table + lengths copied in, then the
 // replay) vs the same work launched eagerly, at batch 1 and 64, 32 layers per step.
 // Prints a table, and JSON with --json.
@@ -29,6 +31,8 @@
 #include "cuda/fill.h"
 #include "cuda/workspace.h"
 #include "pagedattn/cuda_graph.h"
+#include "pagedattn/cuda_planner.h"
+#include "pagedattn/planner.h"
 #include "tools/bench_cuda_util.h"
 
 namespace pagedattn::tools {
@@ -76,6 +80,90 @@ PagedKv cache_view(void* k, void* v, int64_t pages, int32_t page_size) {
   return kv;
 }
 
+// Host planner vs GPU planner on the same block table (allocation pages of 64 tokens).
+nlohmann::json bench_planner(cudaStream_t stream) {
+  fmt::print("\nplanner: host plan() + split_kv_partition() vs GPU plan_on_device() + "
+             "split_kv_on_device() (device time, events), block table, A 64, median of 10\n"
+             "{:>6} {:>8} {:>4} {:>12} {:>12} {:>8}\n",
+             "B", "kv_len", "P", "host_us", "gpu_us", "host/gpu");
+  nlohmann::json rows = nlohmann::json::array();
+  constexpr int32_t kAlloc = 64;
+  std::mt19937_64 rng(7);
+  for (int32_t batch : {1, 64, 256, 1024}) {
+    for (int32_t kv_len : {1024, 32768}) {
+      const int32_t blocks = kv_len / kAlloc;
+      const int64_t alloc_pages = int64_t{batch} * blocks;
+      std::vector<int32_t> table(alloc_pages);
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), rng);
+      std::vector<int32_t> lens(batch, kv_len);
+      cuda::DeviceBuffer d_table, d_lens;
+      const TensorView table_flat = i32_device(d_table, table);
+      const TensorView lens_view = i32_device(d_lens, lens);
+      for (int32_t page : {1, 16, 64}) {
+        const int64_t pages = alloc_pages * (kAlloc / page);
+        PlanStorage host(batch, pages);
+        PlanInput input;
+        input.table = BlockTableInput{table, blocks};
+        input.num_reqs = batch;
+        input.seq_lens = lens;
+        input.alloc_page_size = kAlloc;
+        input.page_size = page;
+        input.num_alloc_pages = alloc_pages;
+        SplitKvConfig split{true, 33, std::max(1, 256 / page)};
+        const int64_t capacity = split_kv_capacity(batch, pages, split);
+        std::vector<int32_t> work_request(capacity), work_chunk(capacity), merge(batch + 1);
+        std::vector<double> host_ns;
+        for (int rep = 0; rep < 10; ++rep) {
+          const auto t0 = std::chrono::steady_clock::now();
+          plan(input, host.buffers());
+          split_kv_partition(std::span<const int32_t>(host.kv_indptr.data(), batch + 1), batch,
+                             split, {work_request, work_chunk, merge});
+          const auto t1 = std::chrono::steady_clock::now();
+          host_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+        }
+        std::sort(host_ns.begin(), host_ns.end());
+        cuda::DeviceBuffer qo(4 * (batch + 1)), indptr(4 * (batch + 1)), indices(4 * pages),
+            last(4 * batch), kv_lens(4 * batch), status(16), request(4 * capacity),
+            chunk(4 * capacity), merge_d(4 * (batch + 1)), info(16);
+        auto view = [](cuda::DeviceBuffer& b, int64_t n) {
+          return TensorView::contiguous(b.data(), DType::kI32, {n}, Device::cuda(0));
+        };
+        cuda::DevicePlanInput device_input;
+        device_input.table = table_flat;
+        device_input.table.ndim = 2;
+        device_input.table.shape = {batch, blocks};
+        device_input.table.strides = {blocks, 1};
+        device_input.seq_lens = lens_view;
+        device_input.num_reqs = batch;
+        device_input.alloc_page_size = kAlloc;
+        device_input.page_size = page;
+        device_input.num_alloc_pages = alloc_pages;
+        const cuda::DevicePlanBuffers buffers{view(qo, batch + 1), view(indptr, batch + 1),
+                                              view(indices, pages),  view(last, batch),
+                                              view(kv_lens, batch),  view(status, 4)};
+        const cuda::DeviceSplitKvBuffers split_buffers{view(request, capacity),
+                                                       view(chunk, capacity),
+                                                       view(merge_d, batch + 1), view(info, 4)};
+        const double gpu_ns = median_device_ns(
+            [&] {
+              cuda::plan_on_device(device_input, buffers, stream);
+              cuda::split_kv_on_device(view(indptr, batch + 1), batch, split, split_buffers,
+                                       stream);
+            },
+            2, 10, false, stream);
+        cuda::read_plan_status(view(status, 4), stream);
+        const double host_us = host_ns[host_ns.size() / 2] / 1e3;
+        fmt::print("{:>6} {:>8} {:>4} {:>12.1f} {:>12.1f} {:>8.2f}\n", batch, kv_len, page,
+                   host_us, gpu_ns / 1e3, host_us * 1e3 / gpu_ns);
+        rows.push_back({{"batch", batch}, {"kv_len", kv_len}, {"page_size", page},
+                        {"host_us", host_us}, {"gpu_us", gpu_ns / 1e3}});
+      }
+    }
+  }
+  return rows;
+}
+
 struct Result {
   Row row;
   int32_t page_size;
@@ -85,7 +173,7 @@ struct Result {
 };
 
 void run(const std::string& rows_text, const std::vector<int32_t>& page_sizes, int32_t reps,
-         bool graphs, const std::string& json_path) {
+         bool graphs, bool planner, const std::string& json_path) {
   const Support device = cuda::device_available();
   PA_CHECK(device.ok, "no GPU: {}", device.reason);
   cudaStream_t stream = nullptr;
@@ -227,6 +315,8 @@ void run(const std::string& rows_text, const std::vector<int32_t>& page_sizes, i
     }
   }
 
+  const nlohmann::json planner_json = planner ? bench_planner(stream) : nlohmann::json::array();
+
   if (!json_path.empty()) {
     nlohmann::json rows_json = nlohmann::json::array();
     for (const Result& r : results) {
@@ -246,7 +336,8 @@ void run(const std::string& rows_text, const std::vector<int32_t>& page_sizes, i
                       {"matmul_bf16_tflops", ceilings.matmul_tflops},
                       {"matmul_size", ceilings.matmul_size}}},
         {"rows", rows_json},
-        {"graphs", graph_json}};
+        {"graphs", graph_json},
+        {"planner", planner_json}};
     std::ofstream out(json_path);
     PA_CHECK(out.good(), "--json {}: cannot open for writing", json_path);
     out << document.dump(2) << "\n";
@@ -263,15 +354,17 @@ int main(int argc, char** argv) {
   std::vector<int32_t> page_sizes = {16, 1};
   int32_t reps = 20;
   bool no_graphs = false;
+  bool no_planner = false;
   std::string json;
   app.add_option("--rows", rows, "B x kv_len, comma separated")->capture_default_str();
   app.add_option("--page-sizes", page_sizes, "Attention page sizes")->capture_default_str();
   app.add_option("--reps", reps, "Timed samples per row (median)")->capture_default_str();
   app.add_flag("--no-graphs", no_graphs, "Skip the CUDA-graph step timing");
+  app.add_flag("--no-planner", no_planner, "Skip the host vs GPU planner timing");
   app.add_option("--json", json, "Write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
   try {
-    pagedattn::tools::run(rows, page_sizes, reps, !no_graphs, json);
+    pagedattn::tools::run(rows, page_sizes, reps, !no_graphs, !no_planner, json);
   } catch (const pagedattn::Error& error) {
     std::fprintf(stderr, "pagedattn_bench_cuda_decode: %s\n", error.what());
     return 1;

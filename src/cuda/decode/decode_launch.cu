@@ -2,7 +2,7 @@
 // explicitly instantiated decode kernels (decode_d*.cu). No fmt here (nvcc host passes cannot
 // compile it); errors go through throw_error.
 //
-// Merge: one CTA per request, exiting at once for requests served by one item; per head
+// Merge: one CTA per (request, query head), exiting at once for requests served by one item:
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -27,10 +27,11 @@ __global__ void __launch_bounds__(kMergeThreads)
                  int64_t out_stride_batch, int64_t out_stride_head, float* lse,
                  int64_t lse_stride_batch, int64_t lse_stride_head) {
   const int request = blockIdx.x;
+  const int h = blockIdx.y;
   const int first = partition.merge_indptr[request];
   const int last = partition.merge_indptr[request + 1];
   if (last - first <= 1) return;
-  for (int h = 0; h < num_qo_heads; ++h) {
+  {  // this CTA's head
     float max_lse = -INFINITY;
     for (int i = first; i < last; ++i) max_lse = fmaxf(max_lse, partial_lse[i * num_qo_heads + h]);
     float weight_sum = 0.0f;
@@ -92,12 +93,12 @@ void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DTyp
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   const int head = params.num_qo_heads;
   if (q_dtype == DType::kBF16) {
-    merge_kernel<__nv_bfloat16><<<params.batch, kMergeThreads, 0, cuda_stream>>>(
+    merge_kernel<__nv_bfloat16><<<dim3(params.batch, head), kMergeThreads, 0, cuda_stream>>>(
         params.partition, params.partial_out, params.partial_lse, head, head_dim,
         static_cast<__nv_bfloat16*>(params.out), params.out_stride_batch, params.out_stride_head,
         params.lse, params.lse_stride_batch, params.lse_stride_head);
   } else {
-    merge_kernel<__half><<<params.batch, kMergeThreads, 0, cuda_stream>>>(
+    merge_kernel<__half><<<dim3(params.batch, head), kMergeThreads, 0, cuda_stream>>>(
         params.partition, params.partial_out, params.partial_lse, head, head_dim,
         static_cast<__half*>(params.out), params.out_stride_batch, params.out_stride_head,
         params.lse, params.lse_stride_batch, params.lse_stride_head);
