@@ -10,14 +10,14 @@
 //   ratio     = KV GB/s / mem GB/s (the decode target is >= 0.6).
 // `--device cuda` goes through bench_attention_cuda() (tools/bench_cuda.h); without a CUDA
 // implementation linked in it says "not available".
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <vector>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "common/cases.h"
 #include "core/check.h"
@@ -180,9 +180,10 @@ void run_bench(const AttentionBenchOptions& o) {
   double cpu_bandwidth = 0;
   if (!cuda) {
     cpu_bandwidth = measure_read_bandwidth_gbs(o.min_time);
-    fmt::print("{}\ncpu backend: {} threads, simd {}; memory read bandwidth {:.1f} GB/s "
-               "(1 GiB sequential read, same threads, measured in this run)\n",
-               machine_description(), current_threads(), cpu::simd::active_isa(), cpu_bandwidth);
+    fmt::print(
+        "{}\ncpu backend: {} threads, simd {}; memory read bandwidth {:.1f} GB/s "
+        "(1 GiB sequential read, same threads, measured in this run)\n",
+        machine_description(), current_threads(), cpu::simd::active_isa(), cpu_bandwidth);
   }
   Table table({"op", "B", "q_len", "kv_len", "heads", "dims", "P", "q/kv", "layout", "run_us",
                "plan_us", "KV_MB", "KV_GB/s", "GFLOP/s", "mem_GB/s", "ratio"});
@@ -217,10 +218,9 @@ void run_bench(const AttentionBenchOptions& o) {
           const double kv_gbs = static_cast<double>(c.kv_bytes()) / m.run_ns;
           const double gflops = c.flops() / m.run_ns;
           const double ratio = m.bandwidth_gbs > 0 ? kv_gbs / m.bandwidth_gbs : 0;
-          const std::string dims =
-              spec.head_dim_qk == spec.head_dim_vo
-                  ? fmt::format("{}", spec.head_dim_qk)
-                  : fmt::format("{}/{}", spec.head_dim_qk, spec.head_dim_vo);
+          const std::string dims = spec.head_dim_qk == spec.head_dim_vo
+                                       ? fmt::format("{}", spec.head_dim_qk)
+                                       : fmt::format("{}/{}", spec.head_dim_qk, spec.head_dim_vo);
           table.add_row({std::string(op_name(spec.op)), fmt::format("{}", batch),
                          fmt::format("{}", q_len), fmt::format("{}", kv_len),
                          fmt::format("{}/{}", spec.num_qo_heads, spec.num_kv_heads), dims,

@@ -29,20 +29,36 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Converts `dim` elements at `src` (dtype `dtype`) to f32 times `scale`.
 void to_f32(const char* src, DType dtype, float* dst, int dim, float scale) {
   switch (dtype) {
-    case DType::kF32: simd::convert_f32(reinterpret_cast<const float*>(src), dst, dim, scale); break;
-    case DType::kF16: simd::convert_f16(reinterpret_cast<const uint16_t*>(src), dst, dim, scale); break;
-    case DType::kBF16: simd::convert_bf16(reinterpret_cast<const uint16_t*>(src), dst, dim, scale); break;
-    case DType::kFP8E4M3: simd::convert_fp8(reinterpret_cast<const uint8_t*>(src), dst, dim, scale); break;
-    default: break;  // rejected by validation
+    case DType::kF32:
+      simd::convert_f32(reinterpret_cast<const float*>(src), dst, dim, scale);
+      break;
+    case DType::kF16:
+      simd::convert_f16(reinterpret_cast<const uint16_t*>(src), dst, dim, scale);
+      break;
+    case DType::kBF16:
+      simd::convert_bf16(reinterpret_cast<const uint16_t*>(src), dst, dim, scale);
+      break;
+    case DType::kFP8E4M3:
+      simd::convert_fp8(reinterpret_cast<const uint8_t*>(src), dst, dim, scale);
+      break;
+    default:
+      break;  // rejected by validation
   }
 }
 
 void from_f32(const float* src, char* dst, DType dtype, int dim, float scale) {
   switch (dtype) {
-    case DType::kF32: simd::convert_f32(src, reinterpret_cast<float*>(dst), dim, scale); break;
-    case DType::kF16: simd::store_f16(src, reinterpret_cast<uint16_t*>(dst), dim, scale); break;
-    case DType::kBF16: simd::store_bf16(src, reinterpret_cast<uint16_t*>(dst), dim, scale); break;
-    default: break;  // rejected by validation
+    case DType::kF32:
+      simd::convert_f32(src, reinterpret_cast<float*>(dst), dim, scale);
+      break;
+    case DType::kF16:
+      simd::store_f16(src, reinterpret_cast<uint16_t*>(dst), dim, scale);
+      break;
+    case DType::kBF16:
+      simd::store_bf16(src, reinterpret_cast<uint16_t*>(dst), dim, scale);
+      break;
+    default:
+      break;  // rejected by validation
   }
 }
 
@@ -103,8 +119,8 @@ void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scr
     return p.window_left >= 0 ? first_position + t - p.window_left : int64_t{0};
   };
   const int64_t begin = std::max<int64_t>({int64_t{item.page_begin} * p.page_size, lo(0), 0});
-  const int64_t end = std::min<int64_t>({int64_t{item.page_end} * p.page_size, kv_len,
-                                         hi(tokens - 1) + 1});
+  const int64_t end =
+      std::min<int64_t>({int64_t{item.page_end} * p.page_size, kv_len, hi(tokens - 1) + 1});
 
   std::fill(sc.m, sc.m + rows, kNegInf);
   std::fill(sc.l, sc.l + rows, 0.0f);
@@ -126,8 +142,8 @@ void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scr
     int32_t n = 0;
   };
   auto locate = [&](int64_t from, BlockRows& rows_out) {
-    rows_out.n = static_cast<int32_t>(std::max<int64_t>(0, std::min<int64_t>(kBlockTokens,
-                                                                              end - from)));
+    rows_out.n =
+        static_cast<int32_t>(std::max<int64_t>(0, std::min<int64_t>(kBlockTokens, end - from)));
     int64_t page_index = from / p.page_size, in_page = from % p.page_size;
     int64_t k_base = 0, v_base = 0;
     auto page_bases = [&] {
@@ -219,9 +235,10 @@ void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scr
         continue;
       }
       if (!seen) std::fill(acc, acc + dvo, 0.0f);  // acc may hold 0 * NaN-free zeros anyway
-      from_f32(acc, p.out + (abs_row * p.out_row_stride + head * p.out_head_stride) *
-                                dtype_size(p.out_dtype),
-               p.out_dtype, dvo, scale);
+      from_f32(
+          acc,
+          p.out + (abs_row * p.out_row_stride + head * p.out_head_stride) * dtype_size(p.out_dtype),
+          p.out_dtype, dvo, scale);
       if (p.lse) p.lse[abs_row * p.lse_row_stride + head * p.lse_head_stride] = lse;
     }
   }
@@ -253,9 +270,10 @@ void merge_group(const Problem& p, const CpuWorkspace& ws, const MergeGroup& gro
         }
       }
       const int64_t row = first.q_begin + t;
-      from_f32(tmp, p.out + (row * p.out_row_stride + head * p.out_head_stride) *
-                                dtype_size(p.out_dtype),
-               p.out_dtype, dvo, total > 0 ? 1.0f / total : 0.0f);
+      from_f32(
+          tmp,
+          p.out + (row * p.out_row_stride + head * p.out_head_stride) * dtype_size(p.out_dtype),
+          p.out_dtype, dvo, total > 0 ? 1.0f / total : 0.0f);
       if (p.lse) {
         p.lse[row * p.lse_row_stride + head * p.lse_head_stride] =
             total > 0 ? max_lse + std::log(total) : kNegInf;
@@ -277,14 +295,15 @@ int thread_id() {
 void run_problem(CpuWorkspace& ws, const Problem& p) {
   const CpuPlan& plan = ws.plan;
   PA_CHECK(plan.ready, "workspace: no plan (call plan() with this step's metadata first)");
-  const bool same_kind = is_mla(plan.op) == is_mla(p.op) &&
-                         (is_mla(p.op) || (plan.op == OpKind::kDecode) == (p.op == OpKind::kDecode));
+  const bool same_kind =
+      is_mla(plan.op) == is_mla(p.op) &&
+      (is_mla(p.op) || (plan.op == OpKind::kDecode) == (p.op == OpKind::kDecode));
   const int64_t total_pages = p.kv_indptr[p.batch] - p.kv_indptr[0];
   const int64_t total_rows = p.qo_indptr ? p.qo_indptr[p.batch] - p.qo_indptr[0] : p.batch;
   PA_CHECK(same_kind && plan.batch == p.batch && plan.heads == p.heads &&
-               plan.kv_heads == p.kv_heads && plan.dim_qk == p.dim_qk &&
-               plan.dim_vo == p.dim_vo && plan.page_size == p.page_size &&
-               plan.total_pages == total_pages && plan.total_rows == total_rows &&
+               plan.kv_heads == p.kv_heads && plan.dim_qk == p.dim_qk && plan.dim_vo == p.dim_vo &&
+               plan.page_size == p.page_size && plan.total_pages == total_pages &&
+               plan.total_rows == total_rows &&
                plan.fingerprint == metadata_fingerprint(p.batch, p.kv_indptr, p.qo_indptr),
            "workspace: planned for {} (batch {}, heads {}/{}, dims {}/{}, P {}, {} pages, {} rows) "
            "but called for {} (batch {}, heads {}/{}, dims {}/{}, P {}, {} pages, {} rows) or "
@@ -294,8 +313,7 @@ void run_problem(CpuWorkspace& ws, const Problem& p) {
            p.kv_heads, p.dim_qk, p.dim_vo, p.page_size, total_pages, total_rows);
 
   const int64_t units = int64_t{plan.num_items} * p.kv_heads;
-  const int32_t dim_qk_cap = std::min(
-      (ws.limits().max_head_dim + 15) / 16 * 16, kMaxHeadDimQk);
+  const int32_t dim_qk_cap = std::min((ws.limits().max_head_dim + 15) / 16 * 16, kMaxHeadDimQk);
   const int32_t dim_vo_cap = std::min(dim_qk_cap, kMaxHeadDimVo);
   const int64_t max_rows = ws.max_rows_per_item();
   float* partial_out = ws.partial_out.data();

@@ -49,18 +49,19 @@ class CpuBackend final : public Backend {
 
   Support supports(const OpDesc& op) const override {
     if (op.device.type != DeviceType::kCPU) {
-      return Support::no(fmt::format("device {} (the cpu backend runs on the host: cpu)",
-                                     op.device.str()));
+      return Support::no(
+          fmt::format("device {} (the cpu backend runs on the host: cpu)", op.device.str()));
     }
     if (!is_query_dtype(op.q_dtype)) {
-      return Support::no(fmt::format("q dtype {} (expected f32, f16 or bf16)",
-                                     dtype_name(op.q_dtype)));
+      return Support::no(
+          fmt::format("q dtype {} (expected f32, f16 or bf16)", dtype_name(op.q_dtype)));
     }
     if (!is_floating(op.kv_dtype)) {
       return Support::no(fmt::format("kv dtype {} (expected f32, f16, bf16 or fp8_e4m3)",
                                      dtype_name(op.kv_dtype)));
     }
-    if (op.page_size < 1) return Support::no(fmt::format("page_size {} (expected >= 1)", op.page_size));
+    if (op.page_size < 1)
+      return Support::no(fmt::format("page_size {} (expected >= 1)", op.page_size));
     if (op.num_qo_heads < 1 || op.num_kv_heads < 1 || op.num_qo_heads % op.num_kv_heads != 0) {
       return Support::no(fmt::format(
           "{} query heads with {} KV heads (the query heads must be a positive multiple of the KV "
@@ -69,8 +70,8 @@ class CpuBackend final : public Backend {
     }
     if (is_mla(op.op)) {
       if (op.num_kv_heads != 1) {
-        return Support::no(fmt::format("MLA with {} KV heads (the latent cache has 1)",
-                                        op.num_kv_heads));
+        return Support::no(
+            fmt::format("MLA with {} KV heads (the latent cache has 1)", op.num_kv_heads));
       }
       if (op.soft_cap || op.sliding_window) {
         return Support::no("MLA with soft-cap or sliding window (not part of MLA's arguments)");
@@ -91,8 +92,8 @@ class CpuBackend final : public Backend {
     if (Support s = check_dim("head_dim_qk", op.head_dim_qk, kMaxHeadDimQk); !s) return s;
     if (Support s = check_dim("head_dim_vo", op.head_dim_vo, kMaxHeadDimVo); !s) return s;
     if (op.op == OpKind::kDecode && op.head_dim_qk != op.head_dim_vo) {
-      return Support::no(fmt::format("decode with head_dim_qk {} != head_dim_vo {}",
-                                     op.head_dim_qk, op.head_dim_vo));
+      return Support::no(fmt::format("decode with head_dim_qk {} != head_dim_vo {}", op.head_dim_qk,
+                                     op.head_dim_vo));
     }
     return Support::yes();
   }

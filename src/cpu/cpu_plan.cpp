@@ -34,8 +34,8 @@ CpuWorkspace::CpuWorkspace(const WorkspaceLimits& limits, int32_t threads)
            "limits: negative capacity (max_batch {}, max_pages {}, max_qo_rows {})",
            limits.max_batch, limits.max_pages, limits.max_qo_rows);
   PA_CHECK(limits.max_qo_heads >= 1, "limits.max_qo_heads: {} must be >= 1", limits.max_qo_heads);
-  PA_CHECK(limits.max_head_dim >= kHeadDimMultiple,
-           "limits.max_head_dim: {} must be >= {}", limits.max_head_dim, kHeadDimMultiple);
+  PA_CHECK(limits.max_head_dim >= kHeadDimMultiple, "limits.max_head_dim: {} must be >= {}",
+           limits.max_head_dim, kHeadDimMultiple);
   const int64_t dim_qk = round_up(std::min(limits.max_head_dim, kMaxHeadDimQk), kHeadDimMultiple);
   const int64_t dim_vo = std::min<int64_t>(dim_qk, kMaxHeadDimVo);
   max_rows_ = std::max<int64_t>(kTileRows, limits.max_qo_heads);
@@ -60,8 +60,7 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
   ws.plan.ready = false;
   PA_CHECK(op.device.type == DeviceType::kCPU, "op.device: {}, expected cpu", op.device.str());
   PA_CHECK(op.num_qo_heads >= 1 && op.num_kv_heads >= 1 && op.num_qo_heads % op.num_kv_heads == 0,
-           "op: {} query heads is not a multiple of {} KV heads", op.num_qo_heads,
-           op.num_kv_heads);
+           "op: {} query heads is not a multiple of {} KV heads", op.num_qo_heads, op.num_kv_heads);
   PA_CHECK(op.num_qo_heads <= limits.max_qo_heads,
            "op.num_qo_heads: {} exceeds the workspace's limits.max_qo_heads {}", op.num_qo_heads,
            limits.max_qo_heads);
@@ -93,7 +92,9 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
   auto q_len = [&](int32_t r) -> int64_t {
     return qo_indptr ? std::max(0, qo_indptr[r + 1] - qo_indptr[r]) : 1;
   };
-  auto pages_of = [&](int32_t r) -> int64_t { return std::max(0, kv_indptr[r + 1] - kv_indptr[r]); };
+  auto pages_of = [&](int32_t r) -> int64_t {
+    return std::max(0, kv_indptr[r + 1] - kv_indptr[r]);
+  };
 
   CpuPlan& plan = ws.plan;
   plan = CpuPlan{};
@@ -108,8 +109,8 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
   plan.total_rows = qo_indptr ? qo_indptr[batch] - qo_indptr[0] : batch;
   plan.fingerprint = metadata_fingerprint(batch, kv_indptr, qo_indptr);
   PA_CHECK(plan.total_pages <= limits.max_pages,
-           "meta.kv_indptr: {} pages exceeds the workspace's limits.max_pages {}",
-           plan.total_pages, limits.max_pages);
+           "meta.kv_indptr: {} pages exceeds the workspace's limits.max_pages {}", plan.total_pages,
+           limits.max_pages);
   PA_CHECK(plan.total_rows <= limits.max_qo_rows,
            "meta.qo_indptr: {} query rows exceeds the workspace's limits.max_qo_rows {}",
            plan.total_rows, limits.max_qo_rows);
@@ -128,8 +129,8 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
   int64_t chunk_pages = 0;
   if (threads > 1 && units * plan.kv_heads < 2 * int64_t{threads}) {
     const int64_t target_items = ceil_div(4 * int64_t{threads}, plan.kv_heads);
-    chunk_pages = std::max(ceil_div(kMinChunkTokens, plan.page_size),
-                           ceil_div(weighted_pages, target_items));
+    chunk_pages =
+        std::max(ceil_div(kMinChunkTokens, plan.page_size), ceil_div(weighted_pages, target_items));
     if (chunk_pages >= max_pages) chunk_pages = 0;
   }
 
@@ -141,7 +142,8 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
     bool fits = true;
     for (int32_t r = 0; r < batch && fits; ++r) {
       const int64_t pages = pages_of(r);
-      const int64_t chunks = chunk_pages == 0 || pages <= chunk_pages ? 1 : ceil_div(pages, chunk_pages);
+      const int64_t chunks =
+          chunk_pages == 0 || pages <= chunk_pages ? 1 : ceil_div(pages, chunk_pages);
       for (int64_t t0 = 0; t0 < q_len(r) && fits; t0 += plan.tile_tokens) {
         const int64_t t1 = std::min<int64_t>(q_len(r), t0 + plan.tile_tokens);
         const int64_t tile_partial_rows = (t1 - t0) * plan.heads;
@@ -152,8 +154,8 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
           fits = false;
           break;
         }
-        if (chunks > 1) ws.merges[num_merges++] = {static_cast<int32_t>(num_items),
-                                                   static_cast<int32_t>(chunks)};
+        if (chunks > 1)
+          ws.merges[num_merges++] = {static_cast<int32_t>(num_items), static_cast<int32_t>(chunks)};
         for (int64_t c = 0; c < chunks; ++c) {
           WorkItem& item = ws.items[num_items++];
           item.request = r;

@@ -20,17 +20,17 @@
 
 namespace pagedattn::cpu {
 
-inline constexpr int32_t kTileRows = 64;        // query rows (tokens x group heads) per item
-inline constexpr int32_t kBlockTokens = 32;     // KV tokens converted to f32 at a time
-inline constexpr int32_t kMinChunkTokens = 256; // smaller KV chunks cost more to merge than win
+inline constexpr int32_t kTileRows = 64;         // query rows (tokens x group heads) per item
+inline constexpr int32_t kBlockTokens = 32;      // KV tokens converted to f32 at a time
+inline constexpr int32_t kMinChunkTokens = 256;  // smaller KV chunks cost more to merge than win
 
 struct WorkItem {
   int32_t request = 0;
   int32_t page_begin = 0;  // chunk of the request's pages: [page_begin, page_end)
   int32_t page_end = 0;
-  int64_t q_begin = 0;     // query rows (absolute): [q_begin, q_end)
+  int64_t q_begin = 0;  // query rows (absolute): [q_begin, q_end)
   int64_t q_end = 0;
-  int64_t partial = -1;    // first partial row (row x head) in the workspace, -1: write `out`
+  int64_t partial = -1;  // first partial row (row x head) in the workspace, -1: write `out`
 };
 
 // A (request, query tile) whose KV was split: items [first_item, first_item + num_items).
@@ -66,10 +66,10 @@ class CpuWorkspace final : public Workspace {
   int64_t max_rows_per_item() const { return max_rows_; }
 
   CpuPlan plan;
-  std::vector<WorkItem> items;       // capacity fixed at creation
-  std::vector<MergeGroup> merges;    // capacity fixed at creation
-  std::vector<float> partial_out;    // [partial rows, dim_vo]
-  std::vector<float> partial_lse;    // [partial rows]
+  std::vector<WorkItem> items;     // capacity fixed at creation
+  std::vector<MergeGroup> merges;  // capacity fixed at creation
+  std::vector<float> partial_out;  // [partial rows, dim_vo]
+  std::vector<float> partial_lse;  // [partial rows]
 
  private:
   WorkspaceLimits limits_;

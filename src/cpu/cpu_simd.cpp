@@ -14,8 +14,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(PAGEDATTN_NO_TARGET_CLONES)
-#define PA_SIMD_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define PA_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define PA_SIMD_CLONES
 #endif
@@ -34,7 +33,9 @@ using Chunk = float __attribute__((vector_size(kLanes * sizeof(float))));
   std::memcpy(&c, p, sizeof(c));
   return c;
 }
-[[gnu::always_inline]] inline void store(float* p, const Chunk& c) { std::memcpy(p, &c, sizeof(c)); }
+[[gnu::always_inline]] inline void store(float* p, const Chunk& c) {
+  std::memcpy(p, &c, sizeof(c));
+}
 using Chunk8 = float __attribute__((vector_size(8 * sizeof(float))));
 using Chunk4 = float __attribute__((vector_size(4 * sizeof(float))));
 

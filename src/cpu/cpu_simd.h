@@ -24,12 +24,12 @@ void store_bf16(const float* src, uint16_t* dst, int n, float scale);
 void store_f16(const float* src, uint16_t* dst, int n, float scale);
 
 // s[r * s_stride + j] = dot(q[r * dim ...], k[j * dim ...]) for r < rows, j < n.
-void score_block(const float* q, int rows, const float* k, int n, int dim, float* s,
-                 int s_stride);
+void score_block(const float* q, int rows, const float* k, int n, int dim, float* s, int s_stride);
 
 // Online softmax over one block of scores per row (masked scores are -inf): with
 // m_new = max(m[r], max_j s[r][j]) it writes p = exp(s - m_new) into s, sets alpha[r] =
-// exp(m[r] - m_new) (1 while a row has seen nothing), l[r] = l[r] * alpha[r] + sum_j p, m[r] = m_new.
+// exp(m[r] - m_new) (1 while a row has seen nothing), l[r] = l[r] * alpha[r] + sum_j p, m[r] =
+// m_new.
 void softmax_block(float* s, int rows, int n, int s_stride, float* m, float* l, float* alpha);
 
 // acc[r] = acc[r] * alpha[r] + sum_j p[r][j] * v[j] (rows of `dim` floats; v rows v_stride apart).

@@ -29,8 +29,7 @@ void check_scale(std::string_view name, float scale, DType kv_dtype) {
 
 void check_sm_scale(std::string_view name, float sm_scale) {
   PA_CHECK(std::isfinite(sm_scale) && sm_scale > 0,
-           "{}: {} must be finite and > 0 (it is explicit, e.g. 1/sqrt(head_dim))", name,
-           sm_scale);
+           "{}: {} must be finite and > 0 (it is explicit, e.g. 1/sqrt(head_dim))", name, sm_scale);
 }
 
 RowSource row_source(const TensorView& view) {
@@ -74,8 +73,8 @@ void set_metadata(Problem& p, const StepMetadata& meta, int64_t num_attention_pa
   PA_CHECK(p.kv_indptr[0] >= 0, "meta.kv_indptr[0]: {} must be >= 0", p.kv_indptr[0]);
   for (int32_t r = 0; r < batch; ++r) {
     const int32_t pages = p.kv_indptr[r + 1] - p.kv_indptr[r];
-    PA_CHECK(pages >= 0, "meta.kv_indptr: decreases at request {} ({} then {})", r,
-             p.kv_indptr[r], p.kv_indptr[r + 1]);
+    PA_CHECK(pages >= 0, "meta.kv_indptr: decreases at request {} ({} then {})", r, p.kv_indptr[r],
+             p.kv_indptr[r + 1]);
     const int32_t last = p.kv_last_page_len[r];
     PA_CHECK(pages == 0 ? (last >= 0 && last <= p.page_size) : (last >= 1 && last <= p.page_size),
              "meta.kv_last_page_len[{}]: {} is out of range (expected [1, {}] for a request with "
@@ -97,8 +96,8 @@ void set_metadata(Problem& p, const StepMetadata& meta, int64_t num_attention_pa
     if (meta.qo_indptr.defined()) {
       const int32_t* qo = metadata("meta.qo_indptr", meta.qo_indptr, int64_t{batch} + 1);
       for (int32_t r = 0; r <= batch; ++r) {
-        PA_CHECK(qo[r] == r, "meta.qo_indptr[{}]: {}, expected {} (decode: one row per request)",
-                 r, qo[r], r);
+        PA_CHECK(qo[r] == r, "meta.qo_indptr[{}]: {}, expected {} (decode: one row per request)", r,
+                 qo[r], r);
       }
     }
     return;
@@ -117,9 +116,8 @@ void set_metadata(Problem& p, const StepMetadata& meta, int64_t num_attention_pa
              "meta.qo_indptr: decreases at request {} ({} then {})", r, p.qo_indptr[r],
              p.qo_indptr[r + 1]);
   }
-  PA_CHECK(p.qo_indptr[batch] == p.rows,
-           "meta.qo_indptr[{}]: {} query rows, but q has {} rows", batch, p.qo_indptr[batch],
-           p.rows);
+  PA_CHECK(p.qo_indptr[batch] == p.rows, "meta.qo_indptr[{}]: {} query rows, but q has {} rows",
+           batch, p.qo_indptr[batch], p.rows);
 }
 
 // Shared by decode and prefill: q, the MHA/GQA cache and the options.
@@ -150,8 +148,8 @@ Problem make_kv_problem(OpKind op, const TensorView& q, const PagedKv& kv,
   PA_CHECK(kv.page_size >= 1, "kv.page_size: {} must be >= 1", kv.page_size);
   const int64_t alloc = kv.alloc_page_size();
   PA_CHECK(alloc >= kv.page_size && alloc % kv.page_size == 0,
-           "kv.page_size: {} does not divide the allocation page size {} of kv.k",
-           kv.page_size, alloc);
+           "kv.page_size: {} does not divide the allocation page size {} of kv.k", kv.page_size,
+           alloc);
   p.kv_heads = kv.num_kv_heads();
   PA_CHECK(p.kv_heads > 0 && p.heads % p.kv_heads == 0,
            "q: {} query heads is not a multiple of the cache's {} KV heads", p.heads, p.kv_heads);
@@ -213,8 +211,7 @@ Problem make_problem(const MlaArgs& args) {
   p.sm_scale = args.sm_scale;
   p.causal = args.causal;
 
-  check_tensor("q_nope", args.q_nope, {kAnySize, kAnySize, kAnySize}, kQueryDtypes,
-               Device::cpu());
+  check_tensor("q_nope", args.q_nope, {kAnySize, kAnySize, kAnySize}, kQueryDtypes, Device::cpu());
   check_inner_contiguous("q_nope", args.q_nope);
   p.rows = args.q_nope.shape[0];
   p.heads = static_cast<int32_t>(args.q_nope.shape[1]);
@@ -231,8 +228,8 @@ Problem make_problem(const MlaArgs& args) {
   check_inner_contiguous("kv.kpe", kv.kpe);
   PA_CHECK(kv.page_size >= 1, "kv.page_size: {} must be >= 1", kv.page_size);
   PA_CHECK(alloc >= kv.page_size && alloc % kv.page_size == 0,
-           "kv.page_size: {} does not divide the allocation page size {} of kv.ckv",
-           kv.page_size, alloc);
+           "kv.page_size: {} does not divide the allocation page size {} of kv.ckv", kv.page_size,
+           alloc);
   const int32_t rank = kv.kv_lora_rank(), rope = kv.rope_dim();
   check_head_dim("kv.ckv (kv_lora_rank)", rank, kMaxHeadDimVo);
   PA_CHECK(rope > 0 && rope % kHeadDimMultiple == 0 && rank + rope <= kMaxHeadDimQk,
@@ -257,8 +254,7 @@ Problem make_problem(const MlaArgs& args) {
   p.pages_per_alloc = static_cast<int32_t>(alloc / kv.page_size);
   p.k_scale = p.v_scale = kv.scale;
   p.k = {static_cast<const char*>(kv.ckv.data), kv.ckv.strides[0], kv.ckv.strides[1], 0, rank};
-  p.k_rope = {static_cast<const char*>(kv.kpe.data), kv.kpe.strides[0], kv.kpe.strides[1], 0,
-              rope};
+  p.k_rope = {static_cast<const char*>(kv.kpe.data), kv.kpe.strides[0], kv.kpe.strides[1], 0, rope};
   set_outputs(p, args.out, args.lse, args.q_nope.dtype);
   set_metadata(p, args.meta, kv.num_attention_pages(), /*one_row_per_request=*/false);
   return p;

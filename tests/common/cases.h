@@ -33,24 +33,24 @@ struct CaseSpec {
   DType q_dtype = DType::kBF16;  // q and out
   DType kv_dtype = DType::kBF16;
   int32_t num_qo_heads = 8;
-  int32_t num_kv_heads = 2;      // MLA: 1
-  int32_t head_dim_qk = 128;     // MLA: kv_lora_rank + rope_dim
-  int32_t head_dim_vo = 128;     // MLA: kv_lora_rank
-  int32_t page_size = 16;        // attention page size P
-  int32_t alloc_page_size = 0;   // 0: P; else a multiple of P
+  int32_t num_kv_heads = 2;     // MLA: 1
+  int32_t head_dim_qk = 128;    // MLA: kv_lora_rank + rope_dim
+  int32_t head_dim_vo = 128;    // MLA: kv_lora_rank
+  int32_t page_size = 16;       // attention page size P
+  int32_t alloc_page_size = 0;  // 0: P; else a multiple of P
   KvLayout layout = KvLayout::kNHD;
   std::vector<int32_t> kv_lens;  // per request (the whole KV, new tokens included)
   std::vector<int32_t> q_lens;   // prefill / extend: new tokens per request; decode: empty (1)
   int32_t padded_batch = 0;      // 0: none; else the batch is padded to this many requests
   bool shuffle_pages = true;
-  int32_t spare_pages = 3;       // unused allocation pages in the pool
-  float kv_scale = 1.0f;         // fp8 dequantisation scale (K, V, latent)
-  float sm_scale = 0.0f;         // 0: 1 / sqrt(head_dim_qk)
+  int32_t spare_pages = 3;  // unused allocation pages in the pool
+  float kv_scale = 1.0f;    // fp8 dequantisation scale (K, V, latent)
+  float sm_scale = 0.0f;    // 0: 1 / sqrt(head_dim_qk)
   float logits_soft_cap = 0.0f;
   int32_t window_left = -1;
   bool causal = true;
   bool with_lse = true;
-  float value_range = 1.0f;      // inputs uniform in [-range, range)
+  float value_range = 1.0f;  // inputs uniform in [-range, range)
 
   std::string name() const;  // readable and GoogleTest-safe ([A-Za-z0-9_])
 };

@@ -1,9 +1,9 @@
 // Helpers of the CPU backend tests (see cpu_test_util.h).
 #include "cpu/cpu_test_util.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "common/test_util.h"
 #include "cpu/cpu_backend.h"
@@ -17,15 +17,21 @@ void run_cpu(const AttentionCase& c, int32_t threads) {
   WorkspaceLimits limits;
   limits.max_qo_rows = std::max<int64_t>(1024, c.num_rows());
   limits.max_batch = std::max<int32_t>(64, c.batch_size());
-  std::unique_ptr<Workspace> workspace =
-      threads > 0 ? std::make_unique<cpu::CpuWorkspace>(limits, threads)
-                  : backend->create_workspace(limits);
+  std::unique_ptr<Workspace> workspace = threads > 0
+                                             ? std::make_unique<cpu::CpuWorkspace>(limits, threads)
+                                             : backend->create_workspace(limits);
   backend->plan(*workspace, c.op_desc(), c.meta());
   switch (c.spec().op) {
-    case OpKind::kDecode: backend->run_decode(*workspace, c.decode_args()); break;
-    case OpKind::kPrefill: backend->run_prefill(*workspace, c.prefill_args()); break;
+    case OpKind::kDecode:
+      backend->run_decode(*workspace, c.decode_args());
+      break;
+    case OpKind::kPrefill:
+      backend->run_prefill(*workspace, c.prefill_args());
+      break;
     case OpKind::kMlaDecode:
-    case OpKind::kMlaExtend: backend->run_mla(*workspace, c.mla_args()); break;
+    case OpKind::kMlaExtend:
+      backend->run_mla(*workspace, c.mla_args());
+      break;
   }
 }
 
@@ -38,9 +44,15 @@ std::string run_and_check(const CaseSpec& spec, uint64_t seed, const RunOptions&
   std::vector<double> expected_lse;
   std::vector<double> expected;
   switch (spec.op) {
-    case OpKind::kDecode: expected = reference_decode(c.decode_args(), &expected_lse); break;
-    case OpKind::kPrefill: expected = reference_prefill(c.prefill_args(), &expected_lse); break;
-    default: expected = reference_mla(c.mla_args(), &expected_lse); break;
+    case OpKind::kDecode:
+      expected = reference_decode(c.decode_args(), &expected_lse);
+      break;
+    case OpKind::kPrefill:
+      expected = reference_prefill(c.prefill_args(), &expected_lse);
+      break;
+    default:
+      expected = reference_mla(c.mla_args(), &expected_lse);
+      break;
   }
   const std::vector<double> got = to_doubles(c.out());
   std::string report = compare(got, expected, tolerance_for(spec.q_dtype), "out");
@@ -52,8 +64,8 @@ std::string run_and_check(const CaseSpec& spec, uint64_t seed, const RunOptions&
   }
   if (outputs) *outputs = {got, got_lse};
   if (report.empty()) return report;
-  return fmt::format("{} (seed {}; PAGEDATTN_TEST_SEED={} reproduces)\n{}", spec.name(), seed,
-                     seed, report);
+  return fmt::format("{} (seed {}; PAGEDATTN_TEST_SEED={} reproduces)\n{}", spec.name(), seed, seed,
+                     report);
 }
 
 bool still_poisoned(const TensorView& view) {

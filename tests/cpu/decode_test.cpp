@@ -30,12 +30,9 @@ CaseSpec base_decode() {
 
 std::vector<CaseSpec> decode_cases() {
   std::vector<CaseSpec> cases;
-  const std::pair<DType, DType> dtypes[] = {{DType::kF32, DType::kF32},
-                                            {DType::kF16, DType::kF16},
-                                            {DType::kBF16, DType::kBF16},
-                                            {DType::kBF16, DType::kFP8E4M3},
-                                            {DType::kF32, DType::kFP8E4M3},
-                                            {DType::kF16, DType::kBF16}};
+  const std::pair<DType, DType> dtypes[] = {
+      {DType::kF32, DType::kF32},      {DType::kF16, DType::kF16},     {DType::kBF16, DType::kBF16},
+      {DType::kBF16, DType::kFP8E4M3}, {DType::kF32, DType::kFP8E4M3}, {DType::kF16, DType::kBF16}};
   for (auto [q, kv] : dtypes) {
     for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
       CaseSpec spec = base_decode();

@@ -51,8 +51,7 @@ std::vector<BadInput> bad_inputs() {
       {"WindowBelowMinusOne", dec, [](D& a, P&, M&) { a.options.window_left = -2; },
        "options.window_left"},
       {"QueryFp8", dec, [](D& a, P&, M&) { a.q.dtype = DType::kFP8E4M3; }, "q: dtype fp8_e4m3"},
-      {"HeadDimNotMultipleOf16", dec, [](D& a, P&, M&) { a.q.shape[2] = 60; },
-       "q: head_dim 60"},
+      {"HeadDimNotMultipleOf16", dec, [](D& a, P&, M&) { a.q.shape[2] = 60; }, "q: head_dim 60"},
       {"HeadsNotMultipleOfKvHeads", dec, [](D& a, P&, M&) { a.q.shape[1] = 5; },
        "not a multiple of the cache's 2 KV heads"},
       {"QueryOnCuda", dec, [](D& a, P&, M&) { a.q.device = Device::cuda(0); }, "q: on device"},
@@ -88,8 +87,7 @@ std::vector<BadInput> bad_inputs() {
        "meta.qo_indptr[3]: 9 query rows"},
       {"QoIndptrDecreases", pre, [](D&, P& a, M&) { ints(a.meta.qo_indptr)[2] = 1; },
        "meta.qo_indptr: decreases"},
-      {"PrefillValueHeadDim", pre, [](D&, P& a, M&) { a.kv.v.shape[3] = 40; },
-       "kv.v: head_dim 40"},
+      {"PrefillValueHeadDim", pre, [](D&, P& a, M&) { a.kv.v.shape[3] = 40; }, "kv.v: head_dim 40"},
       {"MlaQPeHeads", mla, [](D&, P&, M& a) { a.q_pe.shape[1] = 4; }, "q_pe: shape"},
       {"MlaQNopeDim", mla, [](D&, P&, M& a) { a.q_nope.shape[2] = 48; },
        "q_nope: last dimension 48"},
@@ -116,9 +114,15 @@ TEST_P(BadInputTest, RaisesAndWritesNothing) {
   bad.mutate(d, p, m);
   try {
     switch (bad.op) {
-      case OpKind::kDecode: backend->run_decode(*workspace, d); break;
-      case OpKind::kPrefill: backend->run_prefill(*workspace, p); break;
-      default: backend->run_mla(*workspace, m); break;
+      case OpKind::kDecode:
+        backend->run_decode(*workspace, d);
+        break;
+      case OpKind::kPrefill:
+        backend->run_prefill(*workspace, p);
+        break;
+      default:
+        backend->run_mla(*workspace, m);
+        break;
     }
     ADD_FAILURE() << "no error for " << bad.name;
   } catch (const Error& error) {
@@ -193,7 +197,8 @@ TEST(CpuSupports, ReasonsNameTheValue) {
     EXPECT_FALSE(s.ok);
     return s.reason;
   };
-  EXPECT_NE(reason([](OpDesc& o) { o.device = Device::cuda(0); }).find("cuda:0"), std::string::npos);
+  EXPECT_NE(reason([](OpDesc& o) { o.device = Device::cuda(0); }).find("cuda:0"),
+            std::string::npos);
   EXPECT_NE(reason([](OpDesc& o) { o.q_dtype = DType::kFP8E4M3; }).find("fp8_e4m3"),
             std::string::npos);
   EXPECT_NE(reason([](OpDesc& o) { o.kv_dtype = DType::kI32; }).find("i32"), std::string::npos);

@@ -2,14 +2,14 @@
 // page layout), then scattered into a NaN-filled paged pool through shuffled allocation pages.
 #include "common/cases.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
-
-#include <fmt/format.h>
 
 namespace pagedattn::testing {
 namespace {
@@ -20,11 +20,20 @@ namespace {
 void store(const TensorView& view, int64_t offset, float value) {
   char* base = static_cast<char*>(view.data);
   switch (view.dtype) {
-    case DType::kF32: reinterpret_cast<float*>(base)[offset] = value; break;
-    case DType::kF16: reinterpret_cast<uint16_t*>(base)[offset] = float_to_half(value); break;
-    case DType::kBF16: reinterpret_cast<uint16_t*>(base)[offset] = float_to_bf16(value); break;
-    case DType::kFP8E4M3: reinterpret_cast<uint8_t*>(base)[offset] = float_to_fp8e4m3(value); break;
-    default: fail("store: not a floating dtype");
+    case DType::kF32:
+      reinterpret_cast<float*>(base)[offset] = value;
+      break;
+    case DType::kF16:
+      reinterpret_cast<uint16_t*>(base)[offset] = float_to_half(value);
+      break;
+    case DType::kBF16:
+      reinterpret_cast<uint16_t*>(base)[offset] = float_to_bf16(value);
+      break;
+    case DType::kFP8E4M3:
+      reinterpret_cast<uint8_t*>(base)[offset] = float_to_fp8e4m3(value);
+      break;
+    default:
+      fail("store: not a floating dtype");
   }
 }
 
@@ -55,10 +64,14 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Local spellings (not the library's op_name/layout_name) keep this file independent of them.
 const char* op_label(OpKind op) {
   switch (op) {
-    case OpKind::kDecode: return "decode";
-    case OpKind::kPrefill: return "prefill";
-    case OpKind::kMlaDecode: return "mla_decode";
-    case OpKind::kMlaExtend: return "mla_extend";
+    case OpKind::kDecode:
+      return "decode";
+    case OpKind::kPrefill:
+      return "prefill";
+    case OpKind::kMlaDecode:
+      return "mla_decode";
+    case OpKind::kMlaExtend:
+      return "mla_extend";
   }
   return "op";
 }
@@ -72,13 +85,12 @@ std::string CaseSpec::name() const {
     if (i < q_lens.size()) lens += fmt::format("q{}", q_lens[i]);
   }
   if (kv_lens.size() > 4) lens += fmt::format("_n{}", kv_lens.size());
-  std::string text = fmt::format(
-      "{}_q{}_kv{}_h{}x{}_d{}{}_P{}{}_{}{}", op_label(op), dtype_name(q_dtype),
-      dtype_name(kv_dtype), num_qo_heads, num_kv_heads, head_dim_qk,
-      head_dim_vo != head_dim_qk ? fmt::format("v{}", head_dim_vo) : "", page_size,
-      alloc_page_size > page_size ? fmt::format("a{}", alloc_page_size) : "",
-      layout == KvLayout::kNHD ? "NHD" : "HND",
-      lens);
+  std::string text =
+      fmt::format("{}_q{}_kv{}_h{}x{}_d{}{}_P{}{}_{}{}", op_label(op), dtype_name(q_dtype),
+                  dtype_name(kv_dtype), num_qo_heads, num_kv_heads, head_dim_qk,
+                  head_dim_vo != head_dim_qk ? fmt::format("v{}", head_dim_vo) : "", page_size,
+                  alloc_page_size > page_size ? fmt::format("a{}", alloc_page_size) : "",
+                  layout == KvLayout::kNHD ? "NHD" : "HND", lens);
   if (padded_batch > 0) text += fmt::format("_pad{}", padded_batch);
   if (logits_soft_cap > 0) text += "_cap";
   if (window_left >= 0) text += fmt::format("_win{}", window_left);
@@ -134,7 +146,8 @@ AttentionCase::AttentionCase(const CaseSpec& spec, uint64_t seed) : spec_(spec) 
       kv_indices_.push_back(pool[alloc_pages_of[r] + j / ratio] * ratio + j % ratio);
     }
     kv_indptr_[r + 1] = static_cast<int32_t>(kv_indices_.size());
-    kv_last_page_len_[r] = pages == 0 ? 0 : kv_lens_[r] - static_cast<int32_t>(pages - 1) * spec.page_size;
+    kv_last_page_len_[r] =
+        pages == 0 ? 0 : kv_lens_[r] - static_cast<int32_t>(pages - 1) * spec.page_size;
   }
 
   // Tensors: queries, outputs, and a NaN-filled pool.
@@ -181,9 +194,9 @@ AttentionCase::AttentionCase(const CaseSpec& spec, uint64_t seed) : spec_(spec) 
         const TensorView& view = tensor->view();
         const bool nhd = spec.layout == KvLayout::kNHD;
         for (int64_t h = 0; h < kv_heads; ++h) {
-          const int64_t base = page * view.strides[0] +
-                               (nhd ? offset * view.strides[1] + h * view.strides[2]
-                                    : h * view.strides[1] + offset * view.strides[2]);
+          const int64_t base =
+              page * view.strides[0] + (nhd ? offset * view.strides[1] + h * view.strides[2]
+                                            : h * view.strides[1] + offset * view.strides[2]);
           for (int64_t d = 0; d < view.shape[3]; ++d) store(view, base + d, dist(rng) / kv_div);
         }
       }
@@ -286,9 +299,9 @@ MlaArgs AttentionCase::mla_args() const {
 
 int64_t AttentionCase::kv_bytes() const {
   const int64_t tokens = std::accumulate(kv_lens_.begin(), kv_lens_.end(), int64_t{0});
-  const int64_t per_token = is_mla(spec_.op)
-                                ? spec_.head_dim_qk
-                                : int64_t{spec_.num_kv_heads} * (spec_.head_dim_qk + spec_.head_dim_vo);
+  const int64_t per_token =
+      is_mla(spec_.op) ? spec_.head_dim_qk
+                       : int64_t{spec_.num_kv_heads} * (spec_.head_dim_qk + spec_.head_dim_vo);
   return tokens * per_token * dtype_size(spec_.kv_dtype);
 }
 
@@ -298,8 +311,8 @@ double AttentionCase::flops() const {
     const int64_t kv_len = kv_lens_[r], q_len = q_lens_[r];
     for (int64_t i = 0; i < q_len; ++i) {
       const int64_t position = kv_len - q_len + i;
-      int64_t hi = spec_.causal || is_decode_like(spec_.op) ? std::min(position, kv_len - 1)
-                                                            : kv_len - 1;
+      int64_t hi =
+          spec_.causal || is_decode_like(spec_.op) ? std::min(position, kv_len - 1) : kv_len - 1;
       int64_t lo = spec_.window_left >= 0 ? std::max<int64_t>(0, position - spec_.window_left) : 0;
       if (hi >= lo) pairs += static_cast<double>(hi - lo + 1);
     }

@@ -2,12 +2,12 @@
 // a token" accessors, instantiated for MHA/GQA caches and for the MLA latent cache.
 #include "reference/reference.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace pagedattn::testing {
 namespace {
@@ -18,13 +18,18 @@ namespace {
 double read(const TensorView& view, int64_t offset, double scale = 1.0) {
   const char* base = static_cast<const char*>(view.data);
   switch (view.dtype) {
-    case DType::kF32: return reinterpret_cast<const float*>(base)[offset];
-    case DType::kF16: return half_to_float(reinterpret_cast<const uint16_t*>(base)[offset]);
-    case DType::kBF16: return bf16_to_float(reinterpret_cast<const uint16_t*>(base)[offset]);
+    case DType::kF32:
+      return reinterpret_cast<const float*>(base)[offset];
+    case DType::kF16:
+      return half_to_float(reinterpret_cast<const uint16_t*>(base)[offset]);
+    case DType::kBF16:
+      return bf16_to_float(reinterpret_cast<const uint16_t*>(base)[offset]);
     case DType::kFP8E4M3:
       return double{fp8e4m3_to_float(reinterpret_cast<const uint8_t*>(base)[offset])} * scale;
-    case DType::kI32: return reinterpret_cast<const int32_t*>(base)[offset];
-    case DType::kI64: return static_cast<double>(reinterpret_cast<const int64_t*>(base)[offset]);
+    case DType::kI32:
+      return reinterpret_cast<const int32_t*>(base)[offset];
+    case DType::kI64:
+      return static_cast<double>(reinterpret_cast<const int64_t*>(base)[offset]);
   }
   return 0;
 }
@@ -108,8 +113,8 @@ std::vector<double> solve(const Problem& p, std::vector<double>* lse_out) {
         for (int32_t d = 0; d < p.dim_qk; ++d) query_row[d] = p.query(row, h, d);
         double max_logit = -std::numeric_limits<double>::infinity();
         for (int64_t t = 0; t < kv_len; ++t) {
-          const bool visible = (!p.causal || t <= position) &&
-                               (p.window_left < 0 || t >= position - p.window_left);
+          const bool visible =
+              (!p.causal || t <= position) && (p.window_left < 0 || t >= position - p.window_left);
           if (!visible) {
             logits[t] = -std::numeric_limits<double>::infinity();
             continue;
@@ -175,8 +180,8 @@ Problem kv_problem(const TensorView& q, const PagedKv& kv, const StepMetadata& m
       const int64_t token_stride = nhd ? t.strides[1] : t.strides[2];
       const int64_t head_stride = nhd ? t.strides[2] : t.strides[1];
       return read(t,
-                  s.alloc_page * t.strides[0] + s.offset * token_stride +
-                      kv_head * head_stride + d * t.strides[3],
+                  s.alloc_page * t.strides[0] + s.offset * token_stride + kv_head * head_stride +
+                      d * t.strides[3],
                   scale);
     };
   };
@@ -237,10 +242,10 @@ std::vector<double> reference_mla(const MlaArgs& args, std::vector<double>* lse)
                   s.alloc_page * ckv.strides[0] + s.offset * ckv.strides[1] + d * ckv.strides[2],
                   scale);
     }
-    return read(kpe,
-                s.alloc_page * kpe.strides[0] + s.offset * kpe.strides[1] +
-                    (d - rank) * kpe.strides[2],
-                scale);
+    return read(
+        kpe,
+        s.alloc_page * kpe.strides[0] + s.offset * kpe.strides[1] + (d - rank) * kpe.strides[2],
+        scale);
   };
   return solve(p, lse);
 }
