@@ -163,6 +163,9 @@ void AttentionRunner::run(int64_t step, bool prefill, std::span<const BatchEntry
   const int32_t num_reqs = static_cast<int32_t>(batch.size());
   PA_CHECK(num_reqs <= max_batch_, "demo: batch of {} exceeds the capacity {}", num_reqs,
            max_batch_);
+  PA_CHECK(result.per_page_size.size() == per_page_size_.size(),
+           "demo: result has {} page-size entries, expected {}", result.per_page_size.size(),
+           per_page_size_.size());
   const int64_t hq = shape_.qo_heads, dim = shape_.head_dim, row_elements = hq * dim;
   const float sm_scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
 
