@@ -16,8 +16,12 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define PA_PLANNER_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// Keeps the short per-request copies as inline vector loops: a libc memcpy call per request of
+// a few dozen bytes costs more than the copy (13% of the write pass at 16 pages per request).
+#define PA_NO_MEMCPY_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
 #else
 #define PA_PLANNER_CLONES
+#define PA_NO_MEMCPY_CALLS
 #endif
 #define PA_INLINE inline __attribute__((always_inline))
 
@@ -231,7 +235,7 @@ Totals sum_totals(const BatchView& b) {
   return t;
 }
 
-PA_PLANNER_CLONES void write_plan(const BatchView& b, const PlanBuffers& out) {
+PA_PLANNER_CLONES PA_NO_MEMCPY_CALLS void write_plan(const BatchView& b, const PlanBuffers& out) {
   const WriteArgs args{b.table,
                        b.row_stride,
                        b.seq_lens,
