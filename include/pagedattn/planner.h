@@ -20,8 +20,9 @@
 // b*r .. b*r + r - 1; a request of seq_len tokens has ceil(seq_len / P) of them (the last one
 // partial when P does not divide seq_len). Padding requests and empty requests have no pages,
 // kv_last_page_len 0 and kv_lens 0; a padding request has one query row in decode, none in
-// prefill. With validate = false only the buffer capacities are checked (a trusted hot path:
-// the table must then be valid, or the output is unspecified).
+// prefill. With validate = false only the arguments' sizes and the buffer capacities are checked,
+// not the lengths and page ids (a trusted hot path: the table must then be valid, or the output
+// is unspecified). Cost: see bench/RESULTS.md (`pagedattn bench plan`).
 #pragma once
 
 #include <cstdint>
