@@ -7,7 +7,8 @@
 //   - padding rows of a decode batch (padded to a power of two, as for CUDA graphs) are 0 with
 //     lse = -inf;
 //   - sampled rows match the float64 reference over the request's logical K/V, within the
-//     output dtype's rounding (bf16: abs 1e-2 + rel 2e-2; lse abs 2e-3 + rel 1e-4).
+//     output dtype's rounding (bf16: abs 1e-2 + rel 2e-2; lse abs 2e-3 + rel 1e-4);
+//   - page-size invariance: every real row agrees with the first page size's output.
 // The reference is computed once per batch and shared by the page sizes.
 #include "tools/demo_attention.h"
 
@@ -236,6 +237,7 @@ void AttentionRunner::run(int64_t step, bool prefill, std::span<const BatchEntry
     }
   }
 
+  std::vector<float> first_out;  // every real row of the first page size, for the invariance check
   for (size_t p = 0; p < per_page_size_.size(); ++p) {
     PerPageSize& pp = *per_page_size_[p];
     PageSizeStats& stats = result.per_page_size[p];
@@ -342,6 +344,24 @@ void AttentionRunner::run(int64_t step, bool prefill, std::span<const BatchEntry
         record_failure(result, stats,
                        fmt::format("{}: padding rows {}..{} are not out = 0, lse = -inf", where,
                                    real_rows, rows - 1));
+      }
+    }
+    // Page-size invariance on every row: the same logical KV seen with another P gives the same
+    // output within the output's rounding (a split-KV merge may round differently).
+    if (p == 0) {
+      first_out.resize(static_cast<size_t>(real_rows * row_elements));
+      for (size_t i = 0; i < first_out.size(); ++i) first_out[i] = bf16_to_float(out_bits[i]);
+    } else {
+      ++result.checks;
+      for (int64_t i = 0; i < real_rows * row_elements; ++i) {
+        const float got = bf16_to_float(out_bits[i]), want = first_out[static_cast<size_t>(i)];
+        if (!(std::fabs(got - want) <= 1e-2f + 2e-2f * std::fabs(want))) {
+          record_failure(result, stats,
+                         fmt::format("{}: row {} head {} dim {} = {:.6g}, but {:.6g} with P={}",
+                                     where, i / row_elements, i % row_elements / dim, i % dim, got,
+                                     want, per_page_size_[0]->page_size));
+          break;
+        }
       }
     }
     // Sampled rows against the reference.

@@ -70,7 +70,8 @@ std::string format_demo_table(const DemoResult& result) {
   }
   text += fmt::format(
       "\nchecks: {} run, {} failed (sampled rows against the float64 reference, "
-      "padding rows, allocator consistency, no leaked page); {:.2f} s wall\n",
+      "every row equal across page sizes, padding rows, allocator consistency, no leaked "
+      "page); {:.2f} s wall\n",
       result.checks, result.failures, result.wall_seconds);
   for (const std::string& message : result.failure_messages) {
     text += fmt::format("  FAILED: {}\n", message);
