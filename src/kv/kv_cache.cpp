@@ -72,9 +72,16 @@ void check_slots(const TensorView& slots, int64_t num_tokens, int64_t num_alloc_
 
 // Copies one row of `count` elements from `src` (input dtype) to `dst` (cache dtype), dividing by
 // `scale` when the cache is fp8.
+// (A true division, not a product with 1 / scale, so that every writer rounds alike.) The same
+// dtype in and out is a copy: the float round trip of f32/f16/bf16 is exact.
 template <class Dst, class Src>
-// (A true division, not a product with 1 / scale, so that every writer rounds alike.)
 void convert_row(Dst* dst, const Src* src, int64_t src_stride, int64_t count, float scale) {
+  if constexpr (std::is_same_v<Dst, Src>) {
+    if (src_stride == 1) {
+      std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(Dst));
+      return;
+    }
+  }
   for (int64_t i = 0; i < count; ++i) {
     float value = to_float(src[i * src_stride]);
     if constexpr (std::is_same_v<Dst, Fp8E4M3>) value /= scale;
