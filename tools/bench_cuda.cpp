@@ -4,6 +4,8 @@
 // measured once per process, in the same run, for the driver's ratio column.
 // The large decode rows (up to 34 GB of KV) do not fit a host-generated case: they are in
 // pagedattn_bench_cuda_decode (tools/bench_cuda_decode/), which generates the KV on the device.
+#include "tools/bench_cuda.h"
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/workspace.h"
-#include "tools/bench_cuda.h"
 #include "tools/bench_cuda_util.h"
 
 namespace pagedattn::tools {

@@ -75,18 +75,18 @@ CudaCeilings measure_cuda_ceilings(int64_t bytes, int32_t matmul_size, void* str
     cuda::DeviceBuffer src(static_cast<size_t>(bytes)), dst(static_cast<size_t>(bytes));
     cuda::DeviceBuffer sink(16);
     cuda::fill_uniform_device(
-        TensorView::contiguous(src.data(), DType::kF32, {bytes / 4}, Device::cuda(device)), 7,
-        -1, 1, stream);
+        TensorView::contiguous(src.data(), DType::kF32, {bytes / 4}, Device::cuda(device)), 7, -1,
+        1, stream);
     const double copy_ns = median_device_ns(
         [&] {
-          PA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, s));
+          PA_CUDA_CHECK(
+              cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, s));
         },
         2, 10, false, stream);
     c.copy_bytes = 2 * bytes;
     c.copy_gbs = 2.0 * bytes / copy_ns;
-    const double read_ns =
-        median_device_ns([&] { cuda::stream_read(src.data(), bytes, sink.data(), stream); }, 2, 10,
-                         false, stream);
+    const double read_ns = median_device_ns(
+        [&] { cuda::stream_read(src.data(), bytes, sink.data(), stream); }, 2, 10, false, stream);
     c.read_bytes = bytes;
     c.read_gbs = bytes / read_ns;
   }

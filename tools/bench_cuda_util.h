@@ -12,9 +12,9 @@ namespace pagedattn::tools {
 struct CudaCeilings {
   std::string device_name;
   int32_t num_sms = 0;
-  double copy_gbs = 0;        // cudaMemcpy device -> device, (read + write) bytes / time
-  double read_gbs = 0;        // streaming 16-byte read, bytes / time
-  double matmul_tflops = 0;   // cuBLAS bf16 GEMM, f32 accumulate, m = n = k = matmul_size
+  double copy_gbs = 0;       // cudaMemcpy device -> device, (read + write) bytes / time
+  double read_gbs = 0;       // streaming 16-byte read, bytes / time
+  double matmul_tflops = 0;  // cuBLAS bf16 GEMM, f32 accumulate, m = n = k = matmul_size
   int64_t copy_bytes = 0;
   int64_t read_bytes = 0;
   int32_t matmul_size = 0;

@@ -22,13 +22,13 @@
 namespace pagedattn::cuda {
 
 struct DevicePlanInput {
-  TensorView table;          // [num_reqs, row_stride] i32: allocation-page ids, or slots
-  bool slot_table = false;   // table holds slots (page * alloc_page_size + offset)
-  TensorView seq_lens;       // [num_reqs] i32
-  TensorView q_lens;         // [num_reqs] i32 for prefill/extend; undefined for decode
+  TensorView table;         // [num_reqs, row_stride] i32: allocation-page ids, or slots
+  bool slot_table = false;  // table holds slots (page * alloc_page_size + offset)
+  TensorView seq_lens;      // [num_reqs] i32
+  TensorView q_lens;        // [num_reqs] i32 for prefill/extend; undefined for decode
   int32_t num_reqs = 0;
   int32_t alloc_page_size = 0;
-  int32_t page_size = 0;     // P, divides alloc_page_size
+  int32_t page_size = 0;  // P, divides alloc_page_size
   int64_t num_alloc_pages = 0;
   int32_t padded_batch = 0;  // 0: no padding
   bool validate = true;      // off: skip the per-token slot-run checks (page ids still clamped)

@@ -48,10 +48,13 @@ class CudaBackend final : public Backend {
       return Support::no(fmt::format("device {} is not a CUDA device", op.device.str()));
     }
     switch (op.op) {
-      case OpKind::kDecode: return supports_decode(op);
-      case OpKind::kPrefill: return supports_prefill(op);
+      case OpKind::kDecode:
+        return supports_decode(op);
+      case OpKind::kPrefill:
+        return supports_prefill(op);
       case OpKind::kMlaDecode:
-      case OpKind::kMlaExtend: return supports_mla(op);
+      case OpKind::kMlaExtend:
+        return supports_mla(op);
     }
     return Support::no("unknown operation");
   }

@@ -20,10 +20,10 @@ void check_launch(const char* kernel_name);
 
 }  // namespace pagedattn::cuda
 
-#define PA_CUDA_CHECK(call)                                                        \
-  do {                                                                             \
-    const cudaError_t pa_cuda_status_ = (call);                                    \
-    if (pa_cuda_status_ != cudaSuccess) [[unlikely]] {                             \
+#define PA_CUDA_CHECK(call)                                                            \
+  do {                                                                                 \
+    const cudaError_t pa_cuda_status_ = (call);                                        \
+    if (pa_cuda_status_ != cudaSuccess) [[unlikely]] {                                 \
       ::pagedattn::cuda::throw_cuda_error(pa_cuda_status_, #call, __FILE__, __LINE__); \
-    }                                                                              \
+    }                                                                                  \
   } while (0)

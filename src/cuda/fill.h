@@ -12,8 +12,8 @@ namespace pagedattn::cuda {
 
 // Fills a contiguous device view (f32, f16, bf16, fp8_e4m3, i32 excluded) with values uniform in
 // [lo, hi); fp8 stores value / fp8_scale.
-void fill_uniform_device(const TensorView& view, uint64_t seed, float lo, float hi,
-                         void* stream, float fp8_scale = 1.0f);
+void fill_uniform_device(const TensorView& view, uint64_t seed, float lo, float hi, void* stream,
+                         float fp8_scale = 1.0f);
 
 // Reads `bytes` (a multiple of 16) from `data` once with 16-byte loads across the whole GPU;
 // `sink` (device, 16 bytes) receives a value that depends on every byte so nothing is elided.

@@ -6,8 +6,6 @@
 // padding requests of the captured size have no pages (their block-table rows are never read).
 // The pinned staging is double-buffered with an event per half, so filling it for step n + 1
 // never races the copy of step n.
-#include "pagedattn/cuda_graph.h"
-
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/decode/decode.h"
 #include "cuda/workspace.h"
+#include "pagedattn/cuda_graph.h"
 #include "pagedattn/cuda_planner.h"
 
 namespace pagedattn::cuda {
@@ -38,7 +37,8 @@ struct DecodeGraphRunner::State {
 
   int64_t input_ints() const { return max_batch + int64_t{max_batch} * stride; }
   TensorView i32(const DeviceBuffer& buffer, int64_t count) const {
-    return TensorView::contiguous(buffer.data(), DType::kI32, {count}, Device::cuda(workspace->device()));
+    return TensorView::contiguous(buffer.data(), DType::kI32, {count},
+                                  Device::cuda(workspace->device()));
   }
 
   StepMetadata meta(int32_t batch) const {
@@ -74,8 +74,8 @@ struct DecodeGraphRunner::State {
     args.out = TensorView::contiguous(out.data(), config.q_dtype,
                                       {batch, config.num_qo_heads, head_dim}, device);
     if (config.with_lse) {
-      args.lse = TensorView::contiguous(lse.data(), DType::kF32, {batch, config.num_qo_heads},
-                                        device);
+      args.lse =
+          TensorView::contiguous(lse.data(), DType::kF32, {batch, config.num_qo_heads}, device);
     }
     args.kv = config.kv;
     args.meta = meta(batch);
@@ -106,8 +106,8 @@ DecodeGraphRunner::DecodeGraphRunner(const DecodeGraphConfig& config, void* stre
   s.max_batch = config.batch_sizes.back();
   s.stride = config.max_blocks_per_request;
   s.head_dim = config.kv.head_dim();
-  s.max_pages = int64_t{s.max_batch} * s.stride *
-                (config.kv.alloc_page_size() / config.kv.page_size);
+  s.max_pages =
+      int64_t{s.max_batch} * s.stride * (config.kv.alloc_page_size() / config.kv.page_size);
   WorkspaceLimits limits;
   limits.max_batch = s.max_batch;
   limits.max_pages = s.max_pages;
@@ -214,8 +214,7 @@ int32_t DecodeGraphRunner::step(std::span<const int32_t> block_table,
   std::memset(staging + num_reqs, 0, (s.max_batch - num_reqs) * sizeof(int32_t));
   std::memcpy(staging + s.max_batch, block_table.data(), num_reqs * s.stride * sizeof(int32_t));
   const size_t bytes = (s.max_batch + num_reqs * s.stride) * sizeof(int32_t);
-  PA_CUDA_CHECK(
-      cudaMemcpyAsync(s.inputs.data(), staging, bytes, cudaMemcpyHostToDevice, s.stream));
+  PA_CUDA_CHECK(cudaMemcpyAsync(s.inputs.data(), staging, bytes, cudaMemcpyHostToDevice, s.stream));
   PA_CUDA_CHECK(cudaEventRecord(s.staged[half], s.stream));
   if (use_graph) {
     PA_CUDA_CHECK(cudaGraphLaunch(s.graphs[index], s.stream));

@@ -71,10 +71,9 @@ void store_kv(const PagedKv& cache, const TensorView& k_new, const TensorView& v
   for (const auto* pool : {&cache.k, &cache.v}) {
     const bool is_k = pool == &cache.k;
     const TensorView& input = is_k ? k_new : v_new;
-    const StoreRows params =
-        rows_params(*pool, nhd ? pool->strides[1] : pool->strides[2],
-                    nhd ? pool->strides[2] : pool->strides[1], alloc,
-                    is_k ? cache.k_scale : cache.v_scale, input, slots, status, heads);
+    const StoreRows params = rows_params(
+        *pool, nhd ? pool->strides[1] : pool->strides[2], nhd ? pool->strides[2] : pool->strides[1],
+        alloc, is_k ? cache.k_scale : cache.v_scale, input, slots, status, heads);
     launch_store(pool->dtype, input.dtype, params, num_tokens, cuda_stream);
   }
 }
@@ -104,14 +103,15 @@ void read_store_status(const TensorView& status, void* stream) {
   PA_CHECK(status.shape[0] >= 4, "status: {} entries, expected >= 4", status.shape[0]);
   int32_t host[4] = {};
   auto cuda_stream = static_cast<cudaStream_t>(stream);
-  PA_CUDA_CHECK(cudaMemcpyAsync(host, status.data, sizeof(host), cudaMemcpyDeviceToHost,
-                                cuda_stream));
+  PA_CUDA_CHECK(
+      cudaMemcpyAsync(host, status.data, sizeof(host), cudaMemcpyDeviceToHost, cuda_stream));
   PA_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
   if (host[0] == 0) return;
   const int64_t slot = (int64_t{host[2]} << 32) | static_cast<uint32_t>(host[3]);
-  PA_FAIL("store: slots[{}] = {} is out of range (expected < pages x alloc_page_size, or "
-          "negative to skip)",
-          host[1], slot);
+  PA_FAIL(
+      "store: slots[{}] = {} is out of range (expected < pages x alloc_page_size, or "
+      "negative to skip)",
+      host[1], slot);
 }
 
 }  // namespace pagedattn::cuda

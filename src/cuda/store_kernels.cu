@@ -86,21 +86,24 @@ void launch_store_for_dst(DType cache_dtype, const StoreRows& params, int64_t nu
     case DType::kFP8E4M3:
       store_rows_kernel<__nv_fp8_e4m3, Src><<<num_tokens, kStoreThreads, 0, stream>>>(params);
       break;
-    default: throw_error("store: cache dtype " + std::string(dtype_name(cache_dtype)) +
-                         " (expected f32, f16, bf16, fp8_e4m3)");
+    default:
+      throw_error("store: cache dtype " + std::string(dtype_name(cache_dtype)) +
+                  " (expected f32, f16, bf16, fp8_e4m3)");
   }
   check_launch("store_rows_kernel");
 }
 
 }  // namespace
 
-void launch_store(DType cache_dtype, DType input_dtype, const StoreRows& params,
-                  int64_t num_tokens, void* stream_pointer) {
+void launch_store(DType cache_dtype, DType input_dtype, const StoreRows& params, int64_t num_tokens,
+                  void* stream_pointer) {
   auto stream = static_cast<cudaStream_t>(stream_pointer);
   if (num_tokens == 0) return;
   switch (input_dtype) {
-    case DType::kF32: return launch_store_for_dst<float>(cache_dtype, params, num_tokens, stream);
-    case DType::kF16: return launch_store_for_dst<__half>(cache_dtype, params, num_tokens, stream);
+    case DType::kF32:
+      return launch_store_for_dst<float>(cache_dtype, params, num_tokens, stream);
+    case DType::kF16:
+      return launch_store_for_dst<__half>(cache_dtype, params, num_tokens, stream);
     case DType::kBF16:
       return launch_store_for_dst<__nv_bfloat16>(cache_dtype, params, num_tokens, stream);
     default:

@@ -28,7 +28,7 @@ struct StoreRows {
 void launch_check_slots(const void* slots, bool slots_i64, int64_t stride, int64_t num_tokens,
                         int64_t num_slots, int32_t* status, void* stream);
 // Converts and writes the rows (nothing at all if status is set and nonzero).
-void launch_store(DType cache_dtype, DType input_dtype, const StoreRows& params,
-                  int64_t num_tokens, void* stream);
+void launch_store(DType cache_dtype, DType input_dtype, const StoreRows& params, int64_t num_tokens,
+                  void* stream);
 
 }  // namespace pagedattn::cuda

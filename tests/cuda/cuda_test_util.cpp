@@ -46,17 +46,19 @@ DeviceTensor DeviceTensor::poisoned_like(const TensorView& host) {
 
 DeviceTensor DeviceTensor::from_vector(const std::vector<int32_t>& values) {
   std::vector<int32_t> copy = values;
-  const TensorView host = TensorView::contiguous(copy.data(), DType::kI32,
-                                                 {static_cast<int64_t>(copy.size())});
+  const TensorView host =
+      TensorView::contiguous(copy.data(), DType::kI32, {static_cast<int64_t>(copy.size())});
   return DeviceTensor(host);
 }
 
 void DeviceTensor::copy_to(const TensorView& host) const {
-  if (bytes_ > 0) PA_CUDA_CHECK(cudaMemcpy(host.data, buffer_.data(), bytes_, cudaMemcpyDeviceToHost));
+  if (bytes_ > 0)
+    PA_CUDA_CHECK(cudaMemcpy(host.data, buffer_.data(), bytes_, cudaMemcpyDeviceToHost));
 }
 
 void DeviceTensor::copy_from(const TensorView& host) {
-  if (bytes_ > 0) PA_CUDA_CHECK(cudaMemcpy(buffer_.data(), host.data, bytes_, cudaMemcpyHostToDevice));
+  if (bytes_ > 0)
+    PA_CUDA_CHECK(cudaMemcpy(buffer_.data(), host.data, bytes_, cudaMemcpyHostToDevice));
 }
 
 DeviceDecodeCase::DeviceDecodeCase(const AttentionCase& c) : host(&c) {
@@ -147,8 +149,8 @@ std::string check_cuda_decode(const CaseSpec& spec, uint64_t seed) {
   const std::string r = compare(got, cpu, {2 * tolerance.abs, 2 * tolerance.rel}, "out vs cpu");
   if (!r.empty()) report += (report.empty() ? "" : "\n") + r;
   if (report.empty()) return report;
-  return fmt::format("{} (seed {}; PAGEDATTN_TEST_SEED={} reproduces)\n{}", spec.name(), seed,
-                     seed, report);
+  return fmt::format("{} (seed {}; PAGEDATTN_TEST_SEED={} reproduces)\n{}", spec.name(), seed, seed,
+                     report);
 }
 
 }  // namespace pagedattn::testing

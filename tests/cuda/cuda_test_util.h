@@ -16,12 +16,11 @@
 #include "cuda/workspace.h"
 
 // Skips the test, with the reason, where no CUDA device can be used (as in CI).
-#define PA_REQUIRE_GPU()                                                            \
-  do {                                                                              \
-    if (const ::pagedattn::Support pa_gpu_ = ::pagedattn::cuda::device_available(); \
-        !pa_gpu_) {                                                                 \
-      GTEST_SKIP() << "no GPU: " << pa_gpu_.reason;                                 \
-    }                                                                               \
+#define PA_REQUIRE_GPU()                                                                        \
+  do {                                                                                          \
+    if (const ::pagedattn::Support pa_gpu_ = ::pagedattn::cuda::device_available(); !pa_gpu_) { \
+      GTEST_SKIP() << "no GPU: " << pa_gpu_.reason;                                             \
+    }                                                                                           \
   } while (0)
 
 namespace pagedattn::testing {

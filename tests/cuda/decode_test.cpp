@@ -56,8 +56,8 @@ std::vector<CaseSpec> cuda_decode_cases() {
     }
   }
   // Group sizes 1, 3, 5, 7, 12, 16, 4 (Llama 3 8B: 32/8), 20 and 32 (more than one CTA per head).
-  for (auto [hq, hkv] : {std::pair{4, 4}, {6, 2}, {10, 2}, {14, 2}, {12, 1}, {16, 1}, {32, 8},
-                         {40, 2}, {32, 1}}) {
+  for (auto [hq, hkv] :
+       {std::pair{4, 4}, {6, 2}, {10, 2}, {14, 2}, {12, 1}, {16, 1}, {32, 8}, {40, 2}, {32, 1}}) {
     CaseSpec spec = base_decode();
     spec.num_qo_heads = hq;
     spec.num_kv_heads = hkv;

@@ -77,8 +77,10 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
     size_t next = 0;
     for (int32_t r = 0; r < num_reqs; ++r) {
       const int kind = std::uniform_int_distribution<int>(0, 5)(rng);
-      seq_lens[r] = kind == 0 ? 0 : std::uniform_int_distribution<int32_t>(1, kStride * kAlloc)(rng);
-      for (int32_t b = 0; b * kAlloc < seq_lens[r]; ++b) block_table[r * kStride + b] = pages[next++];
+      seq_lens[r] =
+          kind == 0 ? 0 : std::uniform_int_distribution<int32_t>(1, kStride * kAlloc)(rng);
+      for (int32_t b = 0; b * kAlloc < seq_lens[r]; ++b)
+        block_table[r * kStride + b] = pages[next++];
     }
     HostTensor q(DType::kBF16, {num_reqs, kHeads, kDim});
     fill_uniform(q.view(), rng);
@@ -117,17 +119,20 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
     args.q = q_padded.view();
     args.kv = host_kv;
     args.meta.batch_size = batch;
-    args.meta.qo_indptr = TensorView::contiguous(plan_storage.qo_indptr.data(), DType::kI32, {batch + 1});
-    args.meta.kv_indptr = TensorView::contiguous(plan_storage.kv_indptr.data(), DType::kI32, {batch + 1});
-    args.meta.kv_indices = TensorView::contiguous(plan_storage.kv_indices.data(), DType::kI32,
-                                                  {static_cast<int64_t>(plan_storage.kv_indices.size())});
+    args.meta.qo_indptr =
+        TensorView::contiguous(plan_storage.qo_indptr.data(), DType::kI32, {batch + 1});
+    args.meta.kv_indptr =
+        TensorView::contiguous(plan_storage.kv_indptr.data(), DType::kI32, {batch + 1});
+    args.meta.kv_indices =
+        TensorView::contiguous(plan_storage.kv_indices.data(), DType::kI32,
+                               {static_cast<int64_t>(plan_storage.kv_indices.size())});
     args.meta.kv_last_page_len =
         TensorView::contiguous(plan_storage.kv_last_page_len.data(), DType::kI32, {batch});
     args.out = out.view();
     args.options = graph_config.options;
     const std::vector<double> expected = reference_decode(args);
-    const std::string report =
-        compare(to_doubles(out.view()), expected, tolerance_for(DType::kBF16), "replay vs reference");
+    const std::string report = compare(to_doubles(out.view()), expected,
+                                       tolerance_for(DType::kBF16), "replay vs reference");
     ASSERT_TRUE(report.empty()) << "step " << step << "\n" << report;
   }
 }

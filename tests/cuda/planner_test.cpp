@@ -50,13 +50,14 @@ struct DevicePlan {
   DevicePlan(int32_t batch, int64_t max_pages)
       : qo_indptr(DeviceTensor::from_vector(std::vector<int32_t>(batch + 1, -1))),
         kv_indptr(DeviceTensor::from_vector(std::vector<int32_t>(batch + 1, -1))),
-        kv_indices(DeviceTensor::from_vector(std::vector<int32_t>(std::max<int64_t>(1, max_pages), -1))),
+        kv_indices(
+            DeviceTensor::from_vector(std::vector<int32_t>(std::max<int64_t>(1, max_pages), -1))),
         kv_last_page_len(DeviceTensor::from_vector(std::vector<int32_t>(std::max(1, batch), -1))),
         kv_lens(DeviceTensor::from_vector(std::vector<int32_t>(std::max(1, batch), -1))),
         status(DeviceTensor::from_vector(std::vector<int32_t>(4, -1))) {}
   cuda::DevicePlanBuffers buffers() const {
-    return {qo_indptr.view(), kv_indptr.view(), kv_indices.view(), kv_last_page_len.view(),
-            kv_lens.view(), status.view()};
+    return {qo_indptr.view(),        kv_indptr.view(), kv_indices.view(),
+            kv_last_page_len.view(), kv_lens.view(),   status.view()};
   }
 };
 
@@ -76,9 +77,8 @@ TEST_P(GpuPlannerTest, EqualsHostPlanner) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(fmt::format("seed {} (PAGEDATTN_TEST_SEED to reproduce)", seed));
   std::mt19937_64 rng(seed);
-  const EngineBatch batch = make_batch(rng, p.alloc_page_size,
-                                       corner_lengths(rng, p.num_reqs, p.alloc_page_size),
-                                       p.prefill);
+  const EngineBatch batch = make_batch(
+      rng, p.alloc_page_size, corner_lengths(rng, p.num_reqs, p.alloc_page_size), p.prefill);
   const int32_t padded = p.padding > 0 ? p.num_reqs + p.padding : 0;
   const int32_t b = padded > 0 ? padded : p.num_reqs;
   const PlanInput input = batch.input(p.slot_form, p.page_size, padded);
@@ -87,10 +87,10 @@ TEST_P(GpuPlannerTest, EqualsHostPlanner) {
   PlanStorage host(b, std::max<int64_t>(1, total_pages));
   const PlanSummary summary = plan(input, host.buffers());
 
-  const DeviceTensor table = DeviceTensor::from_vector(p.slot_form ? batch.slots : batch.block_table);
+  const DeviceTensor table =
+      DeviceTensor::from_vector(p.slot_form ? batch.slots : batch.block_table);
   const DeviceTensor seq_lens = DeviceTensor::from_vector(batch.seq_lens);
-  const DeviceTensor q_lens =
-      p.prefill ? DeviceTensor::from_vector(batch.q_lens) : DeviceTensor();
+  const DeviceTensor q_lens = p.prefill ? DeviceTensor::from_vector(batch.q_lens) : DeviceTensor();
   DevicePlan device(b, total_pages);
   cuda::DevicePlanInput in;
   in.table = table_view(table, p.num_reqs, p.slot_form ? batch.slot_stride : batch.block_stride);
@@ -134,7 +134,8 @@ TEST_P(GpuPlannerTest, EqualsHostPlanner) {
     EXPECT_EQ(info[1], expected.chunk_pages);
     EXPECT_EQ(info[2] != 0, expected.any_split);
     EXPECT_EQ(info[3], 0);
-    EXPECT_EQ(device_to_host(d_request, expected.num_items), head(work_request, expected.num_items));
+    EXPECT_EQ(device_to_host(d_request, expected.num_items),
+              head(work_request, expected.num_items));
     EXPECT_EQ(device_to_host(d_chunk, expected.num_items), head(work_chunk, expected.num_items));
     EXPECT_EQ(device_to_host(d_merge, b + 1), merge);
   }
@@ -152,7 +153,7 @@ std::vector<GpuPlanCase> gpu_plan_cases() {
   cases.push_back({false, false, 16, 16, 1, 0});
   cases.push_back({false, false, 16, 16, 2500, 30});  // several scan blocks
   cases.push_back({true, true, 4, 16, 1500, 0});
-  cases.push_back({false, false, 16, 16, 0, 4});      // only padding
+  cases.push_back({false, false, 16, 16, 0, 4});  // only padding
   return cases;
 }
 

@@ -29,8 +29,7 @@ struct StoreCase {
 };
 
 // num_tokens slots drawn without replacement from the pool, every fourth one -1 (padding).
-HostTensor random_slots(std::mt19937_64& rng, int64_t num_tokens, int64_t num_slots,
-                        DType dtype) {
+HostTensor random_slots(std::mt19937_64& rng, int64_t num_tokens, int64_t num_slots, DType dtype) {
   std::vector<int64_t> pool(static_cast<size_t>(num_slots));
   std::iota(pool.begin(), pool.end(), 0);
   std::shuffle(pool.begin(), pool.end(), rng);
@@ -87,8 +86,7 @@ TEST_P(CudaStoreTest, MatchesHostStore) {
   DeviceTensor status = DeviceTensor::from_vector({-1, -1, -1, -1});
 
   store_kv(host_kv, k_new.view(), v_new.view(), slots.view());
-  cuda::store_kv(device_kv, d_k_new.view(), d_v_new.view(), d_slots.view(), nullptr,
-                 status.view());
+  cuda::store_kv(device_kv, d_k_new.view(), d_v_new.view(), d_slots.view(), nullptr, status.view());
   cuda::read_store_status(status.view(), nullptr);
   EXPECT_TRUE(same_bytes(k, host_kv.k)) << "k differs";
   EXPECT_TRUE(same_bytes(v, host_kv.v)) << "v differs";
@@ -99,7 +97,8 @@ std::vector<StoreCase> store_cases() {
   for (DType cache : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8E4M3}) {
     for (DType input : {DType::kF32, DType::kBF16}) {
       for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
-        cases.push_back({cache, input, layout, layout == KvLayout::kNHD ? DType::kI64 : DType::kI32});
+        cases.push_back(
+            {cache, input, layout, layout == KvLayout::kNHD ? DType::kI64 : DType::kI32});
       }
     }
   }
@@ -165,8 +164,7 @@ TEST(CudaStore, OutOfRangeSlotWritesNothing) {
   std::copy(values, values + 4, slots.data<int32_t>());
   DeviceTensor d_k_new(k_new.view()), d_v_new(v_new.view()), d_slots(slots.view());
   DeviceTensor status = DeviceTensor::from_vector({0, 0, 0, 0});
-  cuda::store_kv(device_kv, d_k_new.view(), d_v_new.view(), d_slots.view(), nullptr,
-                 status.view());
+  cuda::store_kv(device_kv, d_k_new.view(), d_v_new.view(), d_slots.view(), nullptr, status.view());
   try {
     cuda::read_store_status(status.view(), nullptr);
     ADD_FAILURE() << "out-of-range slot accepted";

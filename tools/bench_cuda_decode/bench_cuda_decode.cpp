@@ -62,8 +62,7 @@ std::vector<Row> parse_rows(const std::string& text) {
 
 TensorView i32_device(cuda::DeviceBuffer& buffer, const std::vector<int32_t>& host) {
   buffer = cuda::DeviceBuffer(std::max<size_t>(4, host.size() * 4));
-  PA_CUDA_CHECK(
-      cudaMemcpy(buffer.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  PA_CUDA_CHECK(cudaMemcpy(buffer.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
   return TensorView::contiguous(buffer.data(), DType::kI32, {static_cast<int64_t>(host.size())},
                                 Device::cuda(0));
 }
@@ -82,10 +81,11 @@ PagedKv cache_view(void* k, void* v, int64_t pages, int32_t page_size) {
 
 // Host planner vs GPU planner on the same block table (allocation pages of 64 tokens).
 nlohmann::json bench_planner(cudaStream_t stream) {
-  fmt::print("\nplanner: host plan() + split_kv_partition() vs GPU plan_on_device() + "
-             "split_kv_on_device() (device time, events), block table, A 64, median of 10\n"
-             "{:>6} {:>8} {:>4} {:>12} {:>12} {:>8}\n",
-             "B", "kv_len", "P", "host_us", "gpu_us", "host/gpu");
+  fmt::print(
+      "\nplanner: host plan() + split_kv_partition() vs GPU plan_on_device() + "
+      "split_kv_on_device() (device time, events), block table, A 64, median of 10\n"
+      "{:>6} {:>8} {:>4} {:>12} {:>12} {:>8}\n",
+      "B", "kv_len", "P", "host_us", "gpu_us", "host/gpu");
   nlohmann::json rows = nlohmann::json::array();
   constexpr int32_t kAlloc = 64;
   std::mt19937_64 rng(7);
@@ -139,9 +139,9 @@ nlohmann::json bench_planner(cudaStream_t stream) {
         device_input.alloc_page_size = kAlloc;
         device_input.page_size = page;
         device_input.num_alloc_pages = alloc_pages;
-        const cuda::DevicePlanBuffers buffers{view(qo, batch + 1), view(indptr, batch + 1),
-                                              view(indices, pages),  view(last, batch),
-                                              view(kv_lens, batch),  view(status, 4)};
+        const cuda::DevicePlanBuffers buffers{view(qo, batch + 1),  view(indptr, batch + 1),
+                                              view(indices, pages), view(last, batch),
+                                              view(kv_lens, batch), view(status, 4)};
         const cuda::DeviceSplitKvBuffers split_buffers{view(request, capacity),
                                                        view(chunk, capacity),
                                                        view(merge_d, batch + 1), view(info, 4)};
@@ -154,10 +154,13 @@ nlohmann::json bench_planner(cudaStream_t stream) {
             2, 10, false, stream);
         cuda::read_plan_status(view(status, 4), stream);
         const double host_us = host_ns[host_ns.size() / 2] / 1e3;
-        fmt::print("{:>6} {:>8} {:>4} {:>12.1f} {:>12.1f} {:>8.2f}\n", batch, kv_len, page,
-                   host_us, gpu_ns / 1e3, host_us * 1e3 / gpu_ns);
-        rows.push_back({{"batch", batch}, {"kv_len", kv_len}, {"page_size", page},
-                        {"host_us", host_us}, {"gpu_us", gpu_ns / 1e3}});
+        fmt::print("{:>6} {:>8} {:>4} {:>12.1f} {:>12.1f} {:>8.2f}\n", batch, kv_len, page, host_us,
+                   gpu_ns / 1e3, host_us * 1e3 / gpu_ns);
+        rows.push_back({{"batch", batch},
+                        {"kv_len", kv_len},
+                        {"page_size", page},
+                        {"host_us", host_us},
+                        {"gpu_us", gpu_ns / 1e3}});
       }
     }
   }
@@ -181,15 +184,16 @@ void run(const std::string& rows_text, const std::vector<int32_t>& page_sizes, i
   const std::vector<Row> rows = parse_rows(rows_text);
 
   const CudaCeilings ceilings = measure_cuda_ceilings(int64_t{2} << 30, 8192, stream);
-  fmt::print("device: {} ({} SMs)\nceilings (this run): device copy {:.0f} GB/s (read + write of "
-             "{} GiB), streaming read {:.0f} GB/s ({} GiB), cuBLAS bf16 matmul {}^3 {:.0f} "
-             "TFLOP/s\n",
-             ceilings.device_name, ceilings.num_sms, ceilings.copy_gbs,
-             ceilings.copy_bytes >> 30, ceilings.read_gbs, ceilings.read_bytes >> 30,
-             ceilings.matmul_size, ceilings.matmul_tflops);
+  fmt::print(
+      "device: {} ({} SMs)\nceilings (this run): device copy {:.0f} GB/s (read + write of "
+      "{} GiB), streaming read {:.0f} GB/s ({} GiB), cuBLAS bf16 matmul {}^3 {:.0f} "
+      "TFLOP/s\n",
+      ceilings.device_name, ceilings.num_sms, ceilings.copy_gbs, ceilings.copy_bytes >> 30,
+      ceilings.read_gbs, ceilings.read_bytes >> 30, ceilings.matmul_size, ceilings.matmul_tflops);
 
   int64_t max_tokens = 0;
-  for (const Row& row : rows) max_tokens = std::max<int64_t>(max_tokens, int64_t{row.batch} * row.kv_len);
+  for (const Row& row : rows)
+    max_tokens = std::max<int64_t>(max_tokens, int64_t{row.batch} * row.kv_len);
   const int64_t token_elems = int64_t{kKvHeads} * kHeadDim;
   cuda::DeviceBuffer k(static_cast<size_t>(max_tokens * token_elems * 2));
   cuda::DeviceBuffer v(static_cast<size_t>(max_tokens * token_elems * 2));
@@ -238,15 +242,15 @@ void run(const std::string& rows_text, const std::vector<int32_t>& page_sizes, i
       args.kv = cache_view(k.data(), v.data(), pages, page);
       args.q = TensorView::contiguous(q.data(), DType::kBF16, {row.batch, kQoHeads, kHeadDim},
                                       Device::cuda(0));
-      args.out = TensorView::contiguous(out.data(), DType::kBF16,
-                                        {row.batch, kQoHeads, kHeadDim}, Device::cuda(0));
-      args.lse = TensorView::contiguous(lse.data(), DType::kF32, {row.batch, kQoHeads},
+      args.out = TensorView::contiguous(out.data(), DType::kBF16, {row.batch, kQoHeads, kHeadDim},
                                         Device::cuda(0));
+      args.lse =
+          TensorView::contiguous(lse.data(), DType::kF32, {row.batch, kQoHeads}, Device::cuda(0));
       args.options.sm_scale = 0.08838835f;
       args.stream = stream;
       backend->plan(*workspace, describe_op(args), args.meta);
-      const double ns = median_device_ns([&] { backend->run_decode(*workspace, args); }, 3, reps,
-                                         true, stream);
+      const double ns =
+          median_device_ns([&] { backend->run_decode(*workspace, args); }, 3, reps, true, stream);
       const double bytes = 2.0 * row.batch * row.kv_len * token_elems * 2;
       results.push_back({row, page, ns / 1e3, bytes, bytes / ns / 1e3});
       fmt::print(stderr, "  {}x{} P={}: {:.1f} us, {:.2f} TB/s\n", row.batch, row.kv_len, page,
@@ -254,9 +258,10 @@ void run(const std::string& rows_text, const std::vector<int32_t>& page_sizes, i
     }
   }
 
-  fmt::print("\ndecode, Hq 32 / Hkv 8, head_dim 128, bf16, NHD, shuffled pages, L2 flushed, median "
-             "of {}\n",
-             reps);
+  fmt::print(
+      "\ndecode, Hq 32 / Hkv 8, head_dim 128, bf16, NHD, shuffled pages, L2 flushed, median "
+      "of {}\n",
+      reps);
   fmt::print("{:>12} {:>4} {:>10} {:>9} {:>8} {:>10} {:>10}\n", "B x kv_len", "P", "time_us",
              "KV_GB", "TB/s", "vs_read", "vs_copy");
   for (const Result& r : results) {
@@ -268,9 +273,10 @@ void run(const std::string& rows_text, const std::vector<int32_t>& page_sizes, i
 
   nlohmann::json graph_json = nlohmann::json::array();
   if (graphs) {
-    fmt::print("\nCUDA graphs: host time per decode step (tables copied in + launch), 32 layers, "
-               "kv_len 1024, P 16, mean of 200 steps\n{:>6} {:>14} {:>14} {:>14} {:>14}\n",
-               "batch", "graph_host_us", "eager_host_us", "graph_gpu_us", "eager_gpu_us");
+    fmt::print(
+        "\nCUDA graphs: host time per decode step (tables copied in + launch), 32 layers, "
+        "kv_len 1024, P 16, mean of 200 steps\n{:>6} {:>14} {:>14} {:>14} {:>14}\n",
+        "batch", "graph_host_us", "eager_host_us", "graph_gpu_us", "eager_gpu_us");
     for (int32_t batch : {1, 64}) {
       constexpr int32_t kLen = 1024, kPage = 16, kLayers = 32;
       const int32_t blocks = kLen / kPage;
@@ -307,7 +313,9 @@ void run(const std::string& rows_text, const std::vector<int32_t>& page_sizes, i
       runner.check_last_step();
       fmt::print("{:>6} {:>14.1f} {:>14.1f} {:>14.1f} {:>14.1f}\n", batch, host_us[0], host_us[1],
                  gpu_us[0], gpu_us[1]);
-      graph_json.push_back({{"batch", batch}, {"layers", kLayers}, {"kv_len", kLen},
+      graph_json.push_back({{"batch", batch},
+                            {"layers", kLayers},
+                            {"kv_len", kLen},
                             {"graph_host_us_per_step", host_us[0]},
                             {"eager_host_us_per_step", host_us[1]},
                             {"graph_step_wall_us", gpu_us[0]},
@@ -320,24 +328,32 @@ void run(const std::string& rows_text, const std::vector<int32_t>& page_sizes, i
   if (!json_path.empty()) {
     nlohmann::json rows_json = nlohmann::json::array();
     for (const Result& r : results) {
-      rows_json.push_back({{"batch", r.row.batch}, {"kv_len", r.row.kv_len},
-                           {"page_size", r.page_size}, {"median_us", r.median_us},
-                           {"kv_bytes", r.kv_bytes}, {"kv_tbs", r.tbs},
+      rows_json.push_back({{"batch", r.row.batch},
+                           {"kv_len", r.row.kv_len},
+                           {"page_size", r.page_size},
+                           {"median_us", r.median_us},
+                           {"kv_bytes", r.kv_bytes},
+                           {"kv_tbs", r.tbs},
                            {"ratio_to_read", r.tbs * 1e3 / ceilings.read_gbs},
                            {"ratio_to_copy", r.tbs * 1e3 / ceilings.copy_gbs}});
     }
-    const nlohmann::json document = {
-        {"benchmark", "cuda_decode"},
-        {"device", ceilings.device_name},
-        {"shape", {{"num_qo_heads", kQoHeads}, {"num_kv_heads", kKvHeads},
-                   {"head_dim", kHeadDim}, {"dtype", "bf16"}, {"layout", "NHD"}}},
-        {"reps", reps},
-        {"ceilings", {{"copy_gbs", ceilings.copy_gbs}, {"read_gbs", ceilings.read_gbs},
-                      {"matmul_bf16_tflops", ceilings.matmul_tflops},
-                      {"matmul_size", ceilings.matmul_size}}},
-        {"rows", rows_json},
-        {"graphs", graph_json},
-        {"planner", planner_json}};
+    const nlohmann::json document = {{"benchmark", "cuda_decode"},
+                                     {"device", ceilings.device_name},
+                                     {"shape",
+                                      {{"num_qo_heads", kQoHeads},
+                                       {"num_kv_heads", kKvHeads},
+                                       {"head_dim", kHeadDim},
+                                       {"dtype", "bf16"},
+                                       {"layout", "NHD"}}},
+                                     {"reps", reps},
+                                     {"ceilings",
+                                      {{"copy_gbs", ceilings.copy_gbs},
+                                       {"read_gbs", ceilings.read_gbs},
+                                       {"matmul_bf16_tflops", ceilings.matmul_tflops},
+                                       {"matmul_size", ceilings.matmul_size}}},
+                                     {"rows", rows_json},
+                                     {"graphs", graph_json},
+                                     {"planner", planner_json}};
     std::ofstream out(json_path);
     PA_CHECK(out.good(), "--json {}: cannot open for writing", json_path);
     out << document.dump(2) << "\n";

@@ -38,24 +38,27 @@ Support supports_decode(const OpDesc& op) {
     return Support::no(fmt::format("cuda: device {} is not a CUDA device", op.device.str()));
   }
   if (op.q_dtype != DType::kBF16 && op.q_dtype != DType::kF16) {
-    return Support::no(fmt::format("cuda decode: q dtype {} (supported: bf16, f16)",
-                                   dtype_name(op.q_dtype)));
+    return Support::no(
+        fmt::format("cuda decode: q dtype {} (supported: bf16, f16)", dtype_name(op.q_dtype)));
   }
   if (op.kv_dtype != op.q_dtype && op.kv_dtype != DType::kFP8E4M3) {
-    return Support::no(fmt::format("cuda decode: kv dtype {} with q dtype {} (supported: the q "
-                                   "dtype or fp8_e4m3)",
-                                   dtype_name(op.kv_dtype), dtype_name(op.q_dtype)));
+    return Support::no(
+        fmt::format("cuda decode: kv dtype {} with q dtype {} (supported: the q "
+                    "dtype or fp8_e4m3)",
+                    dtype_name(op.kv_dtype), dtype_name(op.q_dtype)));
   }
   if (op.head_dim_qk != op.head_dim_vo ||
       (op.head_dim_qk != 64 && op.head_dim_qk != 128 && op.head_dim_qk != 256)) {
-    return Support::no(fmt::format("cuda decode: head_dim qk {} / vo {} (supported: 64, 128, "
-                                   "256, equal)",
-                                   op.head_dim_qk, op.head_dim_vo));
+    return Support::no(
+        fmt::format("cuda decode: head_dim qk {} / vo {} (supported: 64, 128, "
+                    "256, equal)",
+                    op.head_dim_qk, op.head_dim_vo));
   }
   if (op.num_kv_heads < 1 || op.num_qo_heads < 1 || op.num_qo_heads % op.num_kv_heads != 0) {
-    return Support::no(fmt::format("cuda decode: {} query heads over {} KV heads (expected a "
-                                   "multiple)",
-                                   op.num_qo_heads, op.num_kv_heads));
+    return Support::no(
+        fmt::format("cuda decode: {} query heads over {} KV heads (expected a "
+                    "multiple)",
+                    op.num_qo_heads, op.num_kv_heads));
   }
   if (op.page_size < 1) {
     return Support::no(fmt::format("cuda decode: page_size {} (expected >= 1)", op.page_size));
@@ -110,8 +113,7 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   const int64_t vec = 16 / dtype_size(op.kv_dtype);
   for (const auto* view : {&args.kv.k, &args.kv.v}) {
     const char* name = view == &args.kv.k ? "kv.k" : "kv.v";
-    PA_CHECK(aligned16(view->data), "{}: data pointer {} is not 16-byte aligned", name,
-             view->data);
+    PA_CHECK(aligned16(view->data), "{}: data pointer {} is not 16-byte aligned", name, view->data);
     for (int d = 0; d < 3; ++d) {
       PA_CHECK(view->strides[d] % vec == 0,
                "{}: stride[{}] = {} elements, expected a multiple of {} (16-byte rows)", name, d,

@@ -5,10 +5,10 @@
 namespace pagedattn::cuda {
 
 template void launch_decode_kernel<64, __nv_bfloat16, __nv_bfloat16>(const DecodeParams&, int,
-                                                                      void*);
+                                                                     void*);
 template void launch_decode_kernel<64, __half, __half>(const DecodeParams&, int, void*);
 template void launch_decode_kernel<64, __nv_bfloat16, __nv_fp8_e4m3>(const DecodeParams&, int,
-                                                                      void*);
+                                                                     void*);
 template void launch_decode_kernel<64, __half, __nv_fp8_e4m3>(const DecodeParams&, int, void*);
 
 }  // namespace pagedattn::cuda

@@ -41,10 +41,9 @@ struct DecodeConfig {
   static constexpr int kLoadIters = kTile * kChunksPerRow / kThreads;
   static constexpr int kStageChunks = kTile * kChunksPerRow;  // uint4 per stage, K or V
 
-  static constexpr size_t kSmemBytes = 2 * size_t{kStages} * kStageChunks * 16 +
-                                       sizeof(float) * (kMaxGroupPerCta * kHeadDim +
-                                                        kMaxGroupPerCta * kTile +
-                                                        3 * kMaxGroupPerCta);
+  static constexpr size_t kSmemBytes =
+      2 * size_t{kStages} * kStageChunks * 16 +
+      sizeof(float) * (kMaxGroupPerCta * kHeadDim + kMaxGroupPerCta * kTile + 3 * kMaxGroupPerCta);
   static_assert(kChunksPerRow % kThreadsPerToken == 0);
   static_assert(kThreads % kChunksPerRow == 0);
   static_assert(kTile * kChunksPerRow % kThreads == 0);
@@ -257,8 +256,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
     if (pv_head < heads) {
       for (int t = pv_slice; t < tile_tokens; t += slices) {
         float vf[kVec];
-        vec_to_float<KVT>(
-            v_smem[(stage * kTile + t) * C::kChunksPerRow + C::swizzle(t, pv_chunk)], vf);
+        vec_to_float<KVT>(v_smem[(stage * kTile + t) * C::kChunksPerRow + C::swizzle(t, pv_chunk)],
+                          vf);
 #pragma unroll
         for (int j = 0; j < C::kMaxHeadsPerLane; ++j) {
           const int h = pv_head + j * C::kLanes;
@@ -284,7 +283,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
     if (pv_head < heads && pv_slice == 0) {
       for (int s = 1; s < slices; ++s) {
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[0][e] += red[(pv_lane + s) * kHeadDim + pv_chunk * kVec + e];
+        for (int e = 0; e < kVec; ++e)
+          acc[0][e] += red[(pv_lane + s) * kHeadDim + pv_chunk * kVec + e];
       }
     }
   }
@@ -301,7 +301,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
     const int qo_head = qo_head0 + h;
     const int d0 = pv_chunk * kVec;
     if (!split) {
-      QT* out = static_cast<QT*>(p.out) + request * p.out_stride_batch + qo_head * p.out_stride_head;
+      QT* out =
+          static_cast<QT*>(p.out) + request * p.out_stride_batch + qo_head * p.out_stride_head;
 #pragma unroll
       for (int e = 0; e < kVec; ++e) out[d0 + e] = from_float<QT>(acc[j][e] * scale);
       if (p.lse != nullptr && pv_chunk == 0) {

@@ -22,41 +22,39 @@ constexpr int kMergeThreads = 128;
 
 template <class QT>
 __global__ void __launch_bounds__(kMergeThreads)
-    merge_kernel(const PartitionView partition, const float* partial_out,
-                 const float* partial_lse, int num_qo_heads, int head_dim, QT* out,
-                 int64_t out_stride_batch, int64_t out_stride_head, float* lse,
-                 int64_t lse_stride_batch, int64_t lse_stride_head) {
+    merge_kernel(const PartitionView partition, const float* partial_out, const float* partial_lse,
+                 int num_qo_heads, int head_dim, QT* out, int64_t out_stride_batch,
+                 int64_t out_stride_head, float* lse, int64_t lse_stride_batch,
+                 int64_t lse_stride_head) {
   const int request = blockIdx.x;
   const int h = blockIdx.y;
   const int first = partition.merge_indptr[request];
   const int last = partition.merge_indptr[request + 1];
   if (last - first <= 1) return;
-  {  // this CTA's head
-    float max_lse = -INFINITY;
-    for (int i = first; i < last; ++i) max_lse = fmaxf(max_lse, partial_lse[i * num_qo_heads + h]);
-    float weight_sum = 0.0f;
-    for (int i = first; i < last; ++i) {
-      const float part = partial_lse[i * num_qo_heads + h];
-      weight_sum += max_lse == -INFINITY ? 0.0f : __expf(part - max_lse);
-    }
-    const float total_lse = weight_sum > 0.0f ? max_lse + __logf(weight_sum) : -INFINITY;
-    for (int d = threadIdx.x; d < head_dim; d += kMergeThreads) {
-      float value = 0.0f;
-      if (weight_sum > 0.0f) {
-        for (int i = first; i < last; ++i) {
-          const float weight = __expf(partial_lse[i * num_qo_heads + h] - total_lse);
-          value += weight * partial_out[(int64_t{i} * num_qo_heads + h) * head_dim + d];
-        }
-      }
-      if constexpr (std::is_same_v<QT, __half>) {
-        out[request * out_stride_batch + h * out_stride_head + d] = __float2half_rn(value);
-      } else {
-        out[request * out_stride_batch + h * out_stride_head + d] = __float2bfloat16_rn(value);
+  float max_lse = -INFINITY;
+  for (int i = first; i < last; ++i) max_lse = fmaxf(max_lse, partial_lse[i * num_qo_heads + h]);
+  float weight_sum = 0.0f;
+  for (int i = first; i < last; ++i) {
+    const float part = partial_lse[i * num_qo_heads + h];
+    weight_sum += max_lse == -INFINITY ? 0.0f : __expf(part - max_lse);
+  }
+  const float total_lse = weight_sum > 0.0f ? max_lse + __logf(weight_sum) : -INFINITY;
+  for (int d = threadIdx.x; d < head_dim; d += kMergeThreads) {
+    float value = 0.0f;
+    if (weight_sum > 0.0f) {
+      for (int i = first; i < last; ++i) {
+        const float weight = __expf(partial_lse[i * num_qo_heads + h] - total_lse);
+        value += weight * partial_out[(int64_t{i} * num_qo_heads + h) * head_dim + d];
       }
     }
-    if (lse != nullptr && threadIdx.x == 0) {
-      lse[request * lse_stride_batch + h * lse_stride_head] = total_lse;
+    if constexpr (std::is_same_v<QT, __half>) {
+      out[request * out_stride_batch + h * out_stride_head + d] = __float2half_rn(value);
+    } else {
+      out[request * out_stride_batch + h * out_stride_head + d] = __float2bfloat16_rn(value);
     }
+  }
+  if (lse != nullptr && threadIdx.x == 0) {
+    lse[request * lse_stride_batch + h * lse_stride_head] = total_lse;
   }
 }
 
@@ -70,12 +68,15 @@ void launch_for_kv(DType kv_dtype, const DecodeParams& params, int grid_items, v
 }
 
 template <class QT>
-void launch_for_head_dim(int head_dim, DType kv_dtype, const DecodeParams& params,
-                         int grid_items, void* stream) {
+void launch_for_head_dim(int head_dim, DType kv_dtype, const DecodeParams& params, int grid_items,
+                         void* stream) {
   switch (head_dim) {
-    case 64: return launch_for_kv<64, QT>(kv_dtype, params, grid_items, stream);
-    case 128: return launch_for_kv<128, QT>(kv_dtype, params, grid_items, stream);
-    case 256: return launch_for_kv<256, QT>(kv_dtype, params, grid_items, stream);
+    case 64:
+      return launch_for_kv<64, QT>(kv_dtype, params, grid_items, stream);
+    case 128:
+      return launch_for_kv<128, QT>(kv_dtype, params, grid_items, stream);
+    case 256:
+      return launch_for_kv<256, QT>(kv_dtype, params, grid_items, stream);
     default:
       throw_error("decode: head_dim " + std::to_string(head_dim) + " (supported: 64, 128, 256)");
   }

@@ -32,16 +32,16 @@ struct DecodeParams {
   int32_t batch;
   int32_t num_qo_heads;
   int32_t num_kv_heads;
-  int32_t group;         // Hq / Hkv
-  int32_t group_tiles;   // ceil(group / kMaxGroupPerCta): CTAs per KV head
-  float q_scale;         // sm_scale * k_scale, times log2(e) when there is no soft-cap
-  float soft_cap;        // > 0: logits = cap * tanh(logits / cap)
-  float soft_cap_log2;   // soft_cap * log2(e)
+  int32_t group;        // Hq / Hkv
+  int32_t group_tiles;  // ceil(group / kMaxGroupPerCta): CTAs per KV head
+  float q_scale;        // sm_scale * k_scale, times log2(e) when there is no soft-cap
+  float soft_cap;       // > 0: logits = cap * tanh(logits / cap)
+  float soft_cap_log2;  // soft_cap * log2(e)
   float v_scale;
-  int32_t window_left;   // >= 0: keys at positions >= kv_len - 1 - window_left
+  int32_t window_left;  // >= 0: keys at positions >= kv_len - 1 - window_left
   PartitionView partition;
-  float* partial_out;    // [items, Hq, D]
-  float* partial_lse;    // [items, Hq]
+  float* partial_out;  // [items, Hq, D]
+  float* partial_lse;  // [items, Hq]
 };
 
 // Query heads handled by one CTA (a group larger than this takes several CTAs per KV head).

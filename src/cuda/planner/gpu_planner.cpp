@@ -19,8 +19,8 @@ void check_i32(std::string_view name, const TensorView& view, int64_t min_elemen
   check_tensor(name, view, {kAnySize}, DType::kI32, view.device);
   PA_CHECK(view.device.type == DeviceType::kCUDA, "{}: on {}, expected a CUDA device", name,
            view.device.str());
-  PA_CHECK(view.strides[0] == 1 || view.shape[0] <= 1, "{}: stride {}, expected contiguous",
-           name, view.strides[0]);
+  PA_CHECK(view.strides[0] == 1 || view.shape[0] <= 1, "{}: stride {}, expected contiguous", name,
+           view.strides[0]);
   PA_CHECK(view.shape[0] >= min_elements, "{}: {} entries, expected at least {}", name,
            view.shape[0], min_elements);
 }
@@ -114,32 +114,36 @@ void read_plan_status(const TensorView& status, void* stream) {
   check_i32("status", status, 4);
   int32_t host[4] = {};
   auto cuda_stream = static_cast<cudaStream_t>(stream);
-  PA_CUDA_CHECK(cudaMemcpyAsync(host, status.data, sizeof(host), cudaMemcpyDeviceToHost,
-                                cuda_stream));
+  PA_CUDA_CHECK(
+      cudaMemcpyAsync(host, status.data, sizeof(host), cudaMemcpyDeviceToHost, cuda_stream));
   PA_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
   const int32_t request = host[1], position = host[2], value = host[3];
   switch (host[0]) {
-    case kPlanOk: return;
+    case kPlanOk:
+      return;
     case kSeqLenOutOfRange:
       PA_FAIL("plan_on_device: seq_lens[{}] = {} does not fit the table row", request, value);
     case kQLenOutOfRange:
       PA_FAIL("plan_on_device: q_lens[{}] = {}, expected 0 <= q_len <= seq_len", request, value);
     case kBlockPageOutOfRange:
-      PA_FAIL("plan_on_device: block_table[{}][{}] = {}: page id out of range", request,
-              position, value);
+      PA_FAIL("plan_on_device: block_table[{}][{}] = {}: page id out of range", request, position,
+              value);
     case kSlotUnaligned:
-      PA_FAIL("plan_on_device: slots[{}][{}] = {}: starts an allocation page, expected a "
-              "non-negative multiple of alloc_page_size",
-              request, position, value);
+      PA_FAIL(
+          "plan_on_device: slots[{}][{}] = {}: starts an allocation page, expected a "
+          "non-negative multiple of alloc_page_size",
+          request, position, value);
     case kSlotPageOutOfRange:
       PA_FAIL("plan_on_device: slots[{}][{}] = {}: page out of range", request, position, value);
     case kSlotRunBroken:
-      PA_FAIL("plan_on_device: slots[{}][{}] = {}: the slots of one allocation page must be "
-              "contiguous",
-              request, position, value);
+      PA_FAIL(
+          "plan_on_device: slots[{}][{}] = {}: the slots of one allocation page must be "
+          "contiguous",
+          request, position, value);
     case kIndicesTooSmall:
       PA_FAIL("plan_on_device: kv_indices too small: the batch has {} attention pages", value);
-    default: PA_FAIL("plan_on_device: unknown status code {}", host[0]);
+    default:
+      PA_FAIL("plan_on_device: unknown status code {}", host[0]);
   }
 }
 

@@ -3,8 +3,9 @@
 //
 //   plan_lengths_kernel   one CTA of 1024 threads walks the batch 1024 requests at a time: each
 //                         thread one request (length checks, pages = ceil(seq_len / P),
-//                         last_page_len), a block-wide scan with a running carry gives kv_indptr and
-//                         qo_indptr; padding requests get no pages (and one query row for decode).
+//                         last_page_len), a block-wide scan with a running carry gives kv_indptr
+//                         and qo_indptr; padding requests get no pages (and one query row for
+//                         decode).
 //   plan_indices_kernel   one CTA per request writes its attention-page ids (allocation page b ->
 //                         b * r .. b * r + r - 1) from the block table or the slots, checking page
 //                         ids and, for slots, that each allocation page is one aligned contiguous
@@ -213,9 +214,9 @@ void launch_plan_indices(const IndicesParams& params, int32_t num_reqs, void* st
 void launch_split_kv(const int32_t* kv_indptr, int32_t batch, const SplitKvConfig& config,
                      int32_t* work_request, int32_t* work_chunk, int64_t capacity,
                      int32_t* merge_indptr, PlanInfo* info, void* stream) {
-  SplitParams params{kv_indptr,   batch,      config.enable, config.target_items,
-                     config.min_chunk_pages, work_request, work_chunk, capacity,
-                     merge_indptr, info};
+  SplitParams params{
+      kv_indptr,    batch,      config.enable, config.target_items, config.min_chunk_pages,
+      work_request, work_chunk, capacity,      merge_indptr,        info};
   split_kv_kernel<<<1, kScanThreads, 0, static_cast<cudaStream_t>(stream)>>>(params);
   check_launch("split_kv_kernel");
 }
