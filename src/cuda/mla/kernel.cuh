@@ -1,0 +1,426 @@
+// The CUDA MLA kernel (absorbed form, bf16) and the merge of split-KV partials.
+//
+// Work: one CTA per (work item = one chunk of one request's KV, from the split-KV partition; block
+// of 64 request rows, see config.h). K is the 576-wide latent row [ckv, kpe] and V its first 512
+// columns, so each 64-token tile is gathered once into shared memory and feeds both products:
+//   S [64 x 64]  = Q [64 x 576] K^T     8 warps as 4 (16-row) x 2 (32-token) blocks
+//   O [64 x 512] += P [64 x 64] V       8 warps, each all 64 rows x a 64-column slice of O
+// on tensor cores (mma.sync m16n8k16, bf16 in, f32 accumulate; 128 f32 accumulators per thread).
+// Online softmax in base 2: the two token-half warps of a row block exchange their row maxima
+// through shared memory, P goes to shared memory as bf16 (A operand of the PV product for every
+// warp), and the per-row rescale factor alpha with it. Each warp keeps the running max and its
+// half's running sum in registers; the halves are added at the end.
+//
+// Memory: Q 72 KiB, two KV stages of 72 KiB (cp.async double buffering: tile j + 1 streams in while
+// tile j is used), P 8 KiB, gather offsets and row statistics 2.8 KiB: one CTA per SM. Rows are
+// 16-byte-chunk XOR-swizzled (chunk ^ row % 8) so the ldmatrix reads are conflict-free. The 64
+// threads of warps 0-1 translate a tile's token positions into element offsets (attention page ->
+// allocation page, kv_cache.h) two tiles ahead; tokens past the CTA's range re-read its last token
+// (real data, masked), so no unwritten slot (NaN) ever reaches P V.
+//
+// Masking: keys outside [chunk begin, min(chunk end, kv_len)) and, when causal, keys after the
+// row's position kv_len - q_len + t. A CTA whose range is empty writes O = 0, lse = -inf.
+// Output: a request served by one item writes out / lse; a split request writes f32 partials
+// (unnormalised weight folded: O / l and lse), combined by mla_merge_kernel.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/device_utils.cuh"
+#include "cuda/mla/config.h"
+#include "cuda/prefill/kernel.cuh"
+
+namespace pagedattn::cuda::mla {
+
+using prefill::ldmatrix_x4;
+using prefill::ldmatrix_x4_trans;
+using prefill::smem_u32;
+using Bf16Mma = prefill::Mma<__nv_bfloat16>;
+
+struct Smem {
+  static constexpr int kRowBytes = kDimQk * 2;          // 1152: one Q or KV row
+  static constexpr int kPRowBytes = kBlockN * 2;        // 128: one P row
+  static constexpr int kQ = 0;                          // [64][576] bf16
+  static constexpr int kKv = kQ + kBlockM * kRowBytes;  // [2][64][576] bf16
+  static constexpr int kStageBytes = kBlockN * kRowBytes;
+  static constexpr int kP = kKv + 2 * kStageBytes;             // [64][64] bf16
+  static constexpr int kOffsets = kP + kBlockM * kPRowBytes;   // int64 [2 bufs][ckv, kpe][64]
+  static constexpr int kRed = kOffsets + 2 * 2 * kBlockN * 8;  // f32 [2][64]: half maxima / sums
+  static constexpr int kAlpha = kRed + 2 * kBlockM * 4;        // f32 [64]: alpha, then final max
+  static constexpr int kBytes = kAlpha + kBlockM * 4;
+  static_assert(kBytes <= 227 * 1024, "one CTA per SM must fit");
+};
+
+// Byte offset of 16-byte chunk `chunk` of `row` in a tile with kRowBytes per row.
+template <int kRowBytes>
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// Element offsets of tokens [n0, n0 + 64) of the request in ckv / kpe (threads 0..63, one token
+// each); tokens at or past `end` take token end - 1.
+__device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t* pages, int n0,
+                                              int end, int64_t* ckv_off, int64_t* kpe_off) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int key = min(n0 + tid, end - 1);
+  const int slot = key / p.page_size;
+  const int in_page = key - slot * p.page_size;
+  const int page = __ldg(pages + slot);
+  const int alloc = page / p.pages_per_alloc;
+  const int64_t token = int64_t{page - alloc * p.pages_per_alloc} * p.page_size + in_page;
+  ckv_off[tid] = alloc * p.ckv_stride_page + token * p.ckv_stride_token;
+  kpe_off[tid] = alloc * p.kpe_stride_page + token * p.kpe_stride_token;
+}
+
+// Gathers one 64-token tile of 576-wide latent rows into a swizzled stage.
+__device__ __forceinline__ void load_tile(uint32_t stage, const __nv_bfloat16* ckv,
+                                          const __nv_bfloat16* kpe, const int64_t* ckv_off,
+                                          const int64_t* kpe_off) {
+  constexpr int kChunks = kDimQk / 8;     // 72 per row
+  constexpr int kRankChunks = kRank / 8;  // 64 from ckv, then 8 from kpe
+#pragma unroll
+  for (int it = 0; it < kBlockN * kChunks / kThreads; ++it) {
+    const int i = it * kThreads + static_cast<int>(threadIdx.x);
+    const int row = i / kChunks;
+    const int chunk = i - row * kChunks;
+    const __nv_bfloat16* src = chunk < kRankChunks ? ckv + ckv_off[row] + chunk * 8
+                                                   : kpe + kpe_off[row] + (chunk - kRankChunks) * 8;
+    prefill::cp_async_16(stage + swz<Smem::kRowBytes>(row, chunk), src);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant__ MlaParams p) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr int kRowBytes = Smem::kRowBytes;
+  constexpr int kChunks = kDimQk / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s_q = smem_u32(smem + Smem::kQ);
+  const uint32_t s_kv = smem_u32(smem + Smem::kKv);
+  const uint32_t s_p = smem_u32(smem + Smem::kP);
+  int64_t* s_off = reinterpret_cast<int64_t*>(smem + Smem::kOffsets);  // [buf][ckv|kpe][64]
+  float* s_red = reinterpret_cast<float*>(smem + Smem::kRed);
+  float* s_alpha = reinterpret_cast<float*>(smem + Smem::kAlpha);
+
+  const int item = static_cast<int>(blockIdx.x);
+  if (item >= p.partition.info->num_items) return;
+  const int request = p.partition.work_request[item];
+  const int chunk = p.partition.work_chunk[item];
+  const bool split = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request] > 1;
+  const int64_t chunk_tokens = int64_t{p.partition.info->chunk_pages} * p.page_size;
+
+  const int q_begin = p.qo_indptr[request];
+  const int q_len = p.qo_indptr[request + 1] - q_begin;
+  const int H = p.num_heads;
+  const int num_rows = q_len * H;
+  const int page_begin = p.kv_indptr[request];
+  const int num_pages = p.kv_indptr[request + 1] - page_begin;
+  const int kv_len =
+      num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request] : 0;
+  const int32_t* pages = p.kv_indices + page_begin;
+  const int chunk_begin = static_cast<int>(min(int64_t{kv_len}, chunk * chunk_tokens));
+  const int chunk_end = static_cast<int>(min(int64_t{kv_len}, (chunk + 1) * chunk_tokens));
+  const int pos_shift = kv_len - q_len;  // query token t sits at position pos_shift + t
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5;
+  const int mw = warp & 3, nw = warp >> 2;  // S role: rows mw * 16.., tokens nw * 32..
+  const auto* ckv = static_cast<const __nv_bfloat16*>(p.ckv);
+  const auto* kpe = static_cast<const __nv_bfloat16*>(p.kpe);
+  const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope);
+  const auto* q_pe = static_cast<const __nv_bfloat16*>(p.q_pe);
+
+  // Per-lane ldmatrix offsets (see prefill/kernel.cuh): chunk 8 * j + c' of a row r is at
+  // swz(r, c') + 128 * j when c' < 8, so only four per-lane offsets are needed per operand.
+  uint32_t q_lane[4], k_lane[4], v_lane[4], p_lane[4];
+  {
+    const int q_row = mw * 16 + (lane & 15);
+    const int k_row = nw * 32 + ((lane >> 4) << 3) + (lane & 7);
+    const int v_row = (((lane >> 3) & 1) << 3) + (lane & 7);
+    const int p_row = lane & 15;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      q_lane[c] = swz<kRowBytes>(q_row, 2 * c + (lane >> 4));
+      k_lane[c] = swz<kRowBytes>(k_row, 2 * c + ((lane >> 3) & 1));
+      v_lane[c] = swz<kRowBytes>(v_row, 2 * c + (lane >> 4)) + warp * 128;
+      p_lane[c] = swz<Smem::kPRowBytes>(p_row, 2 * c + (lane >> 4));
+    }
+  }
+
+  for (int rb = static_cast<int>(blockIdx.y); rb * kBlockM < num_rows;
+       rb += static_cast<int>(gridDim.y)) {
+    const int row0 = rb * kBlockM;
+    // This thread's S rows (2) and their last visible key.
+    int limit[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = min(row0 + mw * 16 + (lane >> 2) + 8 * h, num_rows - 1);
+      limit[h] = p.causal ? pos_shift + row / H : kv_len - 1;
+    }
+    const int last_row = min(row0 + kBlockM, num_rows) - 1;
+    const int block_end =
+        p.causal ? min(chunk_end, max(chunk_begin, pos_shift + last_row / H + 1)) : chunk_end;
+    const int num_tiles = (block_end - chunk_begin + kBlockN - 1) / kBlockN;
+
+    float o[4][8][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[mt][nt][e] = 0.0f;
+      }
+    }
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.0f, 0.0f};
+
+    if (num_tiles > 0) {
+      // Q rows (zero past the request's rows), and the first two tiles' offsets.
+#pragma unroll 2
+      for (int it = 0; it < kBlockM * kChunks / kThreads; ++it) {
+        const int i = it * kThreads + tid;
+        const int r = i / kChunks;
+        const int c = i - r * kChunks;
+        const int row = row0 + r;
+        const bool valid = row < num_rows;
+        const int t = valid ? row / H : 0;
+        const int head = valid ? row - t * H : 0;
+        const __nv_bfloat16* src = c < kRank / 8
+                                       ? q_nope + (q_begin + t) * p.q_nope_stride_token +
+                                             head * p.q_nope_stride_head + c * 8
+                                       : q_pe + (q_begin + t) * p.q_pe_stride_token +
+                                             head * p.q_pe_stride_head + (c - kRank / 8) * 8;
+        prefill::cp_async_16(s_q + swz<kRowBytes>(r, c), valid ? src : q_nope, valid ? 16 : 0);
+      }
+      if (tid < kBlockN) {
+        token_offsets(p, pages, chunk_begin, block_end, s_off, s_off + kBlockN);
+        if (num_tiles > 1) {
+          token_offsets(p, pages, chunk_begin + kBlockN, block_end, s_off + 2 * kBlockN,
+                        s_off + 3 * kBlockN);
+        }
+      }
+      __syncthreads();
+      load_tile(s_kv, ckv, kpe, s_off, s_off + kBlockN);
+      prefill::cp_async_commit();
+    }
+
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      const int n0 = chunk_begin + tile * kBlockN;
+      const uint32_t stage = s_kv + (tile & 1) * Smem::kStageBytes;
+      prefill::cp_async_wait_all();
+      __syncthreads();  // tile (and Q) visible; everyone is done with the other stage
+      if (tile + 1 < num_tiles) {
+        const int64_t* off = s_off + ((tile + 1) & 1) * 2 * kBlockN;
+        load_tile(s_kv + ((tile + 1) & 1) * Smem::kStageBytes, ckv, kpe, off, off + kBlockN);
+        prefill::cp_async_commit();
+      }
+
+      // ---- S = Q K^T: rows mw * 16 + [0, 16), tokens nw * 32 + [0, 32) ----
+      float s[4][4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < kDimQk / 16; ++ks) {
+        uint32_t a[4];
+        ldmatrix_x4(a, s_q + q_lane[ks % 4] + (ks / 4) * 128);
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4(b, stage + k_lane[ks % 4] + (ks / 4) * 128 + np * 16 * kRowBytes);
+          Bf16Mma::run(s[2 * np], a, b[0], b[1]);
+          Bf16Mma::run(s[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+      // Offsets of tile + 2 (its buffer's previous tile was issued before the barrier above).
+      if (tile + 2 < num_tiles && tid < kBlockN) {
+        int64_t* off = s_off + (tile & 1) * 2 * kBlockN;
+        token_offsets(p, pages, n0 + 2 * kBlockN, block_end, off, off + kBlockN);
+      }
+
+      // Mask, then this half's row maxima (in base-2 logit units) to shared memory.
+      const bool needs_mask = n0 + kBlockN > block_end || (p.causal && n0 + kBlockN - 1 > limit[0]);
+      float half_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (needs_mask) {
+            const int key = n0 + nw * 32 + nt * 8 + 2 * (lane & 3) + (e & 1);
+            if (key >= block_end || key > limit[e >> 1]) s[nt][e] = -INFINITY;
+          }
+          half_max[e >> 1] = fmaxf(half_max[e >> 1], s[nt][e]);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        half_max[h] = fmaxf(half_max[h], __shfl_xor_sync(0xffffffffu, half_max[h], 1));
+        half_max[h] = fmaxf(half_max[h], __shfl_xor_sync(0xffffffffu, half_max[h], 2));
+        half_max[h] *= p.scale_log2;
+        if ((lane & 3) == 0) s_red[nw * kBlockM + mw * 16 + (lane >> 2) + 8 * h] = half_max[h];
+      }
+      __syncthreads();
+
+      // ---- softmax: P = exp2(S * scale - max) to shared memory (bf16), alpha per row ----
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = mw * 16 + (lane >> 2) + 8 * h;
+        const float m_new = fmaxf(row_max[h], fmaxf(half_max[h], s_red[(1 - nw) * kBlockM + row]));
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet
+        const float alpha = fast_exp2(row_max[h] - m_use);
+        row_max[h] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          s[nt][2 * h] = fast_exp2(fmaf(s[nt][2 * h], p.scale_log2, -m_use));
+          s[nt][2 * h + 1] = fast_exp2(fmaf(s[nt][2 * h + 1], p.scale_log2, -m_use));
+          sum += s[nt][2 * h] + s[nt][2 * h + 1];
+          const uint32_t packed = Bf16Mma::pack(s[nt][2 * h], s[nt][2 * h + 1]);
+          *reinterpret_cast<uint32_t*>(smem + Smem::kP + swz<Smem::kPRowBytes>(row, nw * 4 + nt) +
+                                       4 * (lane & 3)) = packed;
+        }
+        row_sum[h] = row_sum[h] * alpha + sum;
+        if (nw == 0 && (lane & 3) == 0) s_alpha[row] = alpha;
+      }
+      __syncthreads();
+
+      // ---- O = O * alpha + P V: all 64 rows, columns warp * 64 + [0, 64) ----
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float alpha = s_alpha[mt * 16 + (lane >> 2) + 8 * h];
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            o[mt][nt][2 * h] *= alpha;
+            o[mt][nt][2 * h + 1] *= alpha;
+          }
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        uint32_t a[4][4];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          ldmatrix_x4(a[mt], s_p + mt * 16 * Smem::kPRowBytes + p_lane[kk]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < 4; ++dp) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, stage + kk * 16 * kRowBytes + v_lane[dp]);
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt) {
+            Bf16Mma::run(o[mt][2 * dp], a[mt], b[0], b[1]);
+            Bf16Mma::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          }
+        }
+      }
+    }
+
+    // ---- epilogue: row sums of both halves and the final max through shared memory ----
+    __syncthreads();  // every warp is done reading s_red / s_alpha of the last tile
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = mw * 16 + (lane >> 2) + 8 * h;
+      if ((lane & 3) == 0) {
+        s_red[nw * kBlockM + row] = l;
+        if (nw == 0) s_alpha[row] = row_max[h];
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = mt * 16 + (lane >> 2) + 8 * h;
+        const int row = row0 + r;
+        if (row >= num_rows || (split && row >= p.partial_rows)) continue;
+        const float l = s_red[r] + s_red[kBlockM + r];
+        const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
+        const float lse = l > 0.0f ? (s_alpha[r] + __log2f(l)) * kLn2 : -INFINITY;
+        const int t = row / H;
+        const int head = row - t * H;
+        const int col = warp * 64 + 2 * (lane & 3);
+        if (!split) {
+          __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
+                               (q_begin + t) * p.out_stride_token + head * p.out_stride_head + col;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            *reinterpret_cast<uint32_t*>(dst + nt * 8) =
+                Bf16Mma::pack(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
+          }
+          if (p.lse != nullptr && warp == 0 && (lane & 3) == 0) {
+            p.lse[(q_begin + t) * p.lse_stride_token + head * p.lse_stride_head] = lse;
+          }
+        } else {
+          const int64_t slot = int64_t{item} * p.partial_rows + row;
+          float* dst = p.partial_out + slot * kRank + col;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            *reinterpret_cast<float2*>(dst + nt * 8) =
+                make_float2(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
+          }
+          if (warp == 0 && (lane & 3) == 0) p.partial_lse[slot] = lse;
+        }
+      }
+    }
+    __syncthreads();  // shared memory is reused by the next row block
+  }
+}
+
+// Combines the partials of split requests: one CTA per (request, row stripe), 128 threads x 4
+// columns; requests served by one item exit at once.
+//   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
+inline constexpr int kMergeThreads = kRank / 4;
+
+__global__ void __launch_bounds__(kMergeThreads)
+    mla_merge_kernel(const __grid_constant__ MlaParams p) {
+  const int request = static_cast<int>(blockIdx.x);
+  const int first = p.partition.merge_indptr[request];
+  const int last = p.partition.merge_indptr[request + 1];
+  if (last - first <= 1) return;
+  const int q_begin = p.qo_indptr[request];
+  const int num_rows = min((p.qo_indptr[request + 1] - q_begin) * p.num_heads, p.partial_rows);
+  const int col = 4 * static_cast<int>(threadIdx.x);
+  for (int row = static_cast<int>(blockIdx.y); row < num_rows; row += static_cast<int>(gridDim.y)) {
+    float max_lse = -INFINITY;
+    for (int i = first; i < last; ++i) {
+      max_lse = fmaxf(max_lse, p.partial_lse[int64_t{i} * p.partial_rows + row]);
+    }
+    float weight_sum = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (max_lse != -INFINITY) {
+      for (int i = first; i < last; ++i) {
+        const int64_t slot = int64_t{i} * p.partial_rows + row;
+        const float weight = __expf(p.partial_lse[slot] - max_lse);
+        weight_sum += weight;
+        const float4 part = *reinterpret_cast<const float4*>(p.partial_out + slot * kRank + col);
+        acc.x += weight * part.x;
+        acc.y += weight * part.y;
+        acc.z += weight * part.z;
+        acc.w += weight * part.w;
+      }
+    }
+    const float inv = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
+    const int t = row / p.num_heads;
+    const int head = row - t * p.num_heads;
+    __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) + (q_begin + t) * p.out_stride_token +
+                         head * p.out_stride_head + col;
+    const uint2 packed = make_uint2(Bf16Mma::pack(acc.x * inv, acc.y * inv),
+                                    Bf16Mma::pack(acc.z * inv, acc.w * inv));
+    *reinterpret_cast<uint2*>(dst) = packed;
+    if (p.lse != nullptr && threadIdx.x == 0) {
+      p.lse[(q_begin + t) * p.lse_stride_token + head * p.lse_stride_head] =
+          weight_sum > 0.0f ? max_lse + __logf(weight_sum) : -INFINITY;
+    }
+  }
+}
+
+}  // namespace pagedattn::cuda::mla

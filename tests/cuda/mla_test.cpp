@@ -1,0 +1,470 @@
+// CUDA MLA (absorbed, bf16, kv_lora_rank 512 + rope 64) against the float64 reference and the CPU
+// backend, over cases from the shared generator (tests/common/cases.h): heads 16/32/64/128 x page
+// sizes 1/16/64, lengths around the page edges and long (~2000, split-KV), allocation pages larger
+// than P, padding and empty requests, speculative decoding (q_len 1..4, causal), extend (longer
+// q_len, causal and not), no lse, explicit sm_scale, no max_q_len hint (the unsplit path), the
+// single [pages, alloc, 576] buffer and separate ckv / kpe buffers, CUDA-graph replay. Outputs are
+// poisoned (0xFF = NaN) before each run, every element is compared, and NaN never passes. Bad
+// arguments throw an Error naming the argument and write nothing. Skips where no GPU is usable.
+#include "cuda/mla.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "cpu/cpu_backend.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_test_util.h"
+#include "reference/reference.h"
+
+namespace pagedattn::testing {
+namespace {
+
+constexpr Tolerance kLseTolerance{2e-3, 2e-4};
+
+CaseSpec base_mla(int32_t heads, int32_t page_size) {
+  CaseSpec spec;
+  spec.op = OpKind::kMlaDecode;
+  spec.q_dtype = DType::kBF16;
+  spec.kv_dtype = DType::kBF16;
+  spec.num_qo_heads = heads;
+  spec.num_kv_heads = 1;
+  spec.head_dim_qk = 576;
+  spec.head_dim_vo = 512;
+  spec.page_size = page_size;
+  spec.kv_lens = {1, std::max(1, page_size - 1), page_size, page_size + 1, 300};
+  spec.sm_scale = 1.0f / std::sqrt(192.0f);  // DeepSeek: from the unabsorbed head dim
+  return spec;
+}
+
+// The case's inputs on the device. `split_buffers`: ckv and kpe in two buffers of their own
+// instead of two slices of the case's [pages, alloc, 576] buffer.
+struct DeviceMlaCase {
+  DeviceMlaCase(const AttentionCase& c, bool split_buffers) : host(&c) {
+    const MlaArgs h = c.mla_args();
+    q_nope = DeviceTensor(h.q_nope);
+    q_pe = DeviceTensor(h.q_pe);
+    out = DeviceTensor::poisoned_like(h.out);
+    if (h.lse.defined()) lse = DeviceTensor::poisoned_like(h.lse);
+    qo_indptr = DeviceTensor(c.meta().qo_indptr);
+    kv_indptr = DeviceTensor(c.meta().kv_indptr);
+    kv_indices = DeviceTensor(c.meta().kv_indices);
+    kv_last_page_len = DeviceTensor(c.meta().kv_last_page_len);
+    if (!split_buffers) {
+      latent = DeviceTensor(c.latent_tensor().view());
+      ckv = latent.view();
+      ckv.shape[2] = h.kv.ckv.shape[2];
+      kpe = latent.view();
+      kpe.shape[2] = h.kv.kpe.shape[2];
+      kpe.data = static_cast<char*>(latent.view().data) + ckv.shape[2] * dtype_size(ckv.dtype);
+    } else {
+      ckv_host =
+          HostTensor(h.kv.ckv.dtype, {h.kv.ckv.shape[0], h.kv.ckv.shape[1], h.kv.ckv.shape[2]});
+      kpe_host =
+          HostTensor(h.kv.kpe.dtype, {h.kv.kpe.shape[0], h.kv.kpe.shape[1], h.kv.kpe.shape[2]});
+      copy_rows(h.kv.ckv, ckv_host.view());
+      copy_rows(h.kv.kpe, kpe_host.view());
+      ckv_buffer = DeviceTensor(ckv_host.view());
+      kpe_buffer = DeviceTensor(kpe_host.view());
+      ckv = ckv_buffer.view();
+      kpe = kpe_buffer.view();
+    }
+  }
+
+  // Copies the rows of a 3-D strided host view into a contiguous one of the same shape.
+  static void copy_rows(const TensorView& from, const TensorView& to) {
+    const int64_t bytes = from.shape[2] * dtype_size(from.dtype);
+    for (int64_t a = 0; a < from.shape[0]; ++a) {
+      for (int64_t t = 0; t < from.shape[1]; ++t) {
+        const int64_t src = (a * from.strides[0] + t * from.strides[1]) * dtype_size(from.dtype);
+        const int64_t dst = (a * to.strides[0] + t * to.strides[1]) * dtype_size(to.dtype);
+        std::memcpy(static_cast<char*>(to.data) + dst, static_cast<const char*>(from.data) + src,
+                    static_cast<size_t>(bytes));
+      }
+    }
+  }
+
+  MlaArgs args(void* stream = nullptr) const {
+    MlaArgs a = host->mla_args();
+    a.q_nope = q_nope.view();
+    a.q_pe = q_pe.view();
+    a.kv.ckv = ckv;
+    a.kv.kpe = kpe;
+    a.out = out.view();
+    a.lse = a.lse.defined() ? lse.view() : TensorView{};
+    a.meta.qo_indptr = qo_indptr.view();
+    a.meta.kv_indptr = kv_indptr.view();
+    a.meta.kv_indices = kv_indices.view();
+    a.meta.kv_last_page_len = kv_last_page_len.view();
+    a.stream = stream;
+    return a;
+  }
+
+  OpDesc op() const {
+    OpDesc desc = host->op_desc();
+    desc.device = Device::cuda(0);
+    return desc;
+  }
+
+  const AttentionCase* host;
+  DeviceTensor q_nope, q_pe, out, lse, qo_indptr, kv_indptr, kv_indices, kv_last_page_len;
+  DeviceTensor latent, ckv_buffer, kpe_buffer;
+  HostTensor ckv_host, kpe_host;
+  TensorView ckv, kpe;
+};
+
+const Backend& cuda_backend() {
+  static const std::unique_ptr<Backend> backend = cuda::make_backend();
+  return *backend;
+}
+
+std::unique_ptr<Workspace> make_workspace(const AttentionCase& c) {
+  WorkspaceLimits limits;
+  limits.max_batch = std::max<int32_t>(64, c.batch_size());
+  return cuda_backend().create_workspace(limits);
+}
+
+// Plan + run on the cuda backend, then wait.
+void run_gpu(const DeviceMlaCase& d, const MlaArgs& args) {
+  std::unique_ptr<Workspace> workspace = make_workspace(*d.host);
+  cuda_backend().plan(*workspace, d.op(), args.meta);
+  cuda_backend().run_mla(*workspace, args);
+  PA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+struct Outputs {
+  std::vector<double> out, lse;
+};
+
+// The device outputs, through the case's host buffers (poisoned first so a short copy shows).
+Outputs fetch(const DeviceMlaCase& d) {
+  const AttentionCase& c = *d.host;
+  Outputs result;
+  poison(c.out());
+  d.out.copy_to(c.out());
+  result.out = to_doubles(c.out());
+  if (c.lse().defined()) {
+    poison(c.lse());
+    d.lse.copy_to(c.lse());
+    result.lse = to_doubles(c.lse());
+  }
+  return result;
+}
+
+// GPU outputs vs the float64 reference and the CPU backend; "" when all match.
+std::string check_outputs(const AttentionCase& c, const Outputs& gpu) {
+  std::vector<double> ref_lse;
+  const std::vector<double> ref = reference_mla(c.mla_args(), &ref_lse);
+  const Tolerance tolerance = tolerance_for(DType::kBF16);
+  std::string report = compare(gpu.out, ref, tolerance, "out vs reference");
+  auto append = [&report](const std::string& r) {
+    if (!r.empty()) report += (report.empty() ? "" : "\n") + r;
+  };
+  if (c.lse().defined()) append(compare(gpu.lse, ref_lse, kLseTolerance, "lse vs reference"));
+  // The CPU backend on the same inputs (into the case's host buffers, poisoned first).
+  static const std::unique_ptr<Backend> cpu = cpu::make_backend();
+  WorkspaceLimits limits;
+  limits.max_batch = std::max<int32_t>(64, c.batch_size());
+  limits.max_qo_rows = std::max<int64_t>(1024, c.num_rows());
+  std::unique_ptr<Workspace> workspace = cpu->create_workspace(limits);
+  poison(c.out());
+  if (c.lse().defined()) poison(c.lse());
+  cpu->plan(*workspace, c.op_desc(), c.meta());
+  cpu->run_mla(*workspace, c.mla_args());
+  append(
+      compare(gpu.out, to_doubles(c.out()), {2 * tolerance.abs, 2 * tolerance.rel}, "out vs cpu"));
+  return report;
+}
+
+// Builds the case, runs it on the GPU (`edit` may change the device arguments) and checks it.
+template <class Edit>
+std::string check_case(const CaseSpec& spec, bool split_buffers, Edit edit) {
+  const uint64_t seed = fresh_seed();
+  const AttentionCase c(spec, seed);
+  DeviceMlaCase d(c, split_buffers);
+  MlaArgs args = d.args();
+  edit(args);
+  run_gpu(d, args);
+  const std::string report = check_outputs(c, fetch(d));
+  if (report.empty()) return report;
+  return spec.name() + " (seed " + std::to_string(seed) +
+         "; PAGEDATTN_TEST_SEED=" + std::to_string(seed) + " reproduces)\n" + report;
+}
+
+std::string check_case(const CaseSpec& spec, bool split_buffers = false) {
+  return check_case(spec, split_buffers, [](MlaArgs&) {});
+}
+
+// ---- the table ----
+
+std::vector<CaseSpec> mla_cases() {
+  std::vector<CaseSpec> cases;
+  // Heads x page sizes, lengths around the page edges (the long one once per head count).
+  for (int32_t heads : {16, 32, 64, 128}) {
+    for (int32_t page : {1, 16, 64}) {
+      CaseSpec spec = base_mla(heads, page);
+      if (page == 16) spec.kv_lens.back() = 2000;
+      cases.push_back(spec);
+    }
+  }
+  // Allocation pages larger than P (attention page -> allocation page + offset).
+  for (auto [page, alloc] : {std::pair{1, 16}, {16, 64}, {64, 128}}) {
+    CaseSpec spec = base_mla(32, page);
+    spec.alloc_page_size = alloc;
+    cases.push_back(spec);
+  }
+  // Speculative decoding: 1..4 query rows per request, causal.
+  for (int32_t heads : {16, 128}) {
+    CaseSpec spec = base_mla(heads, 16);
+    spec.kv_lens = {4, 17, 1, 300, 64};
+    spec.q_lens = {4, 2, 1, 3, 4};
+    cases.push_back(spec);
+  }
+  // Extend (longer q_len, a cached prefix), causal and not.
+  for (bool causal : {true, false}) {
+    for (int32_t heads : {16, 128}) {
+      CaseSpec spec = base_mla(heads, 16);
+      spec.op = OpKind::kMlaExtend;
+      spec.kv_lens = {1, 30, 200, 70};
+      spec.q_lens = {1, 15, 40, 70};
+      spec.causal = causal;
+      cases.push_back(spec);
+    }
+  }
+  {
+    CaseSpec spec = base_mla(16, 16);  // padding requests: out 0, lse -inf
+    spec.padded_batch = 8;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_mla(64, 16);  // every request empty
+    spec.kv_lens = {0, 0, 0};
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_mla(32, 16);  // sequential pages, no lse, another sm_scale
+    spec.shuffle_pages = false;
+    spec.with_lse = false;
+    spec.sm_scale = 0.05f;
+    cases.push_back(spec);
+  }
+  // Split-KV: one long request (every SM busy), and long requests among empty ones, P = 1.
+  for (int32_t heads : {16, 128}) {
+    CaseSpec spec = base_mla(heads, 16);
+    spec.kv_lens = {6000};
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_mla(64, 1);
+    spec.alloc_page_size = 16;
+    spec.kv_lens = {5000, 0, 1, 2600};
+    spec.padded_batch = 6;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_mla(32, 16);  // split and speculative rows together
+    spec.kv_lens = {3000, 2500};
+    spec.q_lens = {4, 3};
+    cases.push_back(spec);
+  }
+  return cases;
+}
+
+class CudaMlaTest : public ::testing::TestWithParam<CaseSpec> {};
+
+TEST_P(CudaMlaTest, MatchesReferenceAndCpu) {
+  PA_REQUIRE_GPU();
+  const std::string report = check_case(GetParam());
+  EXPECT_TRUE(report.empty()) << report;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaMlaTest, ::testing::ValuesIn(mla_cases()),
+                         [](const ::testing::TestParamInfo<CaseSpec>& info) {
+                           return info.param.name() + "_c" + std::to_string(info.index);
+                         });
+
+// ckv and kpe in separate buffers (not slices of one 576-wide row).
+TEST(CudaMla, SeparateCkvAndKpeBuffers) {
+  PA_REQUIRE_GPU();
+  for (CaseSpec spec : {base_mla(16, 16), base_mla(128, 64)}) {
+    spec.q_lens = {1, 2, 1, 4, 3};
+    const std::string report = check_case(spec, /*split_buffers=*/true);
+    EXPECT_TRUE(report.empty()) << report;
+  }
+}
+
+// Without the max_q_len hint the partials are sized for q_len <= T. A small step still splits; a
+// batch of 48 at 128 heads does not fit the workspace's partials, so it runs unsplit (one item per
+// request). Both must give the same results as with the hint.
+TEST(CudaMla, WithoutMaxQLenHint) {
+  PA_REQUIRE_GPU();
+  CaseSpec spec = base_mla(128, 16);
+  spec.kv_lens = {4000, 3, 900};
+  spec.q_lens = {2, 1, 4};
+  CaseSpec wide = base_mla(128, 16);
+  wide.kv_lens.clear();
+  for (int32_t r = 0; r < 48; ++r) wide.kv_lens.push_back(r == 5 ? 3000 : 1 + 7 * r);
+  for (const CaseSpec& s : {spec, wide}) {
+    const std::string report = check_case(s, false, [](MlaArgs& args) { args.meta.max_q_len = 0; });
+    EXPECT_TRUE(report.empty()) << report;
+  }
+}
+
+// The same logical KV with P = 1, 16 and 64 gives the same outputs (within rounding).
+TEST(CudaMla, PageSizeInvariance) {
+  PA_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::vector<std::vector<double>> outputs;
+  for (int32_t page : {1, 16, 64}) {
+    CaseSpec spec = base_mla(32, page);
+    spec.alloc_page_size = 64;
+    spec.kv_lens = {700, 3, 64, 129};
+    const AttentionCase c(spec, seed);
+    DeviceMlaCase d(c, false);
+    run_gpu(d, d.args());
+    outputs.push_back(fetch(d).out);
+  }
+  for (size_t i = 1; i < outputs.size(); ++i) {
+    const std::string report =
+        compare(outputs[i], outputs[0], tolerance_for(DType::kBF16), "P vs P=1");
+    EXPECT_TRUE(report.empty()) << "seed " << seed << "\n" << report;
+  }
+}
+
+// Captured into a CUDA graph on a stream and replayed twice: the same results as the reference.
+TEST(CudaMla, GraphReplay) {
+  PA_REQUIRE_GPU();
+  CaseSpec spec = base_mla(64, 16);
+  spec.kv_lens = {3000, 5, 700};
+  const uint64_t seed = fresh_seed();
+  const AttentionCase c(spec, seed);
+  DeviceMlaCase d(c, false);
+  cudaStream_t stream = nullptr;
+  PA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const MlaArgs args = d.args(stream);
+  std::unique_ptr<Workspace> workspace = make_workspace(c);
+  static_cast<cuda::CudaWorkspace&>(*workspace).stream = stream;
+  cuda_backend().plan(*workspace, d.op(), args.meta);
+  cuda_backend().run_mla(*workspace, args);  // eager once (one-time kernel attributes)
+  PA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  PA_CUDA_CHECK(cudaMemset(args.out.data, 0xff, static_cast<size_t>(extent_bytes(args.out))));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  PA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  cuda_backend().run_mla(*workspace, args);
+  PA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  PA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    PA_CUDA_CHECK(
+        cudaMemsetAsync(args.out.data, 0xff, static_cast<size_t>(extent_bytes(args.out)), stream));
+    PA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    PA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::string report = check_outputs(c, fetch(d));
+    EXPECT_TRUE(report.empty()) << "seed " << seed << ", replay " << replay << "\n" << report;
+  }
+  PA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  PA_CUDA_CHECK(cudaGraphDestroy(graph));
+  PA_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Bad input: an Error naming the argument, and nothing written.
+TEST(CudaMla, RejectsBadArguments) {
+  PA_REQUIRE_GPU();
+  const AttentionCase c(base_mla(16, 16), fresh_seed());
+  DeviceMlaCase d(c, false);
+  const MlaArgs args = d.args();
+  std::unique_ptr<Workspace> workspace = make_workspace(c);
+  EXPECT_THROW(cuda_backend().run_mla(*workspace, args), Error);  // not planned
+  cuda_backend().plan(*workspace, d.op(), args.meta);
+  auto expect_error = [&](const MlaArgs& bad, const std::string& word) {
+    try {
+      cuda_backend().run_mla(*workspace, bad);
+      ADD_FAILURE() << "accepted; expected an error naming " << word;
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(word), std::string::npos) << error.what();
+    }
+  };
+  MlaArgs bad = args;
+  bad.sm_scale = 0.0f;
+  expect_error(bad, "sm_scale");
+  bad = args;
+  bad.sm_scale = NAN;
+  expect_error(bad, "sm_scale");
+  bad = args;
+  bad.q_pe = c.mla_args().q_pe;  // host memory
+  expect_error(bad, "q_pe");
+  bad = args;
+  bad.out.shape[2] = 256;
+  expect_error(bad, "out");
+  bad = args;
+  bad.lse.shape[1] = 8;
+  expect_error(bad, "lse");
+  bad = args;
+  bad.kv.kpe.data = static_cast<char*>(bad.kv.kpe.data) + 2;  // not 16-byte aligned
+  expect_error(bad, "kpe");
+  bad = args;
+  bad.kv.page_size = 3;  // does not divide the allocation page size 16
+  expect_error(bad, "page");
+  bad = args;
+  bad.meta.kv_indptr.shape[0] = 2;
+  expect_error(bad, "kv_indptr");
+  bad = args;
+  bad.meta.batch_size = 100000;
+  expect_error(bad, "batch_size");
+  bad = args;
+  bad.q_nope.dtype = DType::kF16;  // f16 queries: not served
+  expect_error(bad, "dtype");
+  PA_CUDA_CHECK(cudaDeviceSynchronize());
+  const Outputs outputs = fetch(d);
+  for (double value : outputs.out) ASSERT_TRUE(std::isnan(value)) << "out was written";
+  for (double value : outputs.lse) ASSERT_TRUE(std::isnan(value)) << "lse was written";
+}
+
+// supports_mla itself needs no GPU: what is served and why the rest is not.
+TEST(CudaMla, SupportsSaysWhy) {
+  OpDesc op;
+  op.op = OpKind::kMlaDecode;
+  op.device = Device::cuda(0);
+  op.q_dtype = op.kv_dtype = DType::kBF16;
+  op.num_qo_heads = 128;
+  op.num_kv_heads = 1;
+  op.head_dim_qk = 576;
+  op.head_dim_vo = 512;
+  op.page_size = 1;
+  EXPECT_TRUE(cuda::supports_mla(op).ok) << cuda::supports_mla(op).reason;
+  op.op = OpKind::kMlaExtend;
+  EXPECT_TRUE(cuda::supports_mla(op).ok) << cuda::supports_mla(op).reason;
+  op.num_qo_heads = 20;
+  EXPECT_TRUE(cuda::supports_mla(op).ok) << cuda::supports_mla(op).reason;
+  auto expect_no = [](const OpDesc& desc, const std::string& word) {
+    const Support answer = cuda::supports_mla(desc);
+    EXPECT_FALSE(answer.ok) << desc.str();
+    EXPECT_NE(answer.reason.find(word), std::string::npos) << answer.reason;
+  };
+  OpDesc bad = op;
+  bad.kv_dtype = DType::kFP8E4M3;
+  expect_no(bad, "fp8_e4m3");
+  bad = op;
+  bad.head_dim_vo = 256;
+  bad.head_dim_qk = 320;
+  expect_no(bad, "256");
+  bad = op;
+  bad.num_kv_heads = 2;
+  expect_no(bad, "KV heads");
+  bad = op;
+  bad.op = OpKind::kDecode;
+  expect_no(bad, "not an MLA");
+  bad = op;
+  bad.device = Device::cpu();
+  expect_no(bad, "not a CUDA device");
+}
+
+}  // namespace
+}  // namespace pagedattn::testing
