@@ -210,6 +210,7 @@ void add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (medians, ratios to a ceiling)");
   bench->require_subcommand(1);
   add_bench_plan_command(*bench);
+  add_bench_attention_commands(*bench);  // decode | prefill | mla (bench_attention.cpp)
 }
 
 }  // namespace pagedattn::tools
