@@ -7,7 +7,7 @@
 // (graph- capturable):
 //   1. the split-KV partition of kv_indptr on the device (planner.h's rule, the decode backend's
 //      partition kernel and workspace buffers), target = SMs / row blocks per request;
-//   2. the MLA kernel over (work item, row block) CTAs; CTAs past the item count exit;
+//   2. the MLA kernel over (row block, work item) CTAs; CTAs past the item count exit;
 //   3. the merge of split requests' f32 partials, [item, partial_rows, 512].
 // partial_rows bounds q_len * H of every request: H * meta.max_q_len when the planner gave it, else
 // H * T (q_len <= T always). If the partials of a split plan would not fit the workspace, the
@@ -149,6 +149,7 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
     config.enable = false;  // no partials needed: one item per request
     grid_items = batch;
   }
+  PA_CHECK(grid_items <= 65535, "run_mla: {} work items exceed the grid's 65535", grid_items);
   PA_CHECK(grid_items <= workspace.max_items(),
            "run_mla: batch {} exceeds the workspace's {} work items", batch, workspace.max_items());
 

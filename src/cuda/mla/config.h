@@ -62,9 +62,9 @@ struct MlaParams {
   int32_t partial_rows = 0;  // rows per item in the partials
 };
 
-// Enqueues the partition-driven MLA kernel on a grid of (grid_items, row_blocks) CTAs (each CTA
-// loops over row blocks blockIdx.y, + row_blocks, ...), then, when `merge` is set, the merge of
-// split requests over (batch, merge_rows) CTAs. bf16 queries and cache (launch.cu).
+// Enqueues the partition-driven MLA kernel on a grid of (row_blocks, grid_items <= 65535) CTAs
+// (a CTA loops over row blocks blockIdx.x, + row_blocks, ...), then, when `merge` is set, the merge
+// of split requests over (batch, merge_rows) CTAs. bf16 queries and cache (launch.cu).
 void launch_mla_bf16(const MlaParams& params, int grid_items, int row_blocks, bool merge,
                      int merge_rows, void* stream);
 

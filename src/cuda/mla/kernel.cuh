@@ -1,8 +1,10 @@
 // The CUDA MLA kernel (absorbed form, bf16) and the merge of split-KV partials.
 //
-// Work: one CTA per (work item = one chunk of one request's KV, from the split-KV partition; block
-// of 64 request rows, see config.h). K is the 576-wide latent row [ckv, kpe] and V its first 512
-// columns, so each 64-token tile is gathered once into shared memory and feeds both products:
+// Work: one CTA per (block of 64 request rows, see config.h; work item = one chunk of one request's
+// KV, from the split-KV partition), grid (row blocks, items): the row blocks of an item are
+// neighbours in launch order, so with H = 128 (two blocks per token) the second read of a KV tile
+// mostly hits L2. K is the 576-wide latent row [ckv, kpe] and V its first 512 columns, so each
+// 64-token tile is gathered once into shared memory and feeds both products:
 //   S [64 x 64]  = Q [64 x 576] K^T     8 warps as 4 (16-row) x 2 (32-token) blocks
 //   O [64 x 512] += P [64 x 64] V       8 warps, each all 64 rows x a 64-column slice of O
 // on tensor cores (mma.sync m16n8k16, bf16 in, f32 accumulate; 128 f32 accumulators per thread).
@@ -20,8 +22,8 @@
 //
 // Masking: keys outside [chunk begin, min(chunk end, kv_len)) and, when causal, keys after the
 // row's position kv_len - q_len + t. A CTA whose range is empty writes O = 0, lse = -inf.
-// Output: a request served by one item writes out / lse; a split request writes f32 partials
-// (unnormalised weight folded: O / l and lse), combined by mla_merge_kernel.
+// Output: a request served by one item writes out / lse; a split request writes its f32 partials
+// (O / l and lse per item), combined by mla_merge_kernel.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -104,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
   float* s_red = reinterpret_cast<float*>(smem + Smem::kRed);
   float* s_alpha = reinterpret_cast<float*>(smem + Smem::kAlpha);
 
-  const int item = static_cast<int>(blockIdx.x);
+  const int item = static_cast<int>(blockIdx.y);
   if (item >= p.partition.info->num_items) return;
   const int request = p.partition.work_request[item];
   const int chunk = p.partition.work_chunk[item];
@@ -149,8 +151,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
     }
   }
 
-  for (int rb = static_cast<int>(blockIdx.y); rb * kBlockM < num_rows;
-       rb += static_cast<int>(gridDim.y)) {
+  for (int rb = static_cast<int>(blockIdx.x); rb * kBlockM < num_rows;
+       rb += static_cast<int>(gridDim.x)) {
     const int row0 = rb * kBlockM;
     // This thread's S rows (2) and their last visible key.
     int limit[2];

@@ -16,7 +16,7 @@ void launch_mla_bf16(const MlaParams& params, int grid_items, int row_blocks, bo
   static const cudaError_t attribute_status =
       cudaFuncSetAttribute(mla_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem::kBytes);
   PA_CUDA_CHECK(attribute_status);
-  mla_kernel<<<dim3(grid_items, row_blocks), kThreads, Smem::kBytes, cuda_stream>>>(params);
+  mla_kernel<<<dim3(row_blocks, grid_items), kThreads, Smem::kBytes, cuda_stream>>>(params);
   check_launch("mla_kernel");
   if (merge) {
     mla_merge_kernel<<<dim3(params.batch_size, merge_rows), kMergeThreads, 0, cuda_stream>>>(
