@@ -194,26 +194,77 @@ PA_INLINE void write_form(const WriteArgs& b, const PlanBuffers& out) {
 
 }  // namespace
 
-PA_PLANNER_CLONES int32_t first_invalid_request(const BatchView& b) {
-  const bool alloc_pow2 = b.alloc.shift >= 1;
+namespace {
+
+enum class RowCheck { kBlockIds, kSlotsPerToken, kSlotsPow2, kSlotsAny };
+
+// Whether any request of the batch is invalid, without a branch per request: bad bits are ORed
+// over the whole batch (a request with bad lengths has its row skipped, not read).
+template <RowCheck kCheck, bool kPrefill>
+PA_INLINE bool any_invalid(const BatchView& b) {
+  const int32_t* __restrict seq_lens = b.seq_lens;
+  const int32_t* __restrict q_lens = b.q_lens;
+  const int32_t* __restrict table = b.table;
+  const int64_t row_stride = b.row_stride, tokens_per_row = b.tokens_per_row;
+  const Divisor alloc = b.alloc;
+  const uint32_t page_limit = b.page_limit, slot_limit = b.slot_limit;
+  uint32_t bad = 0;
   for (int32_t r = 0; r < b.num_reqs; ++r) {
-    const int32_t len = b.seq_lens[r];
-    uint32_t bad = (len < 0) | (len > b.tokens_per_row);
-    if (b.q_lens != nullptr) bad |= (b.q_lens[r] < 0) | (b.q_lens[r] > len);
-    if (bad != 0) return r;
-    const uint32_t tokens = static_cast<uint32_t>(len);
-    if (!b.slot_form) {
-      bad = bad_block_ids(b.row(r), b.alloc.ceil_div(tokens), b.page_limit);
-    } else if (b.alloc.value == 1) {
-      bad = bad_block_ids(b.row(r), tokens, b.slot_limit);  // every token starts a page
-    } else if (alloc_pow2) {
-      bad = bad_slots_pow2(b.row(r), tokens, b.alloc.value, b.slot_limit);
+    const int32_t len = seq_lens[r];
+    uint32_t length_bad = (len < 0) | (len > tokens_per_row);
+    if constexpr (kPrefill) length_bad |= (q_lens[r] < 0) | (q_lens[r] > len);
+    bad |= length_bad;
+    const uint32_t tokens = length_bad != 0 ? 0u : static_cast<uint32_t>(len);
+    const int32_t* row = table + r * row_stride;
+    if constexpr (kCheck == RowCheck::kBlockIds) {
+      bad |= bad_block_ids(row, alloc.ceil_div(tokens), page_limit);
+    } else if constexpr (kCheck == RowCheck::kSlotsPerToken) {
+      bad |= bad_block_ids(row, tokens, slot_limit);  // A = 1: every token starts a page
+    } else if constexpr (kCheck == RowCheck::kSlotsPow2) {
+      bad |= bad_slots_pow2(row, tokens, alloc.value, slot_limit);
     } else {
-      bad = bad_slots_any(b.row(r), tokens, b.alloc, b.slot_limit);
+      bad |= bad_slots_any(row, tokens, alloc, slot_limit);
     }
-    if (bad != 0) return r;
+  }
+  return bad != 0;
+}
+
+template <RowCheck kCheck>
+PA_INLINE bool any_invalid_mode(const BatchView& b) {
+  return b.q_lens != nullptr ? any_invalid<kCheck, true>(b) : any_invalid<kCheck, false>(b);
+}
+
+// The first invalid request (the batch is known to hold one).
+int32_t first_invalid(const BatchView& b) {
+  BatchView one = b;
+  for (int32_t r = 0; r < b.num_reqs; ++r) {
+    one.num_reqs = 1;
+    one.table = b.row(r);
+    one.seq_lens = b.seq_lens + r;
+    one.q_lens = b.q_lens != nullptr ? b.q_lens + r : nullptr;
+    if (!b.slot_form) {
+      if (any_invalid_mode<RowCheck::kBlockIds>(one)) return r;
+    } else if (any_invalid_mode<RowCheck::kSlotsAny>(one)) {
+      return r;
+    }
   }
   return -1;
+}
+
+}  // namespace
+
+PA_PLANNER_CLONES int32_t first_invalid_request(const BatchView& b) {
+  bool bad = false;
+  if (!b.slot_form) {
+    bad = any_invalid_mode<RowCheck::kBlockIds>(b);
+  } else if (b.alloc.value == 1) {
+    bad = any_invalid_mode<RowCheck::kSlotsPerToken>(b);
+  } else if (b.alloc.shift >= 1) {
+    bad = any_invalid_mode<RowCheck::kSlotsPow2>(b);
+  } else {
+    bad = any_invalid_mode<RowCheck::kSlotsAny>(b);
+  }
+  return bad ? first_invalid(b) : -1;
 }
 
 Totals sum_totals(const BatchView& b) {

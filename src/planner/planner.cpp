@@ -115,9 +115,10 @@ PlanSummary plan(const PlanInput& input, const PlanBuffers& buffers) {
     table_name = "slots";
   }
   PA_CHECK(b.row_stride >= 0, "plan: {} row_stride = {}, expected >= 0", table_name, b.row_stride);
-  PA_CHECK(static_cast<int64_t>(table.size()) >= num_reqs * b.row_stride,
-           "plan: {} has {} entries, expected num_reqs x row_stride = {} x {} = {}", table_name,
-           table.size(), num_reqs, b.row_stride, num_reqs * b.row_stride);
+  // Compared by division: num_reqs x row_stride may not fit in 64 bits for a bogus stride.
+  PA_CHECK(num_reqs == 0 || b.row_stride <= static_cast<int64_t>(table.size()) / num_reqs,
+           "plan: {} has {} entries, expected at least num_reqs x row_stride = {} x {}", table_name,
+           table.size(), num_reqs, b.row_stride);
   b.table = table.data();
   b.seq_lens = input.seq_lens.data();
   b.q_lens = prefill ? input.q_lens.data() : nullptr;

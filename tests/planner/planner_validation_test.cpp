@@ -174,6 +174,8 @@ TEST_F(PlannerValidation, BatchShapeArguments) {
   in.table =
       BlockTableInput{std::span<const int32_t>(batch_.block_table).first(5), batch_.block_stride};
   expect_plan_error(in, {"block_table has 5 entries"});
+  in.table = SlotTableInput{batch_.slots, int64_t{1} << 62};  // product overflows int64
+  expect_plan_error(in, {"slots has", "row_stride = 4 x 4611686018427387904"});
   in = batch_.input(true, 16);
   in.num_reqs = -1;
   expect_plan_error(in, {"num_reqs = -1"});
