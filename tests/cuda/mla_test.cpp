@@ -1,9 +1,10 @@
 // CUDA MLA (absorbed, bf16, kv_lora_rank 512 + rope 64) against the float64 reference and the CPU
-// backend, over cases from the shared generator (tests/common/cases.h): heads 16/32/64/128 x page
-// sizes 1/16/64, lengths around the page edges and long (~2000, split-KV), allocation pages larger
-// than P, padding and empty requests, speculative decoding (q_len 1..4, causal), extend (longer
-// q_len, causal and not), no lse, explicit sm_scale, no max_q_len hint (the unsplit path), the
-// single [pages, alloc, 576] buffer and separate ckv / kpe buffers, CUDA-graph replay. Outputs are
+// backend, over cases from the shared generator (tests/common/cases.h): heads 16/32/64/128 (and 20,
+// 8: row blocks straddle tokens) x page sizes 1/16/64, lengths around the page edges and long
+// (~2000; 6000 and 5000 split the KV), allocation pages larger than P, padding and empty requests,
+// speculative decoding (q_len 1..4, causal), extend (longer q_len, causal and not), no lse,
+// explicit sm_scale, no max_q_len hint (split, and the unsplit fallback), the single
+// [pages, alloc, 576] buffer and separate ckv / kpe buffers, CUDA-graph replay. Outputs are
 // poisoned (0xFF = NaN) before each run, every element is compared, and NaN never passes. Bad
 // arguments throw an Error naming the argument and write nothing. Skips where no GPU is usable.
 #include "cuda/mla.h"
@@ -227,13 +228,24 @@ std::vector<CaseSpec> mla_cases() {
     spec.q_lens = {4, 2, 1, 3, 4};
     cases.push_back(spec);
   }
+  // Head counts that are not a power of two: a 64-row block holds 3.2 tokens of 20 heads, or 8
+  // tokens of 8, so blocks straddle tokens (and their causal limits).
+  for (int32_t heads : {20, 8}) {
+    CaseSpec spec = base_mla(heads, 16);
+    spec.kv_lens = {50, 300, 17, 4};
+    spec.q_lens = {3, 4, 1, 4};
+    cases.push_back(spec);
+  }
   // Extend (longer q_len, a cached prefix), causal and not.
   for (bool causal : {true, false}) {
     for (int32_t heads : {16, 128}) {
       CaseSpec spec = base_mla(heads, 16);
       spec.op = OpKind::kMlaExtend;
-      spec.kv_lens = {1, 30, 200, 70};
-      spec.q_lens = {1, 15, 40, 70};
+      // Sized for the float64 reference: 128 heads get shorter requests.
+      spec.kv_lens =
+          heads == 16 ? std::vector<int32_t>{1, 30, 200, 70} : std::vector<int32_t>{1, 30, 90};
+      spec.q_lens =
+          heads == 16 ? std::vector<int32_t>{1, 15, 40, 70} : std::vector<int32_t>{1, 15, 20};
       spec.causal = causal;
       cases.push_back(spec);
     }
@@ -258,19 +270,19 @@ std::vector<CaseSpec> mla_cases() {
   // Split-KV: one long request (every SM busy), and long requests among empty ones, P = 1.
   for (int32_t heads : {16, 128}) {
     CaseSpec spec = base_mla(heads, 16);
-    spec.kv_lens = {6000};
+    spec.kv_lens = {heads == 16 ? 6000 : 3000};
     cases.push_back(spec);
   }
   {
     CaseSpec spec = base_mla(64, 1);
     spec.alloc_page_size = 16;
-    spec.kv_lens = {5000, 0, 1, 2600};
+    spec.kv_lens = {3000, 0, 1, 1500};
     spec.padded_batch = 6;
     cases.push_back(spec);
   }
   {
-    CaseSpec spec = base_mla(32, 16);  // split and speculative rows together
-    spec.kv_lens = {3000, 2500};
+    CaseSpec spec = base_mla(16, 16);  // split and speculative rows together
+    spec.kv_lens = {3000, 1200};
     spec.q_lens = {4, 3};
     cases.push_back(spec);
   }
@@ -305,12 +317,12 @@ TEST(CudaMla, SeparateCkvAndKpeBuffers) {
 // request). Both must give the same results as with the hint.
 TEST(CudaMla, WithoutMaxQLenHint) {
   PA_REQUIRE_GPU();
-  CaseSpec spec = base_mla(128, 16);
-  spec.kv_lens = {4000, 3, 900};
+  CaseSpec spec = base_mla(64, 16);
+  spec.kv_lens = {3000, 3, 500};
   spec.q_lens = {2, 1, 4};
   CaseSpec wide = base_mla(128, 16);
   wide.kv_lens.clear();
-  for (int32_t r = 0; r < 48; ++r) wide.kv_lens.push_back(r == 5 ? 3000 : 1 + 7 * r);
+  for (int32_t r = 0; r < 48; ++r) wide.kv_lens.push_back(r == 5 ? 1500 : 1 + 3 * r);
   for (const CaseSpec& s : {spec, wide}) {
     const std::string report = check_case(s, false, [](MlaArgs& args) { args.meta.max_q_len = 0; });
     EXPECT_TRUE(report.empty()) << report;
@@ -342,7 +354,7 @@ TEST(CudaMla, PageSizeInvariance) {
 TEST(CudaMla, GraphReplay) {
   PA_REQUIRE_GPU();
   CaseSpec spec = base_mla(64, 16);
-  spec.kv_lens = {3000, 5, 700};
+  spec.kv_lens = {2500, 5, 300};
   const uint64_t seed = fresh_seed();
   const AttentionCase c(spec, seed);
   DeviceMlaCase d(c, false);
