@@ -1,10 +1,11 @@
 // Host side of CUDA MLA (absorbed DeepSeek MLA over the latent cache): supports(), validation and
-// the launch of the partition, the kernel and the merge (src/cuda/mla/).
+// the launch of the partition, the kernel and the merge (src/cuda/mla/). Served: bf16 queries,
+// bf16 or fp8 e4m3 cache (with its scale), rank 512 + rope 64, any head count, any page size.
 //
 // One kernel serves decode (q_len 1, or 2..4 for speculative decoding) and extend (longer q_len):
 // the query rows of a request are (token, head) pairs, 64 per CTA, causal by position
 // kv_len - q_len + t. Work per run, all enqueued on args.stream with no host synchronisation
-// (graph- capturable):
+// (graph-capturable):
 //   1. the split-KV partition of kv_indptr on the device (planner.h's rule, the decode backend's
 //      partition kernel and workspace buffers), target = SMs / row blocks per request;
 //   2. the MLA kernel over (row block, work item) CTAs; CTAs past the item count exit;
@@ -37,14 +38,15 @@ void check_meta_i32(std::string_view name, const TensorView& view, int64_t min_e
            view.shape[0], min_elements);
 }
 
-// 16-byte rows: the data pointer 16-byte aligned and every outer stride a multiple of 8 bf16.
+// 16-byte rows: the data pointer 16-byte aligned and every outer stride a multiple of 16 bytes.
 void check_rows16(std::string_view name, const TensorView& view) {
+  const int64_t vec = 16 / dtype_size(view.dtype);
   PA_CHECK(reinterpret_cast<uintptr_t>(view.data) % 16 == 0,
            "{}: data pointer {} is not 16-byte aligned", name, view.data);
   for (int d = 0; d + 1 < view.ndim; ++d) {
-    PA_CHECK(view.strides[d] % 8 == 0,
-             "{}: stride[{}] = {} elements, expected a multiple of 8 (16-byte rows)", name, d,
-             view.strides[d]);
+    PA_CHECK(view.strides[d] % vec == 0,
+             "{}: stride[{}] = {} elements, expected a multiple of {} (16-byte rows)", name, d,
+             view.strides[d], vec);
   }
 }
 
@@ -57,10 +59,11 @@ Support supports_mla(const OpDesc& op) {
     return Support::no(
         fmt::format("cuda {}: device {} is not a CUDA device", name, op.device.str()));
   }
-  if (op.q_dtype != DType::kBF16 || op.kv_dtype != DType::kBF16) {
+  if (op.q_dtype != DType::kBF16 ||
+      (op.kv_dtype != DType::kBF16 && op.kv_dtype != DType::kFP8E4M3)) {
     return Support::no(
-        fmt::format("cuda {}: q dtype {} / kv dtype {} (supported: bf16 / bf16; "
-                    "f16 and fp8 latent caches run on the CPU backend)",
+        fmt::format("cuda {}: q dtype {} / kv dtype {} (supported: bf16 q with a bf16 or "
+                    "fp8_e4m3 latent cache; f16 and f32 run on the CPU backend)",
                     name, dtype_name(op.q_dtype), dtype_name(op.kv_dtype)));
   }
   if (op.head_dim_vo != mla::kRank || op.head_dim_qk != mla::kDimQk) {
@@ -103,8 +106,8 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   check_rows16("q_nope", args.q_nope);
   check_rows16("q_pe", args.q_pe);
   args.kv.validate(device);
-  check_tensor("kv.ckv", args.kv.ckv, {kAnySize, kAnySize, mla::kRank}, DType::kBF16, device);
-  check_tensor("kv.kpe", args.kv.kpe, {kAnySize, kAnySize, mla::kRope}, DType::kBF16, device);
+  check_tensor("kv.ckv", args.kv.ckv, {kAnySize, kAnySize, mla::kRank}, op.kv_dtype, device);
+  check_tensor("kv.kpe", args.kv.kpe, {kAnySize, kAnySize, mla::kRope}, op.kv_dtype, device);
   check_inner_contiguous("kv.ckv", args.kv.ckv);
   check_inner_contiguous("kv.kpe", args.kv.kpe);
   check_rows16("kv.ckv", args.kv.ckv);
@@ -194,8 +197,8 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   p.partial_rows = static_cast<int32_t>(partial_rows);
 
   const int merge_rows = static_cast<int>(std::min<int64_t>(partial_rows, 65535));
-  mla::launch_mla_bf16(p, static_cast<int>(grid_items), grid_rows, config.enable, merge_rows,
-                       args.stream);
+  mla::launch_mla(p, op.kv_dtype == DType::kFP8E4M3, static_cast<int>(grid_items), grid_rows,
+                  config.enable, merge_rows, args.stream);
 }
 
 }  // namespace pagedattn::cuda

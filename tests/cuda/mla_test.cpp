@@ -1,12 +1,13 @@
-// CUDA MLA (absorbed, bf16, kv_lora_rank 512 + rope 64) against the float64 reference and the CPU
-// backend, over cases from the shared generator (tests/common/cases.h): heads 16/32/64/128 (and 20,
-// 8: row blocks straddle tokens) x page sizes 1/16/64, lengths around the page edges and long
-// (~2000; 6000 and 5000 split the KV), allocation pages larger than P, padding and empty requests,
-// speculative decoding (q_len 1..4, causal), extend (longer q_len, causal and not), no lse,
-// explicit sm_scale, no max_q_len hint (split, and the unsplit fallback), the single
-// [pages, alloc, 576] buffer and separate ckv / kpe buffers, CUDA-graph replay. Outputs are
-// poisoned (0xFF = NaN) before each run, every element is compared, and NaN never passes. Bad
-// arguments throw an Error naming the argument and write nothing. Skips where no GPU is usable.
+// CUDA MLA (absorbed, bf16 queries, kv_lora_rank 512 + rope 64, bf16 and fp8 e4m3 caches) against
+// the float64 reference and the CPU backend, over cases from the shared generator
+// (tests/common/cases.h): heads 16/32/64/128 (and 20, 8: row blocks straddle tokens) x page sizes
+// 1/16/64, lengths around the page edges and long (2000; 6000 and 3000 split the KV), allocation
+// pages larger than P, padding and empty requests, speculative decoding (q_len 1..4, causal),
+// extend (longer q_len, causal and not), no lse, explicit sm_scale, no max_q_len hint (split, and
+// the unsplit fallback), the single [pages, alloc, 576] buffer and separate ckv / kpe buffers,
+// CUDA-graph replay. Outputs are poisoned (0xFF = NaN) before each run, every element is compared,
+// and NaN never passes. Bad arguments throw an Error naming the argument and write nothing. Skips
+// where no GPU is usable.
 #include "cuda/mla.h"
 
 #include <cuda_runtime_api.h>
@@ -219,6 +220,24 @@ std::vector<CaseSpec> mla_cases() {
   for (auto [page, alloc] : {std::pair{1, 16}, {16, 64}, {64, 128}}) {
     CaseSpec spec = base_mla(32, page);
     spec.alloc_page_size = alloc;
+    cases.push_back(spec);
+  }
+  // fp8 e4m3 latent cache with a dequantisation scale (P = 1, 16, 64; speculative rows; split).
+  {
+    CaseSpec spec = base_mla(16, 16);
+    spec.kv_dtype = DType::kFP8E4M3;
+    spec.kv_scale = 0.5f;
+    cases.push_back(spec);
+    spec = base_mla(128, 64);
+    spec.kv_dtype = DType::kFP8E4M3;
+    spec.kv_scale = 0.25f;
+    spec.q_lens = {1, 3, 4, 2, 4};
+    cases.push_back(spec);
+    spec = base_mla(32, 1);
+    spec.alloc_page_size = 16;
+    spec.kv_dtype = DType::kFP8E4M3;
+    spec.kv_scale = 2.0f;
+    spec.kv_lens = {3000, 7, 0};
     cases.push_back(spec);
   }
   // Speculative decoding: 1..4 query rows per request, causal.
@@ -460,9 +479,14 @@ TEST(CudaMla, SupportsSaysWhy) {
     EXPECT_FALSE(answer.ok) << desc.str();
     EXPECT_NE(answer.reason.find(word), std::string::npos) << answer.reason;
   };
+  op.kv_dtype = DType::kFP8E4M3;
+  EXPECT_TRUE(cuda::supports_mla(op).ok) << cuda::supports_mla(op).reason;
   OpDesc bad = op;
-  bad.kv_dtype = DType::kFP8E4M3;
-  expect_no(bad, "fp8_e4m3");
+  bad.kv_dtype = DType::kF16;
+  expect_no(bad, "f16");
+  bad = op;
+  bad.q_dtype = DType::kF16;
+  expect_no(bad, "f16");
   bad = op;
   bad.head_dim_vo = 256;
   bad.head_dim_qk = 320;

@@ -52,7 +52,7 @@ struct MlaParams {
   int32_t num_heads = 0;  // H
 
   float scale_log2 = 0.0f;  // sm_scale * kv scale * log2(e): logits in base 2
-  float out_scale = 1.0f;   // kv scale (V = ckv is stored divided by it)
+  float out_scale = 1.0f;   // kv scale (the cache holds value / scale)
   bool causal = true;       // query t of q_len sees keys <= kv_len - q_len + t
 
   // Split-KV partition (device) and the partial results of split requests.
@@ -64,8 +64,9 @@ struct MlaParams {
 
 // Enqueues the partition-driven MLA kernel on a grid of (row_blocks, grid_items <= 65535) CTAs
 // (a CTA loops over row blocks blockIdx.x, + row_blocks, ...), then, when `merge` is set, the merge
-// of split requests over (batch, merge_rows) CTAs. bf16 queries and cache (launch.cu).
-void launch_mla_bf16(const MlaParams& params, int grid_items, int row_blocks, bool merge,
-                     int merge_rows, void* stream);
+// of split requests over (batch, merge_rows) CTAs. bf16 queries; the cache bf16, or fp8 e4m3 when
+// `fp8_kv` (launch.cu).
+void launch_mla(const MlaParams& params, bool fp8_kv, int grid_items, int row_blocks, bool merge,
+                int merge_rows, void* stream);
 
 }  // namespace pagedattn::cuda::mla

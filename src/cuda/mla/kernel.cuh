@@ -1,4 +1,5 @@
-// The CUDA MLA kernel (absorbed form, bf16) and the merge of split-KV partials.
+// The CUDA MLA kernel (absorbed form; bf16 queries, bf16 or fp8 e4m3 cache) and the merge of
+// split-KV partials.
 //
 // Work: one CTA per (block of 64 request rows, see config.h; work item = one chunk of one request's
 // KV, from the split-KV partition), grid (row blocks, items): the row blocks of an item are
@@ -19,6 +20,9 @@
 // threads of warps 0-1 translate a tile's token positions into element offsets (attention page ->
 // allocation page, kv_cache.h) two tiles ahead; tokens past the CTA's range re-read its last token
 // (real data, masked), so no unwritten slot (NaN) ever reaches P V.
+// fp8 e4m3 cache: the second bf16 stage's bytes hold two raw fp8 stages instead; tile j + 1 streams
+// into one while tile j is converted (exactly) from the other into the single bf16 stage, then used
+// as above; the scale multiplies the logits and the output.
 //
 // Masking: keys outside [chunk begin, min(chunk end, kv_len)) and, when causal, keys after the
 // row's position kv_len - q_len + t. A CTA whose range is empty writes O = 0, lse = -inf.
@@ -27,6 +31,8 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cmath>
 #include <cstdint>
@@ -56,6 +62,14 @@ struct Smem {
   static_assert(kBytes <= 227 * 1024, "one CTA per SM must fit");
 };
 
+// The value, hidden from the optimiser: an address computed from it is not loop-invariant, so it
+// is not precomputed and kept in a register for the whole loop.
+__device__ __forceinline__ uint32_t opaque(uint32_t value) {
+  uint32_t out;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(out) : "r"(value));
+  return out;
+}
+
 // Byte offset of 16-byte chunk `chunk` of `row` in a tile with kRowBytes per row.
 template <int kRowBytes>
 __device__ __forceinline__ uint32_t swz(int row, int chunk) {
@@ -77,24 +91,65 @@ __device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t*
   kpe_off[tid] = alloc * p.kpe_stride_page + token * p.kpe_stride_token;
 }
 
-// Gathers one 64-token tile of 576-wide latent rows into a swizzled stage.
-__device__ __forceinline__ void load_tile(uint32_t stage, const __nv_bfloat16* ckv,
-                                          const __nv_bfloat16* kpe, const int64_t* ckv_off,
-                                          const int64_t* kpe_off) {
-  constexpr int kChunks = kDimQk / 8;     // 72 per row
-  constexpr int kRankChunks = kRank / 8;  // 64 from ckv, then 8 from kpe
+// Gathers one 64-token tile of 576-wide latent rows: bf16 rows straight into a swizzled stage;
+// fp8 rows (576 bytes, 36 chunks) unswizzled into a raw stage, converted by convert_tile.
+template <class KVT>
+__device__ __forceinline__ void load_tile(uint32_t stage, const KVT* ckv, const KVT* kpe,
+                                          const int64_t* ckv_off, const int64_t* kpe_off) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(KVT));  // elements per 16-byte chunk
+  constexpr int kChunks = kDimQk / kVec;                    // per row: 72 (bf16), 36 (fp8)
+  constexpr int kRankChunks = kRank / kVec;                 // from ckv, the rest from kpe
 #pragma unroll
   for (int it = 0; it < kBlockN * kChunks / kThreads; ++it) {
     const int i = it * kThreads + static_cast<int>(threadIdx.x);
     const int row = i / kChunks;
     const int chunk = i - row * kChunks;
-    const __nv_bfloat16* src = chunk < kRankChunks ? ckv + ckv_off[row] + chunk * 8
-                                                   : kpe + kpe_off[row] + (chunk - kRankChunks) * 8;
-    prefill::cp_async_16(stage + swz<Smem::kRowBytes>(row, chunk), src);
+    const KVT* src = chunk < kRankChunks ? ckv + ckv_off[row] + chunk * kVec
+                                         : kpe + kpe_off[row] + (chunk - kRankChunks) * kVec;
+    const uint32_t dst = sizeof(KVT) == 2 ? stage + swz<Smem::kRowBytes>(row, chunk)
+                                          : stage + row * kDimQk + chunk * 16;
+    prefill::cp_async_16(dst, src);
   }
 }
 
+// fp8 e4m3 raw stage -> bf16 swizzled stage (exact: every e4m3 value is a bf16 value; the scale is
+// applied to the logits and the output instead).
+// Thread t converts row t / 4, pieces t % 4 + 4 k (k < 18) of 8 bytes each: the row's addresses
+// are fixed, so the loop needs few registers (the O accumulators hold most of them here).
+__device__ __forceinline__ void convert_tile(uint32_t raw, uint32_t stage) {
+  const int row = static_cast<int>(threadIdx.x) >> 2;
+  const int first = static_cast<int>(threadIdx.x) & 3;
+  const uint32_t src_row = raw + row * kDimQk;
+  const uint32_t dst_row = stage + row * Smem::kRowBytes;
+#pragma unroll 1
+  for (int piece = first; piece < kDimQk / 8; piece += 4) {
+    uint32_t lo, hi;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                 : "=r"(lo), "=r"(hi)
+                 : "r"(src_row + piece * 8));
+    uint32_t out[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t word = k < 2 ? lo : hi;
+      const __half2_raw pair = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>((word >> (16 * (k % 2))) & 0xffffu), __NV_E4M3);
+      __half2 h;
+      memcpy(&h, &pair, 4);
+      const float2 f = __half22float2(h);
+      out[k] = Bf16Mma::pack(f.x, f.y);
+    }
+    asm volatile(
+        "st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst_row + ((piece ^ (row & 7)) << 4)),
+        "r"(out[0]), "r"(out[1]), "r"(out[2]), "r"(out[3])
+        : "memory");
+  }
+}
+
+template <class KVT>
 __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant__ MlaParams p) {
+  // fp8: one bf16 stage fed by two raw fp8 stages (the same bytes as two bf16 stages).
+  constexpr bool kFp8 = sizeof(KVT) == 1;
+  constexpr int kRawBytes = kBlockN * kDimQk;
   constexpr float kLn2 = 0.6931471805599453f;
   constexpr int kRowBytes = Smem::kRowBytes;
   constexpr int kChunks = kDimQk / 8;
@@ -129,27 +184,24 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5;
   const int mw = warp & 3, nw = warp >> 2;  // S role: rows mw * 16.., tokens nw * 32..
-  const auto* ckv = static_cast<const __nv_bfloat16*>(p.ckv);
-  const auto* kpe = static_cast<const __nv_bfloat16*>(p.kpe);
+  const auto* ckv = static_cast<const KVT*>(p.ckv);
+  const auto* kpe = static_cast<const KVT*>(p.kpe);
+  // Where tile t lands (cp.async) and where it is read from (ldmatrix).
+  auto landing = [&](int t) -> uint32_t {
+    return kFp8 ? s_kv + Smem::kStageBytes + (t & 1) * kRawBytes
+                : s_kv + (t & 1) * Smem::kStageBytes;
+  };
   const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope);
   const auto* q_pe = static_cast<const __nv_bfloat16*>(p.q_pe);
 
-  // Per-lane ldmatrix offsets (see prefill/kernel.cuh): chunk 8 * j + c' of a row r is at
-  // swz(r, c') + 128 * j when c' < 8, so only four per-lane offsets are needed per operand.
-  uint32_t q_lane[4], k_lane[4], v_lane[4], p_lane[4];
-  {
-    const int q_row = mw * 16 + (lane & 15);
-    const int k_row = nw * 32 + ((lane >> 4) << 3) + (lane & 7);
-    const int v_row = (((lane >> 3) & 1) << 3) + (lane & 7);
-    const int p_row = lane & 15;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      q_lane[c] = swz<kRowBytes>(q_row, 2 * c + (lane >> 4));
-      k_lane[c] = swz<kRowBytes>(k_row, 2 * c + ((lane >> 3) & 1));
-      v_lane[c] = swz<kRowBytes>(v_row, 2 * c + (lane >> 4)) + warp * 128;
-      p_lane[c] = swz<Smem::kPRowBytes>(p_row, 2 * c + (lane >> 4));
-    }
-  }
+  // Per-lane ldmatrix offsets (see prefill/kernel.cuh). A lane reads chunk 8 j + 2 c + b of its
+  // row (b: a lane bit, c < 4): rows are multiples of 128 bytes, so the swizzled offset is
+  // swz(row, b) ^ (c << 5), plus 128 j. One register per operand; the XOR is free at each use.
+  const uint32_t q_lane = swz<kRowBytes>(mw * 16 + (lane & 15), lane >> 4);
+  const uint32_t k_lane =
+      swz<kRowBytes>(nw * 32 + ((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
+  const uint32_t v_lane = swz<kRowBytes>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
+  const uint32_t p_lane = swz<Smem::kPRowBytes>(lane & 15, lane >> 4);
 
   for (int rb = static_cast<int>(blockIdx.x); rb * kBlockM < num_rows;
        rb += static_cast<int>(gridDim.x)) {
@@ -204,19 +256,27 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
         }
       }
       __syncthreads();
-      load_tile(s_kv, ckv, kpe, s_off, s_off + kBlockN);
+      load_tile(landing(0), ckv, kpe, s_off, s_off + kBlockN);
       prefill::cp_async_commit();
     }
 
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int n0 = chunk_begin + tile * kBlockN;
-      const uint32_t stage = s_kv + (tile & 1) * Smem::kStageBytes;
+      // Opaque per tile (see opaque()): fixed addresses would be hoisted out of the tile loop as
+      // dozens of live registers.
+      const uint32_t stage = opaque(kFp8 ? s_kv : landing(tile));
+      const uint32_t q_base = opaque(s_q);
+      const uint32_t q_off = opaque(q_lane), k_off = opaque(k_lane);
       prefill::cp_async_wait_all();
       __syncthreads();  // tile (and Q) visible; everyone is done with the other stage
       if (tile + 1 < num_tiles) {
         const int64_t* off = s_off + ((tile + 1) & 1) * 2 * kBlockN;
-        load_tile(s_kv + ((tile + 1) & 1) * Smem::kStageBytes, ckv, kpe, off, off + kBlockN);
+        load_tile(landing(tile + 1), ckv, kpe, off, off + kBlockN);
         prefill::cp_async_commit();
+      }
+      if constexpr (kFp8) {
+        convert_tile(landing(tile), s_kv);
+        __syncthreads();  // the bf16 tile is complete
       }
 
       // ---- S = Q K^T: rows mw * 16 + [0, 16), tokens nw * 32 + [0, 32) ----
@@ -226,16 +286,21 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
       }
+      // 9 groups of 4 k-steps (one 128-byte swizzle group each); the outer loop is only partly
+      // unrolled to bound the ldmatrix prefetch depth (registers: O is live throughout).
+#pragma unroll 3
+      for (int kg = 0; kg < kDimQk / 64; ++kg) {
 #pragma unroll
-      for (int ks = 0; ks < kDimQk / 16; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, s_q + q_lane[ks % 4] + (ks / 4) * 128);
+        for (int c = 0; c < 4; ++c) {
+          uint32_t a[4];
+          ldmatrix_x4(a, q_base + (q_off ^ (c << 5)) + kg * 128);
 #pragma unroll
-        for (int np = 0; np < 2; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4(b, stage + k_lane[ks % 4] + (ks / 4) * 128 + np * 16 * kRowBytes);
-          Bf16Mma::run(s[2 * np], a, b[0], b[1]);
-          Bf16Mma::run(s[2 * np + 1], a, b[2], b[3]);
+          for (int np = 0; np < 2; ++np) {
+            uint32_t b[4];
+            ldmatrix_x4(b, stage + (k_off ^ (c << 5)) + kg * 128 + np * 16 * kRowBytes);
+            Bf16Mma::run(s[2 * np], a, b[0], b[1]);
+            Bf16Mma::run(s[2 * np + 1], a, b[2], b[3]);
+          }
         }
       }
       // Offsets of tile + 2 (its buffer's previous tile was issued before the barrier above).
@@ -291,6 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
       __syncthreads();
 
       // ---- O = O * alpha + P V: all 64 rows, columns warp * 64 + [0, 64) ----
+      const uint32_t p_off = opaque(p_lane), v_off = opaque(v_lane);
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {
 #pragma unroll
@@ -303,17 +369,18 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
           }
         }
       }
-#pragma unroll
+// Two k-steps per unrolled body: fully unrolled, the ldmatrix prefetch runs past 255 registers.
+#pragma unroll 2
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
         uint32_t a[4][4];
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) {
-          ldmatrix_x4(a[mt], s_p + mt * 16 * Smem::kPRowBytes + p_lane[kk]);
+          ldmatrix_x4(a[mt], s_p + mt * 16 * Smem::kPRowBytes + (p_off ^ (kk << 5)));
         }
 #pragma unroll
         for (int dp = 0; dp < 4; ++dp) {
           uint32_t b[4];
-          ldmatrix_x4_trans(b, stage + kk * 16 * kRowBytes + v_lane[dp]);
+          ldmatrix_x4_trans(b, stage + kk * 16 * kRowBytes + (v_off ^ (dp << 5)) + warp * 128);
 #pragma unroll
           for (int mt = 0; mt < 4; ++mt) {
             Bf16Mma::run(o[mt][2 * dp], a[mt], b[0], b[1]);
