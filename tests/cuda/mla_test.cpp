@@ -369,6 +369,32 @@ TEST(CudaMla, PageSizeInvariance) {
   }
 }
 
+// One workspace, two different steps in a row (other batch, heads' rows, page size and partition):
+// each run recomputes its partition, so the second is not confused by the first's.
+TEST(CudaMla, WorkspaceReusedAcrossSteps) {
+  PA_REQUIRE_GPU();
+  CaseSpec first = base_mla(32, 16);
+  first.kv_lens = {2500, 40};
+  CaseSpec second = base_mla(32, 64);
+  second.kv_lens = {5, 130, 64, 1, 700, 2};
+  second.q_lens = {2, 4, 1, 1, 3, 2};
+  const uint64_t seed = fresh_seed();
+  const AttentionCase a(first, seed), b(second, seed + 1);
+  DeviceMlaCase da(a, false), db(b, false);
+  std::unique_ptr<Workspace> workspace = make_workspace(b);
+  for (const DeviceMlaCase* d : {&da, &db}) {
+    const MlaArgs args = d->args();
+    cuda_backend().plan(*workspace, d->op(), args.meta);
+    cuda_backend().run_mla(*workspace, args);
+  }
+  PA_CUDA_CHECK(cudaDeviceSynchronize());
+  for (const DeviceMlaCase* d : {&da, &db}) {
+    const std::string report = check_outputs(*d->host, fetch(*d));
+    EXPECT_TRUE(report.empty()) << "seed " << seed << ", " << d->host->spec().name() << "\n"
+                                << report;
+  }
+}
+
 // Captured into a CUDA graph on a stream and replayed twice: the same results as the reference.
 TEST(CudaMla, GraphReplay) {
   PA_REQUIRE_GPU();
