@@ -70,10 +70,18 @@ BenchTables make_tables(bool slot_form, int32_t batch, int32_t kv_len, int32_t a
 std::string micros(double ns) { return fmt::format("{:.3f}", ns / 1e3); }
 
 void run_bench_plan(const PlanBenchOptions& options) {
+  PA_CHECK(options.alloc_page_size >= 1, "bench plan: --alloc-page-size {}, expected >= 1",
+           options.alloc_page_size);
   for (int32_t p : options.page_sizes) {
     PA_CHECK(p >= 1 && options.alloc_page_size % p == 0,
              "bench plan: --page-size {} does not divide --alloc-page-size {}", p,
              options.alloc_page_size);
+  }
+  for (int32_t batch : options.batches) {
+    PA_CHECK(batch >= 1, "bench plan: --batch {}, expected >= 1", batch);
+  }
+  for (int32_t kv_len : options.kv_lens) {
+    PA_CHECK(kv_len >= 1, "bench plan: --kv-len {}, expected >= 1", kv_len);
   }
   for (const std::string& form : options.forms) {
     PA_CHECK(form == "block" || form == "slot", "bench plan: --form '{}', expected block or slot",
