@@ -42,46 +42,39 @@ std::string OpDesc::str() const {
   return text;
 }
 
-OpDesc describe_op(const DecodeArgs& args) {
-  require_dims("q", args.q, 3, "[B, Hq, D]");
-  require_dims("kv.k", args.kv.k, 4, "a 4-D paged cache");
-  require_dims("kv.v", args.kv.v, 4, "a 4-D paged cache");
+namespace {
+
+// Decode and prefill describe the same fields: q [rows, Hq, Dqk] over a paged K/V cache.
+OpDesc describe_paged(OpKind kind, const TensorView& q, const PagedKv& kv,
+                      const AttentionOptions& options, std::string_view q_shape) {
+  require_dims("q", q, 3, q_shape);
+  require_dims("kv.k", kv.k, 4, "a 4-D paged cache");
+  require_dims("kv.v", kv.v, 4, "a 4-D paged cache");
   OpDesc op;
-  op.op = OpKind::kDecode;
-  op.device = args.q.device;
-  op.q_dtype = args.q.dtype;
-  op.kv_dtype = args.kv.k.dtype;
-  op.num_qo_heads = extent(args.q, 1);
-  op.num_kv_heads = args.kv.num_kv_heads();
-  op.head_dim_qk = extent(args.q, 2);
-  op.head_dim_vo = extent(args.kv.v, 3);
-  op.page_size = args.kv.page_size;
-  op.layout = args.kv.layout;
-  op.causal = args.options.causal;
-  op.soft_cap = args.options.logits_soft_cap > 0.0f;
-  op.sliding_window = args.options.window_left >= 0;
+  op.op = kind;
+  op.device = q.device;
+  op.q_dtype = q.dtype;
+  op.kv_dtype = kv.k.dtype;
+  op.num_qo_heads = extent(q, 1);
+  op.num_kv_heads = kv.num_kv_heads();
+  op.head_dim_qk = extent(q, 2);
+  op.head_dim_vo = extent(kv.v, 3);
+  op.page_size = kv.page_size;
+  op.layout = kv.layout;
+  op.causal = options.causal;
+  op.soft_cap = options.logits_soft_cap > 0.0f;
+  op.sliding_window = options.window_left >= 0;
   return op;
 }
 
+}  // namespace
+
+OpDesc describe_op(const DecodeArgs& args) {
+  return describe_paged(OpKind::kDecode, args.q, args.kv, args.options, "[B, Hq, D]");
+}
+
 OpDesc describe_op(const PrefillArgs& args) {
-  require_dims("q", args.q, 3, "[T, Hq, Dqk]");
-  require_dims("kv.k", args.kv.k, 4, "a 4-D paged cache");
-  require_dims("kv.v", args.kv.v, 4, "a 4-D paged cache");
-  OpDesc op;
-  op.op = OpKind::kPrefill;
-  op.device = args.q.device;
-  op.q_dtype = args.q.dtype;
-  op.kv_dtype = args.kv.k.dtype;
-  op.num_qo_heads = extent(args.q, 1);
-  op.num_kv_heads = args.kv.num_kv_heads();
-  op.head_dim_qk = extent(args.q, 2);
-  op.head_dim_vo = extent(args.kv.v, 3);
-  op.page_size = args.kv.page_size;
-  op.layout = args.kv.layout;
-  op.causal = args.options.causal;
-  op.soft_cap = args.options.logits_soft_cap > 0.0f;
-  op.sliding_window = args.options.window_left >= 0;
-  return op;
+  return describe_paged(OpKind::kPrefill, args.q, args.kv, args.options, "[T, Hq, Dqk]");
 }
 
 OpDesc describe_op(const MlaArgs& args, OpKind kind) {
