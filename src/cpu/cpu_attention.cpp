@@ -8,6 +8,8 @@
 // scores = Q K^T for the block, soft-cap, causal / window mask (only on blocks that straddle a
 // boundary), the online-softmax update (running max m, sum l, rescale alpha) and acc += P V.
 // MLA reads K = [ckv, kpe] into one block and uses its first kv_lora_rank columns as V.
+// Decode (at most 8 rows, bf16/f32 KV) skips the f32 block: K and V are converted inside the FMA
+// loops (simd::score_rows_fused / accumulate_rows_fused), and the next block is read ahead.
 // Finally out = acc / l * v_scale and lse = m + log(l), or 0 and -inf for a row that saw nothing.
 #include <algorithm>
 #include <cmath>
@@ -163,20 +165,50 @@ void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scr
       rows_out.v[j] = second.data + (v_base + in_page * second.token_stride) * element;
     }
   };
-  // No software prefetch: on the H200 host's Xeon, prefetching the next block (staged between the
-  // phases) lowered NHD decode from 42 to 33 GB/s (the prefetches compete for the line fill
-  // buffers with the demand loads), so the hardware prefetchers are left alone.
-  BlockRows block;
-  for (int64_t t0 = begin; t0 < end; t0 += kBlockTokens) {
-    locate(t0, block);
-    const int32_t n = block.n;
-    for (int32_t j = 0; j < n; ++j) {
-      float* k_row = sc.k + int64_t{j} * dqk;
-      to_f32(block.k[j], p.kv_dtype, k_row, p.k.dim, 1.0f);
-      to_f32(block.v[j], p.kv_dtype, p.latent ? k_row + p.k.dim : sc.v + int64_t{j} * dvo,
-             second.dim, 1.0f);
+  // Look-ahead one block: on the 2-core AMD development VM, plain prefetch instructions for the
+  // next block changed nothing (they are dropped when they miss the TLB, and every page of a
+  // request is a different 4 KiB page), so the first line of each next K/V row is touched with a
+  // real load (which does the page walk) and its other lines are prefetched: decode went from
+  // 7-10 to 13 GB/s. (Earlier, on the H200 host's Xeon, plain prefetches of the next block lowered
+  // NHD decode from 42 to 33 GB/s; this variant is not yet measured there.)
+  const int64_t k_bytes = int64_t{p.k.dim} * element, v_bytes = int64_t{second.dim} * element;
+  auto look_ahead = [&](const BlockRows& rows_in) {
+    int sink = 0;
+    for (int32_t j = 0; j < rows_in.n; ++j) {
+      sink += rows_in.k[j][0] + rows_in.v[j][0];
+      for (int64_t b = 64; b < k_bytes; b += 64) __builtin_prefetch(rows_in.k[j] + b, 0, 3);
+      for (int64_t b = 64; b < v_bytes; b += 64) __builtin_prefetch(rows_in.v[j] + b, 0, 3);
     }
-    simd::score_block(sc.q, rows, sc.k, n, dqk, sc.s, kBlockTokens);
+    asm volatile("" : : "r"(sink));  // keeps the touching loads
+  };
+  // Few rows (decode: one GQA group) in bf16 or f32: K and V are converted inside the FMA loops
+  // and streamed once for all rows (see simd::score_rows_fused).
+  const bool fused = !p.latent && rows <= simd::kMaxFusedRows &&
+                     (p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF32);
+  const simd::KvElem fused_elem =
+      p.kv_dtype == DType::kBF16 ? simd::KvElem::kBF16 : simd::KvElem::kF32;
+  // Only for few rows (decode), where the block's bytes, not arithmetic, set the pace: with many
+  // rows (prefill, MLA's 16-128 heads) it cost 5-13% by competing for L1 with the query tile.
+  const bool read_ahead = rows <= simd::kMaxFusedRows;
+  BlockRows block, ahead;
+  locate(begin, ahead);
+  if (read_ahead) look_ahead(ahead);
+  for (int64_t t0 = begin; t0 < end; t0 += kBlockTokens) {
+    block = ahead;
+    locate(t0 + kBlockTokens, ahead);  // n = 0 past the end
+    if (read_ahead) look_ahead(ahead);
+    const int32_t n = block.n;
+    if (fused) {
+      simd::score_rows_fused(sc.q, rows, block.k, fused_elem, n, dqk, sc.s, kBlockTokens);
+    } else {
+      for (int32_t j = 0; j < n; ++j) {
+        float* k_row = sc.k + int64_t{j} * dqk;
+        to_f32(block.k[j], p.kv_dtype, k_row, p.k.dim, 1.0f);
+        to_f32(block.v[j], p.kv_dtype, p.latent ? k_row + p.k.dim : sc.v + int64_t{j} * dvo,
+               second.dim, 1.0f);
+      }
+      simd::score_block(sc.q, rows, sc.k, n, dqk, sc.s, kBlockTokens);
+    }
     if (p.soft_cap > 0) {
       const float cap = p.soft_cap, inv_cap = 1.0f / p.soft_cap;
       for (int32_t row = 0; row < rows; ++row) {
@@ -195,7 +227,12 @@ void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scr
       }
     }
     simd::softmax_block(sc.s, rows, n, kBlockTokens, sc.m, sc.l, sc.alpha);
-    simd::accumulate_block(sc.acc, rows, sc.alpha, sc.s, kBlockTokens, v_block, v_stride, n, dvo);
+    if (fused) {
+      simd::accumulate_rows_fused(sc.acc, rows, sc.alpha, sc.s, kBlockTokens, block.v, fused_elem,
+                                  n, dvo);
+    } else {
+      simd::accumulate_block(sc.acc, rows, sc.alpha, sc.s, kBlockTokens, v_block, v_stride, n, dvo);
+    }
   }
 
   for (int64_t t = 0; t < tokens; ++t) {

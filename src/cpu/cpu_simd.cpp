@@ -71,6 +71,139 @@ using Chunk4 = float __attribute__((vector_size(4 * sizeof(float))));
   return x < -87.0f ? 0.0f : poly * scale;
 }
 
+// bf16 -> f32 of 16 elements: widen to 32 bits and shift into the high half (exact).
+using Half16 = uint16_t __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+using Word16 = uint32_t __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+struct LoadBf16 {
+  [[gnu::always_inline]] Chunk operator()(const char* row, int d) const {
+    Half16 h;
+    std::memcpy(&h, row + static_cast<int64_t>(d) * sizeof(uint16_t), sizeof(h));
+    const Word16 w = __builtin_convertvector(h, Word16) << 16;
+    Chunk c;
+    std::memcpy(&c, &w, sizeof(c));
+    return c;
+  }
+};
+struct LoadF32 {
+  [[gnu::always_inline]] Chunk operator()(const char* row, int d) const {
+    return load(reinterpret_cast<const float*>(row) + d);
+  }
+};
+
+// Scores of R rows for K keys starting at k[j0]: R x K accumulators live in registers, each
+// converted K chunk feeds R FMAs.
+template <int R, int K, class Load>
+[[gnu::always_inline]] inline void score_keys(const float* __restrict q, const char* const* k,
+                                              int j0, int dim, float* __restrict s, int s_stride,
+                                              Load ld) {
+  Chunk a[K][R] = {};
+  for (int d = 0; d < dim; d += kLanes) {
+    Chunk kc[K];
+    for (int t = 0; t < K; ++t) kc[t] = ld(k[j0 + t], d);
+    for (int r = 0; r < R; ++r) {
+      const Chunk qc = load(q + static_cast<int64_t>(r) * dim + d);
+      for (int t = 0; t < K; ++t) a[t][r] += qc * kc[t];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < K; ++t) s[static_cast<int64_t>(r) * s_stride + j0 + t] = sum(a[t][r]);
+  }
+}
+
+template <int R, class Load>
+[[gnu::always_inline]] inline void score_rows(const float* q, const char* const* k, int n, int dim,
+                                              float* s, int s_stride, Load ld) {
+  int j = 0;
+  for (; j + 2 <= n; j += 2) score_keys<R, 2>(q, k, j, dim, s, s_stride, ld);
+  if (j < n) score_keys<R, 1>(q, k, j, dim, s, s_stride, ld);
+}
+
+// acc columns [d0, d0 + C * kLanes) of R rows kept in registers while the block's V streams by.
+template <int R, int C, class Load>
+[[gnu::always_inline]] inline void accumulate_columns(float* __restrict acc, const float* alpha,
+                                                      const float* __restrict p, int p_stride,
+                                                      const char* const* v, int n, int dim, int d0,
+                                                      Load ld) {
+  Chunk c[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < C; ++i) {
+      c[r][i] = load(acc + static_cast<int64_t>(r) * dim + d0 + i * kLanes) * alpha[r];
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    Chunk vc[C];
+    for (int i = 0; i < C; ++i) vc[i] = ld(v[j], d0 + i * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const float w = p[static_cast<int64_t>(r) * p_stride + j];
+      for (int i = 0; i < C; ++i) c[r][i] += w * vc[i];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < C; ++i)
+      store(acc + static_cast<int64_t>(r) * dim + d0 + i * kLanes, c[r][i]);
+  }
+}
+
+template <int R, class Load>
+[[gnu::always_inline]] inline void accumulate_rows(float* acc, const float* alpha, const float* p,
+                                                   int p_stride, const char* const* v, int n,
+                                                   int dim, Load ld) {
+  constexpr int kC = R <= 4 ? 4 : 2;  // at most 16 accumulator registers
+  int d = 0;
+  for (; d + kC * kLanes <= dim; d += kC * kLanes) {
+    accumulate_columns<R, kC>(acc, alpha, p, p_stride, v, n, dim, d, ld);
+  }
+  for (; d < dim; d += kLanes) accumulate_columns<R, 1>(acc, alpha, p, p_stride, v, n, dim, d, ld);
+}
+
+template <class Load>
+[[gnu::always_inline]] inline void score_dispatch(const float* q, int rows, const char* const* k,
+                                                  int n, int dim, float* s, int s_stride, Load ld) {
+  switch (rows) {
+    case 1:
+      return score_rows<1>(q, k, n, dim, s, s_stride, ld);
+    case 2:
+      return score_rows<2>(q, k, n, dim, s, s_stride, ld);
+    case 3:
+      return score_rows<3>(q, k, n, dim, s, s_stride, ld);
+    case 4:
+      return score_rows<4>(q, k, n, dim, s, s_stride, ld);
+    case 5:
+      return score_rows<5>(q, k, n, dim, s, s_stride, ld);
+    case 6:
+      return score_rows<6>(q, k, n, dim, s, s_stride, ld);
+    case 7:
+      return score_rows<7>(q, k, n, dim, s, s_stride, ld);
+    default:
+      return score_rows<8>(q, k, n, dim, s, s_stride, ld);
+  }
+}
+
+template <class Load>
+[[gnu::always_inline]] inline void accumulate_dispatch(float* acc, int rows, const float* alpha,
+                                                       const float* p, int p_stride,
+                                                       const char* const* v, int n, int dim,
+                                                       Load ld) {
+  switch (rows) {
+    case 1:
+      return accumulate_rows<1>(acc, alpha, p, p_stride, v, n, dim, ld);
+    case 2:
+      return accumulate_rows<2>(acc, alpha, p, p_stride, v, n, dim, ld);
+    case 3:
+      return accumulate_rows<3>(acc, alpha, p, p_stride, v, n, dim, ld);
+    case 4:
+      return accumulate_rows<4>(acc, alpha, p, p_stride, v, n, dim, ld);
+    case 5:
+      return accumulate_rows<5>(acc, alpha, p, p_stride, v, n, dim, ld);
+    case 6:
+      return accumulate_rows<6>(acc, alpha, p, p_stride, v, n, dim, ld);
+    case 7:
+      return accumulate_rows<7>(acc, alpha, p, p_stride, v, n, dim, ld);
+    default:
+      return accumulate_rows<8>(acc, alpha, p, p_stride, v, n, dim, ld);
+  }
+}
+
 const std::array<float, 256>& fp8_table() {
   static const std::array<float, 256> table = [] {
     std::array<float, 256> t{};
@@ -194,6 +327,25 @@ PA_SIMD_CLONES void accumulate_block(float* __restrict acc, int rows, const floa
       for (int j = 0; j < n; ++j) c += pr[j] * load(v + static_cast<int64_t>(j) * v_stride + d);
       store(ar + d, c);
     }
+  }
+}
+
+PA_SIMD_CLONES void score_rows_fused(const float* q, int rows, const char* const* k, KvElem elem,
+                                     int n, int dim, float* s, int s_stride) {
+  if (elem == KvElem::kBF16) {
+    score_dispatch(q, rows, k, n, dim, s, s_stride, LoadBf16{});
+  } else {
+    score_dispatch(q, rows, k, n, dim, s, s_stride, LoadF32{});
+  }
+}
+
+PA_SIMD_CLONES void accumulate_rows_fused(float* acc, int rows, const float* alpha, const float* p,
+                                          int p_stride, const char* const* v, KvElem elem, int n,
+                                          int dim) {
+  if (elem == KvElem::kBF16) {
+    accumulate_dispatch(acc, rows, alpha, p, p_stride, v, n, dim, LoadBf16{});
+  } else {
+    accumulate_dispatch(acc, rows, alpha, p, p_stride, v, n, dim, LoadF32{});
   }
 }
 

@@ -36,6 +36,19 @@ void softmax_block(float* s, int rows, int n, int s_stride, float* m, float* l, 
 void accumulate_block(float* acc, int rows, const float* alpha, const float* p, int p_stride,
                       const float* v, int v_stride, int n, int dim);
 
+// Decode path for few query rows (a GQA group): K and V rows are read in their storage format
+// through per-token pointers and converted inside the FMA loops, so each block is streamed once
+// for all rows (no f32 copy of the block re-read per row). The query rows stay in L1 and the
+// partial sums of all rows for two keys stay in registers. `rows` <= kMaxFusedRows.
+inline constexpr int kMaxFusedRows = 8;
+enum class KvElem { kF32, kBF16 };
+// As score_block, K row j at k[j] (dim elements of `elem`).
+void score_rows_fused(const float* q, int rows, const char* const* k, KvElem elem, int n, int dim,
+                      float* s, int s_stride);
+// As accumulate_block, V row j at v[j] (dim elements of `elem`).
+void accumulate_rows_fused(float* acc, int rows, const float* alpha, const float* p, int p_stride,
+                           const char* const* v, KvElem elem, int n, int dim);
+
 // The instruction set the dispatcher picked on this machine ("avx512", "avx2", "baseline").
 const char* active_isa();
 
