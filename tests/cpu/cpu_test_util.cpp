@@ -84,4 +84,27 @@ bool still_poisoned(const TensorView& view) {
   return true;
 }
 
+std::string check_page_size_invariance(CaseSpec spec, uint64_t seed, bool compare_lse) {
+  RunOutputs first;
+  for (int32_t page : {1, 16, 64}) {
+    spec.page_size = page;
+    RunOutputs outputs;
+    if (std::string report = run_and_check(spec, seed, {}, &outputs); !report.empty()) {
+      return fmt::format("P {}: {}", page, report);
+    }
+    if (page == 1) {
+      first = outputs;
+      continue;
+    }
+    std::string report = compare(outputs.out, first.out, tolerance_for(DType::kF32), "out vs P=1");
+    if (compare_lse) report += compare(outputs.lse, first.lse, {1e-5, 1e-6}, "lse vs P=1");
+    if (!report.empty()) return fmt::format("P {} (seed {}): {}", page, seed, report);
+  }
+  return "";
+}
+
+std::string case_name(const ::testing::TestParamInfo<CaseSpec>& info) {
+  return fmt::format("{}_{}", info.index, info.param.name());
+}
+
 }  // namespace pagedattn::testing

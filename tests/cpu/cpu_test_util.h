@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "common/cases.h"
 
 namespace pagedattn::testing {
@@ -30,6 +32,14 @@ std::string run_and_check(const CaseSpec& spec, uint64_t seed, const RunOptions&
 
 // Runs the case's op on the cpu backend (plan + run) with the case's own buffers.
 void run_cpu(const AttentionCase& c, int32_t threads = 0);
+
+// Runs `spec` with attention page sizes 1, 16 and 64 on one seed (the same logical KV); returns ""
+// when every run matches the reference and its outputs (and lse, when `compare_lse`) match the
+// P = 1 run's, else the reports.
+std::string check_page_size_invariance(CaseSpec spec, uint64_t seed, bool compare_lse);
+
+// Readable test names for parametrized cases: "<index>_<case name>".
+std::string case_name(const ::testing::TestParamInfo<CaseSpec>& info);
 
 // GoogleTest prints a parameter with its readable name.
 inline void PrintTo(const CaseSpec& spec, std::ostream* os) { *os << spec.name(); }
