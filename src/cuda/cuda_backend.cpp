@@ -9,7 +9,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 #include <string_view>
 
 #include "core/check.h"
@@ -32,13 +31,6 @@ Support probe_device() {
   }
   if (count == 0) return Support::no("no CUDA device: cudaGetDeviceCount found 0 devices");
   return Support::yes();
-}
-
-// The CUDA MLA kernel is selectable only on request until its tests have passed on a GPU:
-// until then `auto` serves MLA from the CPU backend and an explicit choice says why.
-bool mla_enabled() {
-  const char* value = std::getenv("PAGEDATTN_CUDA_MLA");
-  return value != nullptr && std::string_view(value) == "1";
 }
 
 CudaWorkspace& as_cuda(Workspace& workspace) {
@@ -64,12 +56,6 @@ class CudaBackend final : public Backend {
         return supports_prefill(op);
       case OpKind::kMlaDecode:
       case OpKind::kMlaExtend:
-        if (!mla_enabled()) {
-          return Support::no(fmt::format(
-              "cuda {}: the CUDA MLA kernel has not been validated on a GPU yet; set "
-              "PAGEDATTN_CUDA_MLA=1 to select it anyway",
-              op_name(op.op)));
-        }
         return supports_mla(op);
     }
     return Support::no("unknown operation");
@@ -80,8 +66,8 @@ class CudaBackend final : public Backend {
     std::string text =
         "CUDA (sm_90a): decode bf16/f16 q, KV same or fp8_e4m3, head_dim 64/128/256, any group "
         "size, any page size, NHD/HND, soft-cap, sliding window, split-KV; prefill/extend "
-        "bf16/f16 (see prefill.h); MLA decode/extend bf16 q, bf16/fp8 latent (PAGEDATTN_CUDA_MLA=1: "
-        "not yet validated on a GPU)";
+        "bf16/f16 (see prefill.h); MLA decode/speculative/extend bf16 q, bf16/fp8 latent, any page "
+        "size, split-KV";
     if (!device) text += fmt::format(" [unavailable: {}]", device.reason);
     return text;
   }
