@@ -6,7 +6,8 @@
 // planned once, then run_* is timed alone (median of repeated samples, tools/report.h). Figures:
 //   KV GB/s   = bytes of KV read once (K and V, or the MLA latent) / median time;
 //   GFLOP/s   = 2 * visible (query, key) pairs * heads * (Dqk + Dvo) / median time;
-//   mem GB/s  = a multi-threaded sequential read of a 1 GiB buffer, same threads, same run;
+//   mem GB/s  = the CPU read ceiling (tools/cpu_ceiling.h: median of passes over >= 2 GiB,
+//               same threads, same run; measured again after the rows to show drift);
 //   ratio     = KV GB/s / mem GB/s (the decode target is >= 0.6).
 // `--device cuda` goes through bench_attention_cuda() (tools/bench_cuda.h); without a CUDA
 // implementation linked in it says "not available".
@@ -25,6 +26,7 @@
 #include "cpu/cpu_simd.h"
 #include "tools/bench_cuda.h"
 #include "tools/commands.h"
+#include "tools/cpu_ceiling.h"
 #include "tools/report.h"
 
 #ifdef _OPENMP
@@ -65,31 +67,6 @@ int32_t current_threads() {
 #else
   return 1;
 #endif
-}
-
-// Sequential read of a 1 GiB buffer (first-touched by the reading threads): the machine's
-// achievable memory read bandwidth for this thread count, in GB/s.
-double measure_read_bandwidth_gbs(double min_time) {
-  const int64_t words = (int64_t{1} << 30) / int64_t(sizeof(uint64_t));
-  std::unique_ptr<uint64_t[]> buffer(new uint64_t[static_cast<size_t>(words)]);
-  uint64_t* data = buffer.get();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < words; ++i) data[i] = static_cast<uint64_t>(i);
-  uint64_t sink = 0;
-  TimingOptions timing;
-  timing.min_sample_seconds = 0;
-  timing.min_samples = 5;
-  timing.min_total_seconds = min_time;
-  const double ns = median_ns_per_call(
-      [&] {
-        uint64_t total = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
-        for (int64_t i = 0; i < words; ++i) total += data[i];
-        sink += total;
-        keep(&sink);
-      },
-      timing);
-  return static_cast<double>(words * int64_t(sizeof(uint64_t))) / ns;
 }
 
 testing::CaseSpec make_spec(const AttentionBenchOptions& o, int32_t batch, int32_t kv_len,
@@ -177,13 +154,14 @@ void run_bench(const AttentionBenchOptions& o) {
   timing.min_samples = 7;
   timing.min_total_seconds = o.min_time;
 
-  double cpu_bandwidth = 0;
+  double cpu_bandwidth = 0, max_ratio = 0;
+  CpuReadCeiling ceiling;  // tools/cpu_ceiling.h: measured before and after the rows
   if (!cuda) {
-    cpu_bandwidth = measure_read_bandwidth_gbs(o.min_time);
-    fmt::print(
-        "{}\ncpu backend: {} threads, simd {}; memory read bandwidth {:.1f} GB/s "
-        "(1 GiB sequential read, same threads, measured in this run)\n",
-        machine_description(), current_threads(), cpu::simd::active_isa(), cpu_bandwidth);
+    ceiling = measure_cpu_read_ceiling(o.min_time);
+    cpu_bandwidth = ceiling.median_gbs;
+    fmt::print("{}\ncpu backend: {} threads, simd {}\n{}\n", machine_description(),
+               current_threads(), cpu::simd::active_isa(),
+               describe_ceiling("before the rows", ceiling));
   }
   Table table({"op", "B", "q_len", "kv_len", "heads", "dims", "P", "q/kv", "layout", "run_us",
                "plan_us", "KV_MB", "KV_GB/s", "GFLOP/s", "mem_GB/s", "ratio"});
@@ -218,6 +196,7 @@ void run_bench(const AttentionBenchOptions& o) {
           const double kv_gbs = static_cast<double>(c.kv_bytes()) / m.run_ns;
           const double gflops = c.flops() / m.run_ns;
           const double ratio = m.bandwidth_gbs > 0 ? kv_gbs / m.bandwidth_gbs : 0;
+          max_ratio = std::max(max_ratio, ratio);
           const std::string dims = spec.head_dim_qk == spec.head_dim_vo
                                        ? fmt::format("{}", spec.head_dim_qk)
                                        : fmt::format("{}/{}", spec.head_dim_qk, spec.head_dim_vo);
@@ -230,7 +209,7 @@ void run_bench(const AttentionBenchOptions& o) {
                          cuda ? "-" : fmt::format("{:.1f}", m.plan_ns / 1e3),
                          fmt::format("{:.1f}", static_cast<double>(c.kv_bytes()) / 1e6),
                          fmt::format("{:.1f}", kv_gbs), fmt::format("{:.1f}", gflops),
-                         fmt::format("{:.1f}", m.bandwidth_gbs), fmt::format("{:.2f}", ratio)});
+                         fmt::format("{:.1f}", m.bandwidth_gbs), ratio_text(ratio)});
           results.push_back({{"op", op_name(spec.op)},
                              {"case", spec.name()},
                              {"batch", batch},
@@ -256,6 +235,8 @@ void run_bench(const AttentionBenchOptions& o) {
     }
   }
   fmt::print("{}", table.str());
+  if (!cuda)
+    fmt::print("{}", ceiling_footer(ceiling, measure_cpu_read_ceiling(o.min_time), max_ratio));
   if (!o.json_path.empty()) {
     const nlohmann::json document = {{"benchmark", op_name(o.op)},
                                      {"device", o.device},
