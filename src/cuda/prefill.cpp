@@ -5,6 +5,12 @@
 // The metadata lives on the device and is never read here (no host sync, graph-capturable); the
 // launcher bounds the grid from host-known sizes (T, B, max_q_len; params.h) and CTAs past the
 // last tile exit at once.
+//
+// Split-KV: when the (query tile, KV head) grid covers less than one wave of the SMs (a chunked
+// prefill or speculative step of a few short requests over long KV), the keys are cut into chunks
+// of >= kMinChunkTokens so that about two waves run, sized from the same host-known bounds
+// (max_q_len, and num_pages_hint x P >= every request's kv_len); partials go to the workspace's
+// f32 buffers and a merge kernel combines them. Without both hints, no split.
 #include "cuda/prefill.h"
 
 #include <algorithm>
@@ -13,6 +19,7 @@
 
 #include "core/check.h"
 #include "cuda/prefill/params.h"
+#include "cuda/workspace.h"
 
 namespace pagedattn::cuda {
 
@@ -23,6 +30,36 @@ bool supported_head_dims(int32_t qk, int32_t vo) {
 }
 
 constexpr const char* kHeadDimsText = "64/64, 128/128, 256/256 or 192/128";
+
+constexpr int64_t kMinChunkTokens = 256;  // below this a chunk's setup outweighs its keys
+constexpr int64_t kMaxChunks = 64;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// Fills p's split-KV fields (params.h) when splitting pays and the partials fit the workspace.
+void choose_kv_split(const CudaWorkspace& ws, int64_t num_pages_hint, int32_t head_dim_vo,
+                     prefill::PrefillParams& p) {
+  if (p.max_q_len <= 0 || num_pages_hint <= 0 || p.batch_size == 0 || p.num_qo_rows == 0) return;
+  const int64_t ctas = prefill::tile_bound(p, 64) * p.num_kv_heads;  // 64: the smaller tile
+  const int64_t sms = ws.num_sms();
+  if (ctas == 0 || ctas >= sms) return;
+  const int64_t kv_bound = num_pages_hint * p.page_size;  // >= the longest request's kv_len
+  if (kv_bound > (int64_t{1} << 30)) return;
+  const int64_t wanted = std::min(kMaxChunks, ceil_div(2 * sms, ctas));
+  const int64_t chunk_tokens = std::max(
+      kMinChunkTokens, round_up(ceil_div(kv_bound, wanted), int64_t{prefill::kChunkAlign}));
+  const int64_t per_chunk = p.num_qo_rows * p.num_qo_heads;
+  const int64_t fits = std::min(ws.partial_out_capacity() / (per_chunk * head_dim_vo),
+                                ws.partial_lse_capacity() / per_chunk);
+  const int64_t chunks = std::min(ceil_div(kv_bound, chunk_tokens), fits);
+  if (chunks < 2) return;
+  p.num_kv_chunks = static_cast<int32_t>(chunks);
+  // With fewer chunks than wanted (the buffers) the last one runs to kv_len anyway (kernel.cuh).
+  p.kv_chunk_tokens = static_cast<int32_t>(chunk_tokens);
+  p.partial_out = ws.partial_out();
+  p.partial_lse = ws.partial_lse();
+}
 
 void check_metadata(const TensorView& view, std::string_view name, int64_t min_size,
                     Device device) {
@@ -82,7 +119,7 @@ Support supports_prefill(const OpDesc& op) {
   return Support::yes();
 }
 
-void run_prefill(CudaWorkspace& /*workspace*/, const PrefillArgs& args) {
+void run_prefill(CudaWorkspace& workspace, const PrefillArgs& args) {
   const OpDesc op = describe_op(args);
   const Device device = args.q.device;
   PA_CHECK(device.type == DeviceType::kCUDA, "q: on {}, expected a cuda device", device.str());
@@ -171,12 +208,27 @@ void run_prefill(CudaWorkspace& /*workspace*/, const PrefillArgs& args) {
   p.causal = options.causal;
   p.num_qo_rows = rows;
   p.max_q_len = meta.max_q_len;
+  choose_kv_split(workspace, meta.num_pages_hint, op.head_dim_vo, p);
 
   if (op.q_dtype == DType::kBF16) {
     prefill::launch_prefill_bf16(p, op.head_dim_qk, op.head_dim_vo, args.stream);
   } else {
     prefill::launch_prefill_f16(p, op.head_dim_qk, op.head_dim_vo, args.stream);
   }
+}
+
+int32_t prefill_kv_chunks(const CudaWorkspace& workspace, const PrefillArgs& args) {
+  const OpDesc op = describe_op(args);
+  prefill::PrefillParams p;
+  p.batch_size = args.meta.batch_size;
+  p.num_qo_heads = op.num_qo_heads;
+  p.num_kv_heads = op.num_kv_heads;
+  p.group_size = op.num_kv_heads > 0 ? op.num_qo_heads / op.num_kv_heads : 0;
+  p.page_size = args.kv.page_size;
+  p.num_qo_rows = args.q.shape[0];
+  p.max_q_len = args.meta.max_q_len;
+  choose_kv_split(workspace, args.meta.num_pages_hint, op.head_dim_vo, p);
+  return p.num_kv_chunks;
 }
 
 }  // namespace pagedattn::cuda

@@ -3,9 +3,12 @@
 // not, with optional soft-cap and sliding window; out + lse. Host-side entry points only: no CUDA
 // types here, so the backend class and the registry compile as plain C++.
 //
-// Kernel (src/cuda/prefill/): FlashAttention-2 style on tensor cores (mma.sync m16n8k16), the
-// query heads of one KV group packed into the rows of a tile, K/V tiles gathered page by page.
+// Kernels (src/cuda/prefill/): FlashAttention-2 style on tensor cores (wgmma on Hopper, mma.sync
+// m16n8k16 elsewhere), the query heads of one KV group packed into the rows of a tile, K/V tiles
+// gathered page by page; split-KV with a merge when the grid alone would leave SMs idle.
 #pragma once
+
+#include <cstdint>
 
 #include "pagedattn/backend.h"
 
@@ -21,8 +24,12 @@ Support supports_prefill(const OpDesc& op);
 
 // Validates `args` (throws pagedattn::Error naming the argument before any launch) and enqueues the
 // kernel on args.stream. Reads qo_indptr / kv_indptr / kv_indices / kv_last_page_len on the device
-// only: no host synchronisation, graph-capturable. The workspace is not used today (the kernel
-// schedules its tiles itself) and is taken for symmetry with decode.
+// only: no host synchronisation, graph-capturable. The kernel schedules its tiles itself; the
+// workspace holds the f32 partials when the KV is split (a few short query tiles over long KV,
+// decided from meta.max_q_len and meta.num_pages_hint; without both hints, no split).
 void run_prefill(CudaWorkspace& workspace, const PrefillArgs& args);
+
+// The number of KV chunks run_prefill() would split these (valid) arguments into: 1 = no split.
+int32_t prefill_kv_chunks(const CudaWorkspace& workspace, const PrefillArgs& args);
 
 }  // namespace pagedattn::cuda

@@ -3,8 +3,8 @@
 // over the shared paged cases (tests/common/cases.h: NaN in every slot that holds no token,
 // shuffled pages), fresh seeds, outputs poisoned before each run. Parametrized over dtype x head
 // dims x group size x page size x causal, plus corner cases (padding, empty KV, one long request,
-// HND, allocation pages larger than P, soft-cap, sliding window), page-size invariance (bitwise),
-// and argument errors. Skips, saying why, where no CUDA device is usable (CI).
+// HND, allocation pages larger than P, soft-cap, sliding window, split KV), page-size invariance
+// (bitwise), and argument errors. Skips, saying why, where no CUDA device is usable (CI).
 #include "cuda/prefill.h"
 
 #include <cuda_runtime_api.h>
@@ -326,6 +326,47 @@ TEST(CudaPrefill, ManyRaggedRequestsWithoutHint) {
     EXPECT_EQ(testing::compare(gpu.out, ref, testing::tolerance_for(spec.q_dtype), "out"), "");
     EXPECT_EQ(testing::compare(gpu.lse, ref_lse, kLseTolerance, "lse"), "");
   }
+}
+
+// A few short query rows over long KV (chunked prefill, speculative steps): the launcher splits
+// the KV into chunks and merges the partials. Checked: that it does split, every element against
+// the reference (both kernels) and the CPU backend, causal or not, window, soft-cap, P 1; and the
+// same case without the max_q_len hint, which runs unsplit.
+TEST(CudaPrefill, SplitKvForShortQueriesOverLongKv) {
+  SKIP_WITHOUT_GPU();
+  CaseSpec spec = base_spec();
+  spec.kv_lens = {3000, 1700, 0, 900};
+  spec.q_lens = {4, 1, 0, 3};
+  spec.padded_batch = 6;
+  {
+    const AttentionCase c(spec, 1);
+    EXPECT_GT(prefill_kv_chunks(workspace(), c.prefill_args()), 4);
+    PrefillArgs no_hint = c.prefill_args();
+    no_hint.meta.max_q_len = 0;
+    EXPECT_EQ(prefill_kv_chunks(workspace(), no_hint), 1);
+  }
+  check_case(spec);
+  spec.causal = false;
+  check_case(spec);
+  spec.causal = true;
+  spec.window_left = 700;
+  spec.value_range = 3.0f;
+  spec.logits_soft_cap = 5.0f;
+  check_case(spec);
+  spec.window_left = -1;
+  spec.value_range = 1.0f;
+  spec.logits_soft_cap = 0.0f;
+  spec.page_size = 1;
+  check_case(spec);
+
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", no max_q_len hint");
+  const AttentionCase c(spec, seed);
+  std::vector<double> ref_lse;
+  const std::vector<double> ref = testing::reference_prefill(c.prefill_args(), &ref_lse);
+  const Result gpu = run_gpu(c, "", /*drop_hint=*/true);
+  EXPECT_EQ(testing::compare(gpu.out, ref, testing::tolerance_for(spec.q_dtype), "out"), "");
+  EXPECT_EQ(testing::compare(gpu.lse, ref_lse, kLseTolerance, "lse"), "");
 }
 
 TEST(CudaPrefill, WithoutLse) {

@@ -15,6 +15,7 @@
 // compute as in FlashAttention-2: V_j streams in during S = Q K_j^T and the softmax, K_{j+1} during
 // O += P V_j. Shared rows are 16-byte-chunk XOR-swizzled (chunk ^ row % 8), so the ldmatrix reads
 // are conflict-free. Online softmax in base 2 in registers, one quad of lanes per row.
+// Split-KV (params.h): grid y is the KV chunk; each CTA then writes f32 partials instead of out.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -218,6 +219,26 @@ __device__ __forceinline__ bool find_tile(const PrefillParams& p, int target, in
   return request >= 0;
 }
 
+// This CTA's keys: [lo, hi) of its rows' causal / window range, cut to its KV chunk when the
+// launcher split the KV (params.h). `end` bounds the visible keys (kv_len, or the chunk's end; the
+// last chunk always runs to kv_len, so a low page-count hint costs speed, never keys).
+struct KeyRange {
+  int lo, hi, end;
+};
+__device__ __forceinline__ KeyRange split_range(const PrefillParams& p, int lo, int hi,
+                                                int kv_len) {
+  if (p.num_kv_chunks <= 1) return {lo, hi, kv_len};
+  const int chunk = static_cast<int>(blockIdx.y);
+  const int begin = chunk * p.kv_chunk_tokens;
+  const int end = chunk + 1 == p.num_kv_chunks ? kv_len : min(kv_len, begin + p.kv_chunk_tokens);
+  return {max(lo, begin), min(hi, end), end};
+}
+
+// Split-KV epilogue of one (row, head): where its partials live (params.h).
+__device__ __forceinline__ int64_t partial_index(const PrefillParams& p, int64_t token, int head) {
+  return (int64_t{blockIdx.y} * p.num_qo_rows + token) * p.num_qo_heads + head;
+}
+
 template <class T, int kHeadDimQk, int kHeadDimVo>
 __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 2)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
@@ -272,8 +293,10 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
   // The CTA's key range: from the first row's window start to the last row's causal end.
   const int first_pos = pos_shift + row0 / g;
   const int last_pos = pos_shift + (min(row0 + kBlockM, num_rows) - 1) / g;
-  const int cta_hi = p.causal ? min(kv_len, last_pos + 1) : kv_len;
-  const int cta_lo = p.window_left >= 0 ? max(0, first_pos - p.window_left) / kBlockN * kBlockN : 0;
+  const KeyRange range =
+      split_range(p, p.window_left >= 0 ? max(0, first_pos - p.window_left) / kBlockN * kBlockN : 0,
+                  p.causal ? min(kv_len, last_pos + 1) : kv_len, kv_len);
+  const int cta_lo = range.lo, cta_hi = range.hi, key_end = range.end;
   const int num_blocks = cta_hi > cta_lo ? (cta_hi - cta_lo + kBlockN - 1) / kBlockN : 0;
 
   const T* k_base = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
@@ -402,7 +425,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
           for (int e = 0; e < 4; ++e) {
             const int key = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
             const int pos = row_pos[mt][e >> 1];
-            const bool visible = key < kv_len && (!p.causal || key <= pos) &&
+            const bool visible = key < key_end && (!p.causal || key <= pos) &&
                                  (p.window_left < 0 || key >= pos - p.window_left);
             if (!visible) s[mt][nt][e] = -INFINITY;
           }
@@ -503,6 +526,19 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
       const int token = row / g;
       const int head = kv_head * g + (row - token * g);
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      if (p.num_kv_chunks > 1) {
+        const int64_t index = partial_index(p, q_begin + token, head);
+        float* part = p.partial_out + index * kHeadDimVo + 2 * (lane & 3);
+#pragma unroll
+        for (int nt = 0; nt < kOTiles; ++nt) {
+          *reinterpret_cast<float2*>(part + nt * 8) =
+              make_float2(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
+        }
+        if ((lane & 3) == 0) {
+          p.partial_lse[index] = l > 0.0f ? row_max[mt][h] + __log2f(l) : -INFINITY;
+        }
+        continue;
+      }
       T* dst =
           out + (q_begin + token) * p.out_stride_token + head * p.out_stride_head + 2 * (lane & 3);
 #pragma unroll

@@ -159,8 +159,10 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
   }
   const int first_pos = pos_shift + row0 / g;
   const int last_pos = pos_shift + (min(row0 + kBlockM, num_rows) - 1) / g;
-  const int cta_hi = p.causal ? min(kv_len, last_pos + 1) : kv_len;
-  const int cta_lo = p.window_left >= 0 ? max(0, first_pos - p.window_left) / kBlockN * kBlockN : 0;
+  const KeyRange range =
+      split_range(p, p.window_left >= 0 ? max(0, first_pos - p.window_left) / kBlockN * kBlockN : 0,
+                  p.causal ? min(kv_len, last_pos + 1) : kv_len, kv_len);
+  const int cta_lo = range.lo, cta_hi = range.hi, key_end = range.end;
   const int num_blocks = cta_hi > cta_lo ? (cta_hi - cta_lo + kBlockN - 1) / kBlockN : 0;
 
   const T* k_base = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
@@ -237,7 +239,7 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
       for (int i = 0; i < kSRegs; ++i) {
         const int key = n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
         const int pos = row_pos[(i >> 1) & 1];
-        const bool visible = key < kv_len && (!p.causal || key <= pos) &&
+        const bool visible = key < key_end && (!p.causal || key <= pos) &&
                              (p.window_left < 0 || key >= pos - p.window_left);
         if (!visible) s[i] = -INFINITY;
       }
@@ -316,6 +318,17 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
     const int token = row / g;
     const int head = kv_head * g + (row - token * g);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    if (p.num_kv_chunks > 1) {
+      const int64_t index = partial_index(p, q_begin + token, head);
+      float* part = p.partial_out + index * kHeadDimVo + 2 * (lane & 3);
+#pragma unroll
+      for (int j = 0; j < kORegs / 4; ++j) {
+        *reinterpret_cast<float2*>(part + j * 8) =
+            make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      }
+      if ((lane & 3) == 0) p.partial_lse[index] = l > 0.0f ? row_max[h] + __log2f(l) : -INFINITY;
+      continue;
+    }
     T* dst =
         out + (q_begin + token) * p.out_stride_token + head * p.out_stride_head + 2 * (lane & 3);
 #pragma unroll

@@ -1,6 +1,6 @@
 // Host-side launch of the prefill kernels for one element type: kernel choice, head-dim dispatch,
-// grid bound, shared-memory opt-in, launch check. Included by the per-dtype instantiation files
-// (one per dtype keeps each nvcc job small).
+// grid bound, shared-memory opt-in, launch check, and the merge of split-KV partials. Included by
+// the per-dtype instantiation files (one per dtype keeps each nvcc job small).
 //
 // Kernel choice: the wgmma kernel (kernel_sm90.cuh) on a compute capability 9.x device when the
 // binary holds its sm_90a code, else the mma.sync kernel (kernel.cuh), which also serves sm_80.
@@ -25,15 +25,68 @@ inline bool mma_forced() {
   return env != nullptr && std::strcmp(env, "mma") == 0;
 }
 
-template <class Kernel>
+// Combines the split-KV partials of each (query row, head) (params.h): out = sum_c w_c O_c /
+// sum_c w_c with w_c = 2^(lse_c - max_c lse_c), lse = ln(sum_c 2^lse_c). One warp per (row, head),
+// each lane 4 columns at a time; rows past qo_indptr[B] belong to no request and stay untouched,
+// as in the unsplit kernel.
+template <class T>
+__global__ void __launch_bounds__(128)
+    prefill_merge_kernel(const __grid_constant__ PrefillParams p, int head_dim_vo) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t pair = int64_t{blockIdx.x} * 4 + warp;
+  const int64_t rows = __ldg(p.qo_indptr + p.batch_size);
+  if (pair >= rows * p.num_qo_heads) return;
+  const int64_t row = pair / p.num_qo_heads;
+  const int head = static_cast<int>(pair - row * p.num_qo_heads);
+  const int64_t chunk_stride = p.num_qo_rows * p.num_qo_heads;
+  float m = -INFINITY;
+  for (int c = 0; c < p.num_kv_chunks; ++c) m = fmaxf(m, p.partial_lse[c * chunk_stride + pair]);
+  float sum = 0.0f;
+  if (m != -INFINITY) {
+    for (int c = 0; c < p.num_kv_chunks; ++c)
+      sum += exp2f(p.partial_lse[c * chunk_stride + pair] - m);
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  T* out = static_cast<T*>(p.out) + row * p.out_stride_token + head * p.out_stride_head;
+  for (int d = 4 * lane; d < head_dim_vo; d += 128) {
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int c = 0; c < p.num_kv_chunks && sum > 0.0f; ++c) {
+      const int64_t index = c * chunk_stride + pair;
+      const float lse = p.partial_lse[index];
+      if (lse == -INFINITY) continue;
+      const float w = exp2f(lse - m);
+      const float4 v = *reinterpret_cast<const float4*>(p.partial_out + index * head_dim_vo + d);
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+    *reinterpret_cast<uint32_t*>(out + d) = Mma<T>::pack(acc.x * inv, acc.y * inv);
+    *reinterpret_cast<uint32_t*>(out + d + 2) = Mma<T>::pack(acc.z * inv, acc.w * inv);
+  }
+  if (p.lse != nullptr && lane == 0) {
+    p.lse[row * p.lse_stride_token + head * p.lse_stride_head] =
+        sum > 0.0f ? (m + __log2f(sum)) / kLog2e : -INFINITY;
+  }
+}
+
+template <class T, class Kernel>
 void launch_kernel(Kernel* kernel, PrefillParams params, int block_rows, int threads, int smem,
-                   cudaStream_t stream) {
+                   int head_dim_vo, cudaStream_t stream) {
   params.num_tiles_bound = static_cast<int32_t>(tile_bound(params, block_rows));
   const int64_t blocks = int64_t{params.num_tiles_bound} * params.num_kv_heads;
   if (blocks == 0) return;
   PA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<static_cast<unsigned>(blocks), threads, smem, stream>>>(params);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.num_kv_chunks));
+  kernel<<<grid, threads, smem, stream>>>(params);
   check_launch("prefill_kernel");
+  if (params.num_kv_chunks > 1) {
+    const int64_t pairs = params.num_qo_rows * params.num_qo_heads;
+    prefill_merge_kernel<T>
+        <<<static_cast<unsigned>((pairs + 3) / 4), 128, 0, stream>>>(params, head_dim_vo);
+    check_launch("prefill_merge_kernel");
+  }
 }
 
 template <class T, int kHeadDimQk, int kHeadDimVo>
@@ -51,11 +104,12 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
   PA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (major == 9 && has_sm90 && !mma_forced()) {
     using C = sm90::Config<kHeadDimQk, kHeadDimVo>;
-    return launch_kernel(sm90, params, C::kBlockM, C::kThreads, C::kSmemBytes, stream);
+    return launch_kernel<T>(sm90, params, C::kBlockM, C::kThreads, C::kSmemBytes, kHeadDimVo,
+                            stream);
   }
   using C = TileConfig<kHeadDimQk, kHeadDimVo>;
-  launch_kernel(&prefill_kernel<T, kHeadDimQk, kHeadDimVo>, params, C::kBlockM, C::kThreads,
-                C::kSmemBytes, stream);
+  launch_kernel<T>(&prefill_kernel<T, kHeadDimQk, kHeadDimVo>, params, C::kBlockM, C::kThreads,
+                   C::kSmemBytes, kHeadDimVo, stream);
 }
 
 template <class T>

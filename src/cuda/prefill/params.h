@@ -47,7 +47,21 @@ struct PrefillParams {
   int64_t num_qo_rows = 0;
   int32_t max_q_len = 0;
   int32_t num_tiles_bound = 0;  // set by the launcher: grid = num_tiles_bound * num_kv_heads CTAs
+
+  // Split-KV, chosen by the host launcher when the (tile, KV head) grid alone would leave SMs idle
+  // (few short query tiles over long KV: chunked prefill, speculative steps). CTA (x, y) then takes
+  // only keys [y * kv_chunk_tokens, (y + 1) * kv_chunk_tokens) of its rows' range and writes f32
+  // partials, O / l to partial_out [chunk][T][Hq][Dvo] and log2(sum exp2) to partial_lse
+  // [chunk][T][Hq] (-inf where the chunk holds no visible key), which prefill_merge_kernel
+  // combines into out / lse. num_kv_chunks 1: no split, the kernel writes out / lse itself.
+  int32_t num_kv_chunks = 1;
+  int32_t kv_chunk_tokens = 0;  // a multiple of kChunkAlign when split
+  float* partial_out = nullptr;
+  float* partial_lse = nullptr;
 };
+
+// Chunk boundaries are multiples of every kernel's key tile, so a chunk start is a tile start.
+inline constexpr int kChunkAlign = 128;
 
 // Enqueue the kernel for (head_dim_qk, head_dim_vo) in bf16 / f16 (instantiate_*.cu); `stream` is a
 // cudaStream_t. Throw Error for an unsupported head-dim pair or a failed launch.
