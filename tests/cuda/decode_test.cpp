@@ -134,6 +134,46 @@ std::vector<CaseSpec> cuda_decode_cases() {
     spec.window_left = 700;
     cases.push_back(spec);
   }
+  // Tensor-core path (KV of q's dtype): the remaining group sizes 2, 8 and 24 (a partial second
+  // row tile), f16 at every head dim and layout, each warp's shared-memory ring wrapping several
+  // times (lengths of many 16- or 32-token steps), soft-cap and window on f16, split f16 at D 256.
+  for (auto [hq, hkv] : {std::pair{16, 8}, {16, 2}, {24, 1}}) {
+    CaseSpec spec = base_decode();
+    spec.num_qo_heads = hq;
+    spec.num_kv_heads = hkv;
+    spec.kv_lens = {1, 17, 150, 777};
+    cases.push_back(spec);
+  }
+  for (int32_t dim : {64, 128, 256}) {
+    CaseSpec spec = base_decode();
+    spec.q_dtype = spec.kv_dtype = DType::kF16;
+    spec.head_dim_qk = spec.head_dim_vo = dim;
+    spec.layout = dim == 128 ? KvLayout::kNHD : KvLayout::kHND;
+    spec.num_qo_heads = 10;  // group 5
+    spec.kv_lens = {1, 31, 33, 900};
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();
+    spec.q_dtype = spec.kv_dtype = DType::kF16;
+    spec.head_dim_qk = spec.head_dim_vo = 64;
+    spec.page_size = 1;
+    spec.alloc_page_size = 4;
+    spec.logits_soft_cap = 10.0f;
+    spec.value_range = 3.0f;
+    spec.window_left = 250;
+    spec.kv_lens = {5, 300, 1100};
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();
+    spec.q_dtype = spec.kv_dtype = DType::kF16;
+    spec.head_dim_qk = spec.head_dim_vo = 256;
+    spec.num_qo_heads = 14;  // group 7
+    spec.page_size = 64;
+    spec.kv_lens = {4000, 0, 70};
+    cases.push_back(spec);
+  }
   return cases;
 }
 

@@ -4,7 +4,8 @@
 // plan: the split-KV partition of kv_indptr (planner.h's rule, target = resident decode CTAs /
 // KV heads) is computed on the device into the workspace; the host never learns the item count,
 // so the decode grid is the bound batch + target_items and CTAs past info->num_items exit.
-// run: one decode kernel instantiation per (head dim, q dtype, KV dtype); page size, layout,
+// run: one decode kernel instantiation per (head dim, q dtype, KV dtype): tensor cores for KV of
+// q's dtype, CUDA cores for fp8 KV (decode_launch.cu); page size, layout,
 // group size, soft-cap and window are runtime values. The merge kernel (one CTA per request and
 // query head, exiting at once for requests with one item) combines the partials of split requests:
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.

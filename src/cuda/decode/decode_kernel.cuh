@@ -1,4 +1,6 @@
-// The split-KV paged decode kernel (CUDA cores; one query row per request).
+// The split-KV paged decode kernel on CUDA cores (one query row per request): serves fp8 e4m3 KV
+// (converted while it is read); KV of q's dtype takes the tensor-core kernel
+// (decode_tc_kernel.cuh).
 //
 // Grid: (work item, KV head x group tile). A CTA of 128 threads takes one work item (a chunk of
 // one request's KV, from the split-KV partition) for one KV head and up to 16 of its query heads,

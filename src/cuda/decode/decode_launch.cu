@@ -1,5 +1,6 @@
 // Device side of decode: the merge kernel and the dispatch from runtime (head dim, dtypes) to the
-// explicitly instantiated decode kernels (decode_d*.cu). No fmt here (nvcc host passes cannot
+// explicitly instantiated decode kernels: tensor cores when KV has q's dtype (decode_tc_d*.cu),
+// the CUDA-core kernel for fp8 KV (decode_d*.cu). No fmt here (nvcc host passes cannot
 // compile it); errors go through throw_error.
 //
 // Merge: one CTA per (request, query head), exiting at once for requests served by one item:
@@ -26,6 +27,10 @@ __global__ void __launch_bounds__(kMergeThreads)
                  int num_qo_heads, int head_dim, QT* out, int64_t out_stride_batch,
                  int64_t out_stride_head, float* lse, int64_t lse_stride_batch,
                  int64_t lse_stride_head) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of the decode kernel: wait for its partials.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   const int request = blockIdx.x;
   const int h = blockIdx.y;
   const int first = partition.merge_indptr[request];
@@ -60,10 +65,11 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 template <int kHeadDim, class QT>
 void launch_for_kv(DType kv_dtype, const DecodeParams& params, int grid_items, void* stream) {
+  // KV of q's type: tensor cores. fp8 KV: the CUDA-core kernel (converts while it reads).
   if (kv_dtype == DType::kFP8E4M3) {
     launch_decode_kernel<kHeadDim, QT, __nv_fp8_e4m3>(params, grid_items, stream);
   } else {
-    launch_decode_kernel<kHeadDim, QT, QT>(params, grid_items, stream);
+    launch_decode_tc_kernel<kHeadDim, QT>(params, grid_items, stream);
   }
 }
 
@@ -91,18 +97,29 @@ void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DTyp
   } else {
     launch_for_head_dim<__half>(head_dim, kv_dtype, params, grid_items, stream);
   }
-  auto cuda_stream = static_cast<cudaStream_t>(stream);
+  // The merge is a programmatic dependent launch (sm_90): it is scheduled while the decode kernel
+  // runs and waits for it on the device, so the launch gap between the two disappears.
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(params.batch, params.num_qo_heads);
+  config.blockDim = dim3(kMergeThreads);
+  config.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
   const int head = params.num_qo_heads;
   if (q_dtype == DType::kBF16) {
-    merge_kernel<__nv_bfloat16><<<dim3(params.batch, head), kMergeThreads, 0, cuda_stream>>>(
-        params.partition, params.partial_out, params.partial_lse, head, head_dim,
-        static_cast<__nv_bfloat16*>(params.out), params.out_stride_batch, params.out_stride_head,
-        params.lse, params.lse_stride_batch, params.lse_stride_head);
+    PA_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<__nv_bfloat16>, params.partition,
+                                     params.partial_out, params.partial_lse, head, head_dim,
+                                     static_cast<__nv_bfloat16*>(params.out),
+                                     params.out_stride_batch, params.out_stride_head, params.lse,
+                                     params.lse_stride_batch, params.lse_stride_head));
   } else {
-    merge_kernel<__half><<<dim3(params.batch, head), kMergeThreads, 0, cuda_stream>>>(
-        params.partition, params.partial_out, params.partial_lse, head, head_dim,
-        static_cast<__half*>(params.out), params.out_stride_batch, params.out_stride_head,
-        params.lse, params.lse_stride_batch, params.lse_stride_head);
+    PA_CUDA_CHECK(cudaLaunchKernelEx(
+        &config, merge_kernel<__half>, params.partition, params.partial_out, params.partial_lse,
+        head, head_dim, static_cast<__half*>(params.out), params.out_stride_batch,
+        params.out_stride_head, params.lse, params.lse_stride_batch, params.lse_stride_head));
   }
   check_launch("merge_kernel");
 }

@@ -52,6 +52,11 @@ inline constexpr int kMaxGroupPerCta = 16;
 template <int kHeadDim, class QT, class KVT>
 void launch_decode_kernel(const DecodeParams& params, int grid_items, void* stream);
 
+// Launches the tensor-core decode kernel (decode_tc_kernel.cuh) for bf16 / f16 KV with q of the
+// same type T (explicitly instantiated per head dim in decode_tc_d*.cu).
+template <int kHeadDim, class T>
+void launch_decode_tc_kernel(const DecodeParams& params, int grid_items, void* stream);
+
 // The decode kernel for (head_dim, q dtype, KV dtype), then the merge of split requests
 // (decode_launch.cu).
 void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DType kv_dtype,

@@ -1,0 +1,436 @@
+// The split-KV paged decode kernel on tensor cores (mma.sync m16n8k16, f32 accumulate), for bf16
+// or f16 KV with q of the same dtype. The CUDA-core kernel (decode_kernel.cuh) serves the rest.
+//
+// Grid: work item x (KV head x group tile), head tiles fastest: a CTA takes one work item (a chunk
+// of one request's KV from the split-KV partition) for one KV head and up to 16 of its query
+// heads. Those heads are the 16 rows of the MMA (M = 16, padded with zero rows), so each K/V byte
+// is read from memory once for the whole group, and the MMA does the group's QK and PV at once.
+//
+// Warps are independent: the chunk is cut into steps of kStep tokens, and warp w takes steps
+// w, w + kWarps, ... with its own shared-memory ring of kStages steps, its own cp.async groups
+// (__syncwarp only) and its own online softmax. Per step:
+//   load  cp.async 16-byte chunks, two token rows of D per warp instruction (coalesced); lane t
+//         finds the page of token t once (kv_indices read one step ahead, so its latency hides
+//         behind the compute) and the lanes exchange it by shuffle. Rows past the chunk's end are
+//         zero-filled. Rows are XOR-swizzled by 16-byte chunk (chunk ^ row % 8): the ldmatrix
+//         reads below are free of bank conflicts.
+//   S     = Q K^T: Q's A fragments (ldmatrix from shared memory, kept in registers for D <= 128),
+//         K's B fragments by ldmatrix; f32 accumulators, scaled (and soft-capped) in f32.
+//   soft  rows live in 4 lanes: max by two shuffles, exp2 in place, per-lane partial sums.
+//   O    += P V: P's A fragments are the S accumulators packed to 16 bits (no shared memory);
+//         V's B fragments by ldmatrix.trans.
+// At the end the warps' (m, l, O) meet once in shared memory (reusing the rings) and the CTA
+// writes out / lse directly (request served by one item) or the f32 partials for the merge.
+#pragma once
+
+#include <cmath>
+#include <type_traits>
+
+#include "cuda/common/device_utils.cuh"
+#include "cuda/decode/decode_params.h"
+
+namespace pagedattn::cuda {
+
+template <int kHeadDim>
+struct TcDecodeConfig {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = 16;                        // MMA M: query heads of the CTA
+  static constexpr int kStep = kHeadDim == 64 ? 32 : 16;  // tokens per warp step
+  static constexpr int kStages = 3;                       // steps in a warp's ring
+  static constexpr int kChunksPerRow = kHeadDim / 8;      // 16-byte chunks per token row
+  static constexpr int kRowsPerCopy = 32 / kChunksPerRow < 1 ? 1 : 32 / kChunksPerRow;
+  static constexpr int kCopyIters = kStep * kChunksPerRow / 32;  // per K (and per V) per step
+  static constexpr int kStepElems = kStep * kHeadDim;            // one step of K (or V)
+  static constexpr int kRingElems = 2 * kStages * kStepElems;    // K and V stages of one warp
+  static constexpr bool kQInRegisters = kHeadDim <= 128;
+  static constexpr int kCombineStride = kHeadDim + 8;  // f32 row stride of the final combine
+  static constexpr int kMinCtasPerSm = kHeadDim <= 128 ? 2 : 1;
+
+  static constexpr size_t kRingBytes = size_t{2} * kWarps * kRingElems;
+  static constexpr size_t kQBytes = size_t{2} * kRows * kHeadDim;
+  static constexpr size_t kSmemBytes = kRingBytes + kQBytes;
+
+  static_assert(kStep % 16 == 0 && kStep <= 32);
+  static_assert(kChunksPerRow <= 32 && 32 % kChunksPerRow == 0);
+  static_assert(kCopyIters * 32 == kStep * kChunksPerRow);
+  // The combine (warps' O, m, l in f32) reuses the rings.
+  static_assert(sizeof(float) * kWarps * kRows * (kCombineStride + 2) <= kRingBytes);
+  static_assert(kSmemBytes * kMinCtasPerSm <= 227 * 1024);
+
+  // Element offset of (row, 16-byte chunk) in a [rows][kHeadDim] swizzled tile.
+  __device__ static int offset(int row, int chunk) {
+    return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
+  }
+};
+
+namespace tc {
+
+__device__ __forceinline__ uint32_t smem_address(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// d += a b for one m16n8k16 tile; T picks the 16-bit input type.
+template <class T>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as one register of two 16-bit T (x in the low half).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float x, float y) {
+  uint32_t word;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
+    memcpy(&word, &pair, 4);
+  } else {
+    const __half2 pair = __floats2half2_rn(x, y);
+    memcpy(&word, &pair, 4);
+  }
+  return word;
+}
+
+}  // namespace tc
+
+template <int kHeadDim, class T>
+__global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
+                                  TcDecodeConfig<kHeadDim>::kMinCtasPerSm)
+    decode_tc_kernel(const DecodeParams p) {
+  using C = TcDecodeConfig<kHeadDim>;
+  constexpr int kStep = C::kStep;
+  constexpr int kNTiles = kStep / 8;      // n8 tiles of S per step
+  constexpr int kKSteps = kHeadDim / 16;  // k16 steps of QK
+  constexpr int kOTiles = kHeadDim / 8;   // n8 tiles of O
+  constexpr float kLn2 = 0.6931471805599453f;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* ring_base = reinterpret_cast<T*>(smem_raw);
+  T* q_smem = reinterpret_cast<T*>(smem_raw + C::kRingBytes);  // [16][D], swizzled
+
+  // The metadata reads are issued together (a chain of dependent reads is a chain of latencies);
+  // entries past num_items are read but not used.
+  const int head_tiles = p.num_kv_heads * p.group_tiles;
+  const int item = blockIdx.x / head_tiles;
+  const int head_tile = blockIdx.x - item * head_tiles;
+  const int num_items = p.partition.info->num_items;
+  const int request = p.partition.work_request[item];
+  const int chunk = p.partition.work_chunk[item];
+  const int64_t chunk_pages = p.partition.info->chunk_pages;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The merge kernel (launched as a programmatic dependent) may be scheduled now; it waits for
+  // this grid's completion before it reads anything.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  if (item >= num_items) return;
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int kv_head = head_tile / p.group_tiles;
+  const int head_begin = (head_tile % p.group_tiles) * kMaxGroupPerCta;
+  const int heads = min(kMaxGroupPerCta, p.group - head_begin);
+  const int qo_head0 = kv_head * p.group + head_begin;
+
+  const bool split = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request] > 1;
+  const int page_size = p.page_size;
+  const int page_begin = p.kv_indptr[request];
+  const int num_pages = p.kv_indptr[request + 1] - page_begin;
+  const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * page_size + p.kv_last_page_len[request];
+  const int64_t chunk_tokens = chunk_pages * page_size;
+  int tok_begin = static_cast<int>(min(static_cast<int64_t>(kv_len), chunk * chunk_tokens));
+  const int tok_end =
+      static_cast<int>(min(static_cast<int64_t>(kv_len), (chunk + 1) * chunk_tokens));
+  if (p.window_left >= 0) tok_begin = max(tok_begin, kv_len - 1 - p.window_left);
+  const int num_steps = tok_end > tok_begin ? (tok_end - tok_begin + kStep - 1) / kStep : 0;
+  const int my_steps = num_steps > warp ? (num_steps - warp + C::kWarps - 1) / C::kWarps : 0;
+
+  // ---- this warp's K/V pipeline ----
+  T* k_ring = ring_base + warp * C::kRingElems;
+  T* v_ring = k_ring + C::kStages * C::kStepElems;
+  const T* k_cache = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
+  const T* v_cache = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
+  // Lane l owns token (l % kStep) of a step: its page id, read one step ahead (-1: past the end).
+  auto fetch_page = [&](int j) {
+    const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
+    if (j >= my_steps || pos >= tok_end) return -1;
+    return p.kv_indices[page_begin + pos / page_size];
+  };
+  auto load_step = [&](int j, int stage, int page) {
+    const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
+    const int alloc = page >= 0 ? page / p.pages_per_alloc : -1;
+    const int token_in_alloc =
+        page >= 0 ? (page - alloc * p.pages_per_alloc) * page_size + pos % page_size : 0;
+    T* k_stage = k_ring + stage * C::kStepElems;
+    T* v_stage = v_ring + stage * C::kStepElems;
+    const int chunk_in_row = lane % C::kChunksPerRow;
+#pragma unroll
+    for (int i = 0; i < C::kCopyIters; ++i) {
+      const int row = i * C::kRowsPerCopy + lane / C::kChunksPerRow;
+      const int row_alloc = __shfl_sync(0xffffffffu, alloc, row);
+      const int row_token = __shfl_sync(0xffffffffu, token_in_alloc, row);
+      const bool valid = row_alloc >= 0;
+      const T* k_src = k_cache;
+      const T* v_src = v_cache;
+      if (valid) {
+        k_src += row_alloc * p.k_stride_page + row_token * p.k_stride_token + chunk_in_row * 8;
+        v_src += row_alloc * p.v_stride_page + row_token * p.v_stride_token + chunk_in_row * 8;
+      }
+      const int dst = C::offset(row, chunk_in_row);
+      cp_async_16(k_stage + dst, k_src, valid);
+      cp_async_16(v_stage + dst, v_src, valid);
+    }
+  };
+  int next_page;
+  {
+    int pages[C::kStages];  // all issued before the first is used
+#pragma unroll
+    for (int s = 0; s < C::kStages; ++s) pages[s] = fetch_page(s);
+#pragma unroll
+    for (int s = 0; s < C::kStages - 1; ++s) {
+      if (s < my_steps) load_step(s, s, pages[s]);
+      cp_async_commit();
+    }
+    next_page = pages[C::kStages - 1];
+  }
+
+  // ---- q of this CTA's heads: [16][D] in shared memory, rows past `heads` zero ----
+  {
+    const T* q = static_cast<const T*>(p.q) + request * p.q_stride_batch;
+    const T zero = from_float<T>(0.0f);
+    for (int idx = tid; idx < C::kRows * kHeadDim; idx += C::kThreads) {
+      const int row = idx / kHeadDim;
+      const int d = idx % kHeadDim;
+      q_smem[C::offset(row, d / 8) + d % 8] =
+          row < heads ? q[(qo_head0 + row) * p.q_stride_head + d] : zero;
+    }
+  }
+  __syncthreads();
+
+  // Per-lane ldmatrix offsets (elements). Matrix j = lane / 8 of an x4 gets row lane % 8.
+  const int group_row = lane / 4;  // fragment row g: rows g and g + 8 of S and O
+  const int quad = lane % 4;       // fragment column pair 2 * quad
+  // A (q, row-major 16 x 16): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (0-7, 8-15), (8-15,
+  // 8-15).
+  const int a_row = (lane / 8 % 2) * 8 + lane % 8;
+  const int a_chunk = lane / 16;
+  // B of QK (K rows, 16 tokens x 16 dims): (tokens 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7), (8-15,
+  // 8-15).
+  const int k_row = (lane / 16) * 8 + lane % 8;
+  const int k_chunk = lane / 8 % 2;
+  // B of PV (V rows, 16 tokens x 16 dims, transposed): (tokens 0-7, d 0-7), (8-15, 0-7),
+  // (0-7, 8-15), (8-15, 8-15).
+  const int v_row = (lane / 8 % 2) * 8 + lane % 8;
+  const int v_chunk = lane / 16;
+  const uint32_t q_base = tc::smem_address(q_smem);
+
+  uint32_t q_frag[C::kQInRegisters ? kKSteps : 1][4];
+  if constexpr (C::kQInRegisters) {
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      tc::ldmatrix_x4(q_frag[kk], q_base + 2 * C::offset(a_row, 2 * kk + a_chunk));
+    }
+  }
+
+  float o[kOTiles][4];
+#pragma unroll
+  for (int n = 0; n < kOTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};  // running max of rows g, g + 8 (log2 domain)
+  float l[2] = {0.0f, 0.0f};            // this lane's partial row sums
+
+  for (int j = 0; j < my_steps; ++j) {
+    cp_async_wait<C::kStages - 2>();
+    __syncwarp();  // step j landed for every lane; every lane is done with step j - 1's stage
+    {
+      const int ahead = j + C::kStages - 1;
+      if (ahead < my_steps) load_step(ahead, ahead % C::kStages, next_page);
+      cp_async_commit();
+      next_page = fetch_page(ahead + 1);
+    }
+    const int stage = j % C::kStages;
+    const uint32_t k_base = tc::smem_address(k_ring + stage * C::kStepElems);
+    const uint32_t v_base = tc::smem_address(v_ring + stage * C::kStepElems);
+    const int t0 = tok_begin + (warp + j * C::kWarps) * kStep;
+
+    // ---- S = Q K^T ----
+    float s[kNTiles][4];
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      uint32_t a_reg[4];
+      if constexpr (C::kQInRegisters) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a_reg[r] = q_frag[kk][r];
+      } else {
+        tc::ldmatrix_x4(a_reg, q_base + 2 * C::offset(a_row, 2 * kk + a_chunk));
+      }
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t b[4];
+        tc::ldmatrix_x4(b, k_base + 2 * C::offset(np * 16 + k_row, 2 * kk + k_chunk));
+        tc::mma<T>(s[2 * np], a_reg, b[0], b[1]);
+        tc::mma<T>(s[2 * np + 1], a_reg, b[2], b[3]);
+      }
+    }
+
+    // ---- online softmax (log2 domain) ----
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[n][e] * p.q_scale;
+        if (p.soft_cap > 0.0f) x = p.soft_cap_log2 * tanhf(x / p.soft_cap);
+        const int pos = t0 + n * 8 + 2 * quad + (e & 1);
+        x = pos < tok_end ? x : -INFINITY;
+        s[n][e] = x;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      alpha[r] = m_new == -INFINITY ? 1.0f : fast_exp2(m[r] - m_new);
+      m[r] = m_new;
+    }
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float row_max = m[e / 2];
+        s[n][e] = row_max == -INFINITY ? 0.0f : fast_exp2(s[n][e] - row_max);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) sum += s[n][2 * r] + s[n][2 * r + 1];
+      l[r] = l[r] * alpha[r] + sum;
+    }
+#pragma unroll
+    for (int n = 0; n < kOTiles; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+
+    // ---- O += P V ----
+#pragma unroll
+    for (int kp = 0; kp < kStep / 16; ++kp) {
+      const uint32_t p_frag[4] = {tc::pack2<T>(s[2 * kp][0], s[2 * kp][1]),
+                                  tc::pack2<T>(s[2 * kp][2], s[2 * kp][3]),
+                                  tc::pack2<T>(s[2 * kp + 1][0], s[2 * kp + 1][1]),
+                                  tc::pack2<T>(s[2 * kp + 1][2], s[2 * kp + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < kOTiles / 2; ++dp) {
+        uint32_t b[4];
+        tc::ldmatrix_x4_trans(b, v_base + 2 * C::offset(kp * 16 + v_row, 2 * dp + v_chunk));
+        tc::mma<T>(o[2 * dp], p_frag, b[0], b[1]);
+        tc::mma<T>(o[2 * dp + 1], p_frag, b[2], b[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // ---- combine the warps: [warp][16][kCombineStride] O, then [warp][16] m and l ----
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  __syncthreads();  // every warp is done with its ring
+  float* combine_o = reinterpret_cast<float*>(smem_raw);
+  float* combine_m = combine_o + C::kWarps * C::kRows * C::kCombineStride;
+  float* combine_l = combine_m + C::kWarps * C::kRows;
+  {
+    float* mine = combine_o + warp * C::kRows * C::kCombineStride;
+#pragma unroll
+    for (int n = 0; n < kOTiles; ++n) {
+      const int d = n * 8 + 2 * quad;
+      *reinterpret_cast<float2*>(mine + group_row * C::kCombineStride + d) =
+          make_float2(o[n][0], o[n][1]);
+      *reinterpret_cast<float2*>(mine + (group_row + 8) * C::kCombineStride + d) =
+          make_float2(o[n][2], o[n][3]);
+    }
+    if (quad == 0) {
+      combine_m[warp * C::kRows + group_row] = m[0];
+      combine_m[warp * C::kRows + group_row + 8] = m[1];
+      combine_l[warp * C::kRows + group_row] = l[0];
+      combine_l[warp * C::kRows + group_row + 8] = l[1];
+    }
+  }
+  __syncthreads();
+
+  for (int idx = tid; idx < heads * kHeadDim; idx += C::kThreads) {
+    const int row = idx / kHeadDim;
+    const int d = idx % kHeadDim;
+    float row_max = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < C::kWarps; ++w) row_max = fmaxf(row_max, combine_m[w * C::kRows + row]);
+    float total = 0.0f, value = 0.0f;
+#pragma unroll
+    for (int w = 0; w < C::kWarps; ++w) {
+      const float mw = combine_m[w * C::kRows + row];
+      const float weight = mw == -INFINITY ? 0.0f : fast_exp2(mw - row_max);
+      total += weight * combine_l[w * C::kRows + row];
+      value += weight * combine_o[(w * C::kRows + row) * C::kCombineStride + d];
+    }
+    const float result = total > 0.0f ? value * (p.v_scale / total) : 0.0f;
+    const float lse = total > 0.0f ? (row_max + log2f(total)) * kLn2 : -INFINITY;
+    const int qo_head = qo_head0 + row;
+    if (!split) {
+      T* out = static_cast<T*>(p.out) + request * p.out_stride_batch + qo_head * p.out_stride_head;
+      out[d] = from_float<T>(result);
+      if (p.lse != nullptr && d == 0) {
+        p.lse[request * p.lse_stride_batch + qo_head * p.lse_stride_head] = lse;
+      }
+    } else {
+      p.partial_out[(int64_t{item} * p.num_qo_heads + qo_head) * kHeadDim + d] = result;
+      if (d == 0) p.partial_lse[int64_t{item} * p.num_qo_heads + qo_head] = lse;
+    }
+  }
+}
+
+template <int kHeadDim, class T>
+void launch_decode_tc_kernel(const DecodeParams& params, int grid_items, void* stream) {
+  using C = TcDecodeConfig<kHeadDim>;
+  auto* kernel = decode_tc_kernel<kHeadDim, T>;
+  static const cudaError_t attribute_status = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::kSmemBytes));
+  PA_CUDA_CHECK(attribute_status);
+  // One dimension, the head tiles of an item side by side: CTAs that run together read the same
+  // pages (neighbouring rows of NHD pages, neighbouring blocks of HND pages).
+  const int grid = grid_items * params.num_kv_heads * params.group_tiles;
+  kernel<<<grid, C::kThreads, C::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(params);
+  check_launch("decode_tc_kernel");
+}
+
+}  // namespace pagedattn::cuda
