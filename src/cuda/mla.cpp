@@ -3,11 +3,13 @@
 // bf16 or fp8 e4m3 cache (with its scale), rank 512 + rope 64, any head count, any page size.
 //
 // One kernel serves decode (q_len 1, or 2..4 for speculative decoding) and extend (longer q_len):
-// the query rows of a request are (token, head) pairs, 64 per CTA, causal by position
+// the query rows of a request are (token, head) pairs, 64 per CTA (16 when a request has at most
+// 16), causal by position
 // kv_len - q_len + t. Work per run, all enqueued on args.stream with no host synchronisation
 // (graph-capturable):
 //   1. the split-KV partition of kv_indptr on the device (planner.h's rule, the decode backend's
-//      partition kernel and workspace buffers), target = SMs / row blocks per request;
+//      partition kernel and workspace buffers), target = batch * max(1, SMs / (batch * row
+//      blocks per request)): about one wave of CTAs;
 //   2. the MLA kernel over (row block, work item) CTAs; CTAs past the item count exit;
 //   3. the merge of split requests' f32 partials, [item, partial_rows, 512].
 // partial_rows bounds q_len * H of every request: H * meta.max_q_len when the planner gave it, else
@@ -135,16 +137,23 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
            heads);
   if (batch == 0 || rows == 0) return;
 
-  // Rows per request (bound), row blocks per item, and the split target.
+  // Rows per request (bound), the row block, row blocks per item, and the split target.
   const int64_t max_q_len = meta.max_q_len > 0 ? std::min<int64_t>(meta.max_q_len, rows) : rows;
   const int64_t partial_rows = max_q_len * heads;
-  const int64_t row_blocks = (partial_rows + mla::kBlockM - 1) / mla::kBlockM;
+  const int block_rows = partial_rows <= mla::kSmallBlockM ? mla::kSmallBlockM : mla::kBlockM;
+  const int64_t row_blocks = (partial_rows + block_rows - 1) / block_rows;
   const int grid_rows = static_cast<int>(std::min<int64_t>(row_blocks, 65535));
+  // One CTA per SM: aim at one wave of CTAs. The partition gives chunks of
+  // ceil(total / target_items) pages; with target_items a multiple k of the batch, requests of one
+  // length get exactly k chunks each (a target of SMs / row blocks itself would round up to k + 1
+  // chunks per request and spill a short second wave).
+  const int64_t ctas_per_request =
+      std::max<int64_t>(1, workspace.num_sms() / std::max<int64_t>(1, row_blocks * batch));
   SplitKvConfig config;
   config.enable = true;
-  config.target_items = static_cast<int32_t>(
-      std::max<int64_t>(1, workspace.num_sms() / std::max<int64_t>(1, row_blocks)));
-  config.min_chunk_pages = std::max(1, 256 / args.kv.page_size);
+  config.target_items =
+      static_cast<int32_t>(std::min<int64_t>(INT32_MAX, ctas_per_request * std::max(1, batch)));
+  config.min_chunk_pages = std::max(1, 128 / args.kv.page_size);  // >= 2 KV tiles per item
   int64_t grid_items =
       std::min<int64_t>(workspace.max_items(), int64_t{batch} + config.target_items);
   if (grid_items * partial_rows * mla::kRank > workspace.partial_out_capacity() ||
@@ -197,8 +206,8 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   p.partial_rows = static_cast<int32_t>(partial_rows);
 
   const int merge_rows = static_cast<int>(std::min<int64_t>(partial_rows, 65535));
-  mla::launch_mla(p, op.kv_dtype == DType::kFP8E4M3, static_cast<int>(grid_items), grid_rows,
-                  config.enable, merge_rows, args.stream);
+  mla::launch_mla(p, op.kv_dtype == DType::kFP8E4M3, block_rows, static_cast<int>(grid_items),
+                  grid_rows, config.enable, merge_rows, args.stream);
 }
 
 }  // namespace pagedattn::cuda

@@ -5,7 +5,8 @@
 // pages larger than P, padding and empty requests, speculative decoding (q_len 1..4, causal),
 // extend (longer q_len, causal and not), no lse, explicit sm_scale, no max_q_len hint (split, and
 // the unsplit fallback), the single [pages, alloc, 576] buffer and separate ckv / kpe buffers,
-// CUDA-graph replay. Outputs are poisoned (0xFF = NaN) before each run, every element is compared,
+// CUDA-graph replay; the mma.sync kernel forced (PAGEDATTN_MLA_KERNEL=mma) where Hopper runs the
+// wgmma one. Outputs are poisoned (0xFF = NaN) before each run, every element is compared,
 // and NaN never passes. Bad arguments throw an Error naming the argument and write nothing. Skips
 // where no GPU is usable.
 #include "cuda/mla.h"
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -255,6 +257,17 @@ std::vector<CaseSpec> mla_cases() {
     spec.q_lens = {3, 4, 1, 4};
     cases.push_back(spec);
   }
+  // Requests of at most 16 rows run in 16-row blocks: 8 heads (half a block), and 4 heads of 1..4
+  // speculative tokens (one block holds 4 tokens, each with its own causal limit).
+  {
+    CaseSpec spec = base_mla(8, 1);
+    spec.kv_lens = {1, 700, 65, 0};
+    cases.push_back(spec);
+    spec = base_mla(4, 16);
+    spec.kv_lens = {50, 300, 17, 4};
+    spec.q_lens = {4, 1, 3, 2};
+    cases.push_back(spec);
+  }
   // Extend (longer q_len, a cached prefix), causal and not.
   for (bool causal : {true, false}) {
     for (int32_t heads : {16, 128}) {
@@ -344,6 +357,30 @@ TEST(CudaMla, WithoutMaxQLenHint) {
   for (int32_t r = 0; r < 48; ++r) wide.kv_lens.push_back(r == 5 ? 1500 : 1 + 3 * r);
   for (const CaseSpec& s : {spec, wide}) {
     const std::string report = check_case(s, false, [](MlaArgs& args) { args.meta.max_q_len = 0; });
+    EXPECT_TRUE(report.empty()) << report;
+  }
+}
+
+// PAGEDATTN_MLA_KERNEL=mma: the general mma.sync kernel (the sm_80 path) on the bf16 blocks that
+// the wgmma kernel (64 rows, Hopper) and the read-bound kernel (16 rows) take otherwise: heads,
+// page sizes, speculative rows, extend, split.
+TEST(CudaMla, MmaKernelWhereWgmmaRuns) {
+  PA_REQUIRE_GPU();
+  struct ForceMma {
+    ForceMma() { setenv("PAGEDATTN_MLA_KERNEL", "mma", 1); }
+    ~ForceMma() { unsetenv("PAGEDATTN_MLA_KERNEL"); }
+  } force;
+  CaseSpec spec = base_mla(128, 16);
+  spec.kv_lens = {3000, 17, 1, 64};
+  spec.q_lens = {1, 3, 4, 2};
+  CaseSpec extend = base_mla(32, 1);
+  extend.op = OpKind::kMlaExtend;
+  extend.kv_lens = {1, 30, 200};
+  extend.q_lens = {1, 15, 40};
+  CaseSpec small = base_mla(16, 1);
+  small.kv_lens = {3000, 1, 65, 0, 31};
+  for (const CaseSpec& s : {spec, extend, base_mla(64, 64), small}) {
+    const std::string report = check_case(s);
     EXPECT_TRUE(report.empty()) << report;
   }
 }

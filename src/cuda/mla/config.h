@@ -5,6 +5,8 @@
 // Rows: the query rows of a request are (token, head) pairs packed token-major, request row
 // R = t * H + h (t < q_len, h < H), so a block of 64 rows is 64 / H tokens for H <= 64 or a part of
 // one token's heads for H = 128: every row of a block shares the request, hence the KV tiles.
+// Requests of at most 16 rows (H <= 16 decode) take blocks of 16 rows (kSmallBlockM): a 64-row
+// block would spend three quarters of its products on padding where the cache read is the limit.
 // Split-KV partials are indexed by (work item, request row): partial_out [items, partial_rows, 512]
 // and partial_lse [items, partial_rows] (f32), partial_rows >= q_len * H of every request.
 #pragma once
@@ -19,6 +21,7 @@ inline constexpr int kRank = 512;             // kv_lora_rank: ckv, q_nope, out,
 inline constexpr int kRope = 64;              // rope_dim: kpe, q_pe
 inline constexpr int kDimQk = kRank + kRope;  // 576: K = [ckv, kpe]
 inline constexpr int kBlockM = 64;            // query rows per CTA
+inline constexpr int kSmallBlockM = 16;       // ... for requests of at most 16 rows
 inline constexpr int kBlockN = 64;            // tokens per KV tile
 inline constexpr int kWarps = 8;
 inline constexpr int kThreads = 32 * kWarps;
@@ -62,11 +65,11 @@ struct MlaParams {
   int32_t partial_rows = 0;  // rows per item in the partials
 };
 
-// Enqueues the partition-driven MLA kernel on a grid of (row_blocks, grid_items <= 65535) CTAs
-// (a CTA loops over row blocks blockIdx.x, + row_blocks, ...), then, when `merge` is set, the merge
-// of split requests over (batch, merge_rows) CTAs. bf16 queries; the cache bf16, or fp8 e4m3 when
-// `fp8_kv` (launch.cu).
-void launch_mla(const MlaParams& params, bool fp8_kv, int grid_items, int row_blocks, bool merge,
-                int merge_rows, void* stream);
+// Enqueues the partition-driven MLA kernel for blocks of `block_rows` (kBlockM or kSmallBlockM)
+// rows on a grid of (row_blocks, grid_items <= 65535) CTAs (a CTA loops over row blocks
+// blockIdx.x, + row_blocks, ...), then, when `merge` is set, the merge of split requests over
+// (batch, merge_rows) CTAs. bf16 queries; the cache bf16, or fp8 e4m3 when `fp8_kv` (launch.cu).
+void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_items,
+                int row_blocks, bool merge, int merge_rows, void* stream);
 
 }  // namespace pagedattn::cuda::mla

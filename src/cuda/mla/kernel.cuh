@@ -48,17 +48,31 @@ using prefill::ldmatrix_x4_trans;
 using prefill::smem_u32;
 using Bf16Mma = prefill::Mma<__nv_bfloat16>;
 
+// Warp roles for a block of kRows (64 or 16) query rows: S = Q K^T is split into kRowGroups
+// (16-row) x kTokenGroups (token slices of kTokensPerWarp) warps; O = P V gives each warp all kRows
+// rows x a 64-column slice.
+template <int kRows>
+struct Roles {
+  static_assert(kRows == 64 || kRows == 16);
+  static constexpr int kRowGroups = kRows / 16;
+  static constexpr int kTokenGroups = kWarps / kRowGroups;       // 2 or 8
+  static constexpr int kTokensPerWarp = kBlockN / kTokenGroups;  // 32 or 8
+  static constexpr int kNTiles = kTokensPerWarp / 8;             // S n8 tiles per warp
+  static constexpr int kMTiles = kRows / 16;                     // O m16 tiles per warp
+};
+
+template <int kRows>
 struct Smem {
-  static constexpr int kRowBytes = kDimQk * 2;          // 1152: one Q or KV row
-  static constexpr int kPRowBytes = kBlockN * 2;        // 128: one P row
-  static constexpr int kQ = 0;                          // [64][576] bf16
-  static constexpr int kKv = kQ + kBlockM * kRowBytes;  // [2][64][576] bf16
+  static constexpr int kRowBytes = kDimQk * 2;        // 1152: one Q or KV row
+  static constexpr int kPRowBytes = kBlockN * 2;      // 128: one P row
+  static constexpr int kQ = 0;                        // [rows][576] bf16
+  static constexpr int kKv = kQ + kRows * kRowBytes;  // [2][64][576] bf16
   static constexpr int kStageBytes = kBlockN * kRowBytes;
-  static constexpr int kP = kKv + 2 * kStageBytes;             // [64][64] bf16
-  static constexpr int kOffsets = kP + kBlockM * kPRowBytes;   // int64 [2 bufs][ckv, kpe][64]
-  static constexpr int kRed = kOffsets + 2 * 2 * kBlockN * 8;  // f32 [2][64]: half maxima / sums
-  static constexpr int kAlpha = kRed + 2 * kBlockM * 4;        // f32 [64]: alpha, then final max
-  static constexpr int kBytes = kAlpha + kBlockM * 4;
+  static constexpr int kP = kKv + 2 * kStageBytes;             // [rows][64] bf16
+  static constexpr int kOffsets = kP + kRows * kPRowBytes;     // int64 [2 bufs][ckv, kpe][64]
+  static constexpr int kRed = kOffsets + 2 * 2 * kBlockN * 8;  // f32 [token groups][rows]
+  static constexpr int kAlpha = kRed + Roles<kRows>::kTokenGroups * kRows * 4;  // f32 [rows]
+  static constexpr int kBytes = kAlpha + kRows * 4;
   static_assert(kBytes <= 227 * 1024, "one CTA per SM must fit");
 };
 
@@ -76,19 +90,35 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// Element offsets of tokens [n0, n0 + 64) of the request in ckv / kpe (threads 0..63, one token
-// each); tokens at or past `end` take token end - 1.
-__device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t* pages, int n0,
-                                              int end, int64_t* ckv_off, int64_t* kpe_off) {
+// The attention page of token n0 + threadIdx.x of the request (tokens at or past `end` take token
+// end - 1). Loaded a tile ahead of its use, so the load's latency is off the barrier path.
+__device__ __forceinline__ int token_page(const MlaParams& p, const int32_t* pages, int n0,
+                                          int end) {
+  const int key = min(n0 + static_cast<int>(threadIdx.x), end - 1);
+  return __ldg(pages + key / p.page_size);
+}
+
+// Element offsets of token n0 + threadIdx.x (on attention page `page`) in ckv / kpe, one token per
+// thread; tokens at or past `end` take token end - 1.
+__device__ __forceinline__ void token_offsets(const MlaParams& p, int page, int n0, int end,
+                                              int64_t* ckv_off, int64_t* kpe_off) {
   const int tid = static_cast<int>(threadIdx.x);
   const int key = min(n0 + tid, end - 1);
-  const int slot = key / p.page_size;
-  const int in_page = key - slot * p.page_size;
-  const int page = __ldg(pages + slot);
+  const int in_page = key % p.page_size;
   const int alloc = page / p.pages_per_alloc;
   const int64_t token = int64_t{page - alloc * p.pages_per_alloc} * p.page_size + in_page;
   ckv_off[tid] = alloc * p.ckv_stride_page + token * p.ckv_stride_token;
   kpe_off[tid] = alloc * p.kpe_stride_page + token * p.kpe_stride_token;
+}
+__device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t* pages, int n0,
+                                              int end, int64_t* ckv_off, int64_t* kpe_off) {
+  token_offsets(p, token_page(p, pages, n0, end), n0, end, ckv_off, kpe_off);
+}
+
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
 }
 
 // Gathers one 64-token tile of 576-wide latent rows: bf16 rows straight into a swizzled stage;
@@ -106,8 +136,8 @@ __device__ __forceinline__ void load_tile(uint32_t stage, const KVT* ckv, const 
     const int chunk = i - row * kChunks;
     const KVT* src = chunk < kRankChunks ? ckv + ckv_off[row] + chunk * kVec
                                          : kpe + kpe_off[row] + (chunk - kRankChunks) * kVec;
-    const uint32_t dst = sizeof(KVT) == 2 ? stage + swz<Smem::kRowBytes>(row, chunk)
-                                          : stage + row * kDimQk + chunk * 16;
+    const uint32_t dst =
+        sizeof(KVT) == 2 ? stage + swz<kDimQk * 2>(row, chunk) : stage + row * kDimQk + chunk * 16;
     prefill::cp_async_16(dst, src);
   }
 }
@@ -120,7 +150,7 @@ __device__ __forceinline__ void convert_tile(uint32_t raw, uint32_t stage) {
   const int row = static_cast<int>(threadIdx.x) >> 2;
   const int first = static_cast<int>(threadIdx.x) & 3;
   const uint32_t src_row = raw + row * kDimQk;
-  const uint32_t dst_row = stage + row * Smem::kRowBytes;
+  const uint32_t dst_row = stage + row * (kDimQk * 2);
 #pragma unroll 1
   for (int piece = first; piece < kDimQk / 8; piece += 4) {
     uint32_t lo, hi;
@@ -145,8 +175,10 @@ __device__ __forceinline__ void convert_tile(uint32_t raw, uint32_t stage) {
   }
 }
 
-template <class KVT>
+template <class KVT, int kRows>
 __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant__ MlaParams p) {
+  using Smem = mla::Smem<kRows>;
+  using R = Roles<kRows>;
   // fp8: one bf16 stage fed by two raw fp8 stages (the same bytes as two bf16 stages).
   constexpr bool kFp8 = sizeof(KVT) == 1;
   constexpr int kRawBytes = kBlockN * kDimQk;
@@ -183,7 +215,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5;
-  const int mw = warp & 3, nw = warp >> 2;  // S role: rows mw * 16.., tokens nw * 32..
+  // S role: rows mw * 16.., tokens nw * kTokensPerWarp..
+  const int mw = warp % R::kRowGroups, nw = warp / R::kRowGroups;
   const auto* ckv = static_cast<const KVT*>(p.ckv);
   const auto* kpe = static_cast<const KVT*>(p.kpe);
   // Where tile t lands (cp.async) and where it is read from (ldmatrix).
@@ -198,14 +231,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
   // row (b: a lane bit, c < 4): rows are multiples of 128 bytes, so the swizzled offset is
   // swz(row, b) ^ (c << 5), plus 128 j. One register per operand; the XOR is free at each use.
   const uint32_t q_lane = swz<kRowBytes>(mw * 16 + (lane & 15), lane >> 4);
-  const uint32_t k_lane =
-      swz<kRowBytes>(nw * 32 + ((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
+  // K: x4 loads cover 16 tokens (lane bit 4) x 2 chunks; x2 loads (8 tokens) use lanes 0..15.
+  const uint32_t k_lane = swz<kRowBytes>(
+      nw * R::kTokensPerWarp + (R::kNTiles >= 2 ? ((lane >> 4) << 3) : 0) + (lane & 7),
+      (lane >> 3) & 1);
   const uint32_t v_lane = swz<kRowBytes>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
   const uint32_t p_lane = swz<Smem::kPRowBytes>(lane & 15, lane >> 4);
 
-  for (int rb = static_cast<int>(blockIdx.x); rb * kBlockM < num_rows;
+  for (int rb = static_cast<int>(blockIdx.x); rb * kRows < num_rows;
        rb += static_cast<int>(gridDim.x)) {
-    const int row0 = rb * kBlockM;
+    const int row0 = rb * kRows;
     // This thread's S rows (2) and their last visible key.
     int limit[2];
 #pragma unroll
@@ -213,14 +248,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
       const int row = min(row0 + mw * 16 + (lane >> 2) + 8 * h, num_rows - 1);
       limit[h] = p.causal ? pos_shift + row / H : kv_len - 1;
     }
-    const int last_row = min(row0 + kBlockM, num_rows) - 1;
+    const int last_row = min(row0 + kRows, num_rows) - 1;
     const int block_end =
         p.causal ? min(chunk_end, max(chunk_begin, pos_shift + last_row / H + 1)) : chunk_end;
     const int num_tiles = (block_end - chunk_begin + kBlockN - 1) / kBlockN;
 
-    float o[4][8][4];
+    float o[R::kMTiles][8][4];
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
+    for (int mt = 0; mt < R::kMTiles; ++mt) {
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -229,12 +264,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
     }
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.0f, 0.0f};
+    int page_ahead = 0;  // threads < 64: the page of their token in tile + 2
 
     if (num_tiles > 0) {
       // Q rows (zero past the request's rows), and the first two tiles' offsets.
 #pragma unroll 2
-      for (int it = 0; it < kBlockM * kChunks / kThreads; ++it) {
-        const int i = it * kThreads + tid;
+      for (int i = tid; i < kRows * kChunks; i += kThreads) {
         const int r = i / kChunks;
         const int c = i - r * kChunks;
         const int row = row0 + r;
@@ -254,6 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
           token_offsets(p, pages, chunk_begin + kBlockN, block_end, s_off + 2 * kBlockN,
                         s_off + 3 * kBlockN);
         }
+        if (num_tiles > 2) page_ahead = token_page(p, pages, chunk_begin + 2 * kBlockN, block_end);
       }
       __syncthreads();
       load_tile(landing(0), ckv, kpe, s_off, s_off + kBlockN);
@@ -280,9 +316,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
       }
 
       // ---- S = Q K^T: rows mw * 16 + [0, 16), tokens nw * 32 + [0, 32) ----
-      float s[4][4];
+      float s[R::kNTiles][4];
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < R::kNTiles; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
       }
@@ -294,30 +330,37 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
         for (int c = 0; c < 4; ++c) {
           uint32_t a[4];
           ldmatrix_x4(a, q_base + (q_off ^ (c << 5)) + kg * 128);
+          if constexpr (R::kNTiles >= 2) {
 #pragma unroll
-          for (int np = 0; np < 2; ++np) {
-            uint32_t b[4];
-            ldmatrix_x4(b, stage + (k_off ^ (c << 5)) + kg * 128 + np * 16 * kRowBytes);
-            Bf16Mma::run(s[2 * np], a, b[0], b[1]);
-            Bf16Mma::run(s[2 * np + 1], a, b[2], b[3]);
+            for (int np = 0; np < R::kNTiles / 2; ++np) {
+              uint32_t b[4];
+              ldmatrix_x4(b, stage + (k_off ^ (c << 5)) + kg * 128 + np * 16 * kRowBytes);
+              Bf16Mma::run(s[2 * np], a, b[0], b[1]);
+              Bf16Mma::run(s[2 * np + 1], a, b[2], b[3]);
+            }
+          } else {
+            uint32_t b[2];
+            ldmatrix_x2(b, stage + (k_off ^ (c << 5)) + kg * 128);
+            Bf16Mma::run(s[0], a, b[0], b[1]);
           }
         }
       }
       // Offsets of tile + 2 (its buffer's previous tile was issued before the barrier above).
       if (tile + 2 < num_tiles && tid < kBlockN) {
         int64_t* off = s_off + (tile & 1) * 2 * kBlockN;
-        token_offsets(p, pages, n0 + 2 * kBlockN, block_end, off, off + kBlockN);
+        token_offsets(p, page_ahead, n0 + 2 * kBlockN, block_end, off, off + kBlockN);
+        if (tile + 3 < num_tiles) page_ahead = token_page(p, pages, n0 + 3 * kBlockN, block_end);
       }
 
       // Mask, then this half's row maxima (in base-2 logit units) to shared memory.
       const bool needs_mask = n0 + kBlockN > block_end || (p.causal && n0 + kBlockN - 1 > limit[0]);
       float half_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < R::kNTiles; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           if (needs_mask) {
-            const int key = n0 + nw * 32 + nt * 8 + 2 * (lane & 3) + (e & 1);
+            const int key = n0 + nw * R::kTokensPerWarp + nt * 8 + 2 * (lane & 3) + (e & 1);
             if (key >= block_end || key > limit[e >> 1]) s[nt][e] = -INFINITY;
           }
           half_max[e >> 1] = fmaxf(half_max[e >> 1], s[nt][e]);
@@ -328,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
         half_max[h] = fmaxf(half_max[h], __shfl_xor_sync(0xffffffffu, half_max[h], 1));
         half_max[h] = fmaxf(half_max[h], __shfl_xor_sync(0xffffffffu, half_max[h], 2));
         half_max[h] *= p.scale_log2;
-        if ((lane & 3) == 0) s_red[nw * kBlockM + mw * 16 + (lane >> 2) + 8 * h] = half_max[h];
+        if ((lane & 3) == 0) s_red[nw * kRows + mw * 16 + (lane >> 2) + 8 * h] = half_max[h];
       }
       __syncthreads();
 
@@ -336,29 +379,32 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = mw * 16 + (lane >> 2) + 8 * h;
-        const float m_new = fmaxf(row_max[h], fmaxf(half_max[h], s_red[(1 - nw) * kBlockM + row]));
+        float m_new = fmaxf(row_max[h], half_max[h]);
+#pragma unroll
+        for (int g = 0; g < R::kTokenGroups; ++g) m_new = fmaxf(m_new, s_red[g * kRows + row]);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet
         const float alpha = fast_exp2(row_max[h] - m_use);
         row_max[h] = m_new;
         float sum = 0.0f;
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
+        for (int nt = 0; nt < R::kNTiles; ++nt) {
           s[nt][2 * h] = fast_exp2(fmaf(s[nt][2 * h], p.scale_log2, -m_use));
           s[nt][2 * h + 1] = fast_exp2(fmaf(s[nt][2 * h + 1], p.scale_log2, -m_use));
           sum += s[nt][2 * h] + s[nt][2 * h + 1];
           const uint32_t packed = Bf16Mma::pack(s[nt][2 * h], s[nt][2 * h + 1]);
-          *reinterpret_cast<uint32_t*>(smem + Smem::kP + swz<Smem::kPRowBytes>(row, nw * 4 + nt) +
-                                       4 * (lane & 3)) = packed;
+          *reinterpret_cast<uint32_t*>(
+              smem + Smem::kP + swz<Smem::kPRowBytes>(row, nw * R::kNTiles + nt) + 4 * (lane & 3)) =
+              packed;
         }
         row_sum[h] = row_sum[h] * alpha + sum;
         if (nw == 0 && (lane & 3) == 0) s_alpha[row] = alpha;
       }
       __syncthreads();
 
-      // ---- O = O * alpha + P V: all 64 rows, columns warp * 64 + [0, 64) ----
+      // ---- O = O * alpha + P V: all rows, columns warp * 64 + [0, 64) ----
       const uint32_t p_off = opaque(p_lane), v_off = opaque(v_lane);
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
+      for (int mt = 0; mt < R::kMTiles; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float alpha = s_alpha[mt * 16 + (lane >> 2) + 8 * h];
@@ -372,9 +418,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
 // Two k-steps per unrolled body: fully unrolled, the ldmatrix prefetch runs past 255 registers.
 #pragma unroll 2
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        uint32_t a[4][4];
+        uint32_t a[R::kMTiles][4];
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
+        for (int mt = 0; mt < R::kMTiles; ++mt) {
           ldmatrix_x4(a[mt], s_p + mt * 16 * Smem::kPRowBytes + (p_off ^ (kk << 5)));
         }
 #pragma unroll
@@ -382,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
           uint32_t b[4];
           ldmatrix_x4_trans(b, stage + kk * 16 * kRowBytes + (v_off ^ (dp << 5)) + warp * 128);
 #pragma unroll
-          for (int mt = 0; mt < 4; ++mt) {
+          for (int mt = 0; mt < R::kMTiles; ++mt) {
             Bf16Mma::run(o[mt][2 * dp], a[mt], b[0], b[1]);
             Bf16Mma::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
           }
@@ -399,19 +445,21 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int row = mw * 16 + (lane >> 2) + 8 * h;
       if ((lane & 3) == 0) {
-        s_red[nw * kBlockM + row] = l;
+        s_red[nw * kRows + row] = l;
         if (nw == 0) s_alpha[row] = row_max[h];
       }
     }
     __syncthreads();
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
+    for (int mt = 0; mt < R::kMTiles; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = mt * 16 + (lane >> 2) + 8 * h;
         const int row = row0 + r;
         if (row >= num_rows || (split && row >= p.partial_rows)) continue;
-        const float l = s_red[r] + s_red[kBlockM + r];
+        float l = 0.0f;
+#pragma unroll
+        for (int g = 0; g < R::kTokenGroups; ++g) l += s_red[g * kRows + r];
         const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
         const float lse = l > 0.0f ? (s_alpha[r] + __log2f(l)) * kLn2 : -INFINITY;
         const int t = row / H;

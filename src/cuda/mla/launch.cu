@@ -1,34 +1,95 @@
-// Launch of the CUDA MLA kernels (kernel.cuh): the kernel for the cache dtype (bf16 or fp8 e4m3)
-// over the split-KV partition, then the merge of split requests. No fmt here (nvcc host passes
-// cannot compile it); launch failures become pagedattn::Error through check_launch.
+// Launch of the CUDA MLA kernels: the kernel for the cache dtype and row block over the split-KV
+// partition, then the merge of split requests. No fmt here (nvcc host passes cannot compile it);
+// launch failures become pagedattn::Error through check_launch.
+//
+// Kernel choice (bf16 cache): blocks of 64 rows run the wgmma kernel (kernel_sm90.cuh) on a
+// compute capability 9.x device when the binary holds its sm_90a code, blocks of 16 rows the
+// read-bound kernel (kernel_small.cuh); the general mma.sync kernel (kernel.cuh, templated on the
+// row block) serves the rest: fp8 caches and sm_80. PAGEDATTN_MLA_KERNEL=mma forces the general
+// kernel everywhere (tests and benchmarks compare them).
 #include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/cuda_check.h"
 #include "cuda/mla/config.h"
 #include "cuda/mla/kernel.cuh"
+#include "cuda/mla/kernel_sm90.cuh"
+#include "cuda/mla/kernel_small.cuh"
 
 namespace pagedattn::cuda::mla {
 namespace {
 
-template <class KVT>
-void launch_kernel(const MlaParams& params, int grid_items, int row_blocks, cudaStream_t stream) {
+template <class KVT, int kRows>
+void launch_mma(const MlaParams& params, int grid_items, int row_blocks, cudaStream_t stream) {
   // Once per process and instantiation: the shared-memory opt-in beyond 48 KiB.
   static const cudaError_t attribute_status = cudaFuncSetAttribute(
-      mla_kernel<KVT>, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem::kBytes);
+      mla_kernel<KVT, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<kRows>::kBytes);
   PA_CUDA_CHECK(attribute_status);
-  mla_kernel<KVT><<<dim3(row_blocks, grid_items), kThreads, Smem::kBytes, stream>>>(params);
+  mla_kernel<KVT, kRows>
+      <<<dim3(row_blocks, grid_items), kThreads, Smem<kRows>::kBytes, stream>>>(params);
   check_launch("mla_kernel");
+}
+
+bool mma_forced() {
+  const char* env = std::getenv("PAGEDATTN_MLA_KERNEL");  // read per call, so tests can switch
+  return env != nullptr && std::strcmp(env, "mma") == 0;
+}
+
+// Whether this process can run the wgmma kernel: a 9.x device and sm_90a code in the binary (both
+// fixed for the process, checked once).
+bool sm90_available() {
+  static const bool available = [] {
+    cudaFuncAttributes attributes{};
+    int device = 0, major = 0;
+    return cudaFuncGetAttributes(&attributes, sm90::mla_kernel_sm90) == cudaSuccess &&
+           attributes.binaryVersion >= 90 && cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+               cudaSuccess &&
+           major == 9;
+  }();
+  return available;
+}
+
+void launch_small(const MlaParams& params, int grid_items, int row_blocks, cudaStream_t stream) {
+  static const cudaError_t attribute_status = cudaFuncSetAttribute(
+      small::mla_kernel_small, cudaFuncAttributeMaxDynamicSharedMemorySize, small::Tile::kBytes);
+  PA_CUDA_CHECK(attribute_status);
+  small::mla_kernel_small<<<dim3(row_blocks, grid_items), kThreads, small::Tile::kBytes, stream>>>(
+      params);
+  check_launch("mla_kernel_small");
+}
+
+void launch_sm90(const MlaParams& params, int grid_items, int row_blocks, cudaStream_t stream) {
+  static const cudaError_t attribute_status = cudaFuncSetAttribute(
+      sm90::mla_kernel_sm90, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::Tile::kSmemBytes);
+  PA_CUDA_CHECK(attribute_status);
+  sm90::mla_kernel_sm90<<<dim3(row_blocks, grid_items), sm90::Tile::kThreads,
+                          sm90::Tile::kSmemBytes, stream>>>(params);
+  check_launch("mla_kernel_sm90");
 }
 
 }  // namespace
 
-void launch_mla(const MlaParams& params, bool fp8_kv, int grid_items, int row_blocks, bool merge,
-                int merge_rows, void* stream) {
+void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_items,
+                int row_blocks, bool merge, int merge_rows, void* stream) {
   auto cuda_stream = static_cast<cudaStream_t>(stream);
-  if (fp8_kv) {
-    launch_kernel<__nv_fp8_e4m3>(params, grid_items, row_blocks, cuda_stream);
+  const bool general = fp8_kv || mma_forced();
+  if (block_rows == 16) {
+    if (fp8_kv) {
+      launch_mma<__nv_fp8_e4m3, 16>(params, grid_items, row_blocks, cuda_stream);
+    } else if (general) {
+      launch_mma<__nv_bfloat16, 16>(params, grid_items, row_blocks, cuda_stream);
+    } else {
+      launch_small(params, grid_items, row_blocks, cuda_stream);
+    }
+  } else if (fp8_kv) {
+    launch_mma<__nv_fp8_e4m3, 64>(params, grid_items, row_blocks, cuda_stream);
+  } else if (!general && sm90_available()) {
+    launch_sm90(params, grid_items, row_blocks, cuda_stream);
   } else {
-    launch_kernel<__nv_bfloat16>(params, grid_items, row_blocks, cuda_stream);
+    launch_mma<__nv_bfloat16, 64>(params, grid_items, row_blocks, cuda_stream);
   }
   if (merge) {
     mla_merge_kernel<<<dim3(params.batch_size, merge_rows), kMergeThreads, 0, cuda_stream>>>(

@@ -1,0 +1,331 @@
+// The Hopper (sm_90a) MLA kernel: the work split, masking, gather and output contract of
+// kernel.cuh (64 request rows per CTA, one work item of the split-KV partition, partials for split
+// requests), with both products on wgmma. bf16 cache only (fp8 and blocks of 16 rows run the
+// mma.sync kernel).
+//
+// Two warpgroups share each 32-token latent tile (K = the 576-wide row [ckv, kpe], V = its first
+// 512 columns, gathered once):
+//   S [64 x 32] = Q K^T   warpgroup w: the partial product over columns [288 w, 288 w + 288)
+//                         (18 k16 steps, m64n32k16, Q and K from shared memory); the two partials
+//                         meet in shared memory (thread t of each warpgroup holds the same
+//                         elements, so each adds the other's 16 values) and both hold the whole S,
+//   softmax               the same in both warpgroups (online, base 2, one quad of lanes per row),
+//   O [64 x 256] += P V   warpgroup w: output columns [256 w, 256 w + 256), P from registers (the
+//                         S accumulators packed in place), V N-major from the shared tile
+//                         (m64n256k16, 2 k16 steps); 128 f32 accumulators per thread.
+// The split of S over the reduction keeps both warpgroups busy on every product with no P round
+// trip through shared memory.
+//
+// Memory (one CTA per SM): Q 72 KiB, three tile stages of 36 KiB (cp.async: while tile j is used,
+// tiles j + 1 and j + 2 stream in), the S exchange 16 KiB, gather offsets. Tiles use wgmma's
+// 128-byte swizzle in 64-column blocks (prefill/kernel_sm90.cuh: tile_offset, descriptor): Q is 9
+// blocks of 64 rows x 128 bytes, a stage 9 blocks of 32 tokens x 128 bytes. Threads 0..31 translate
+// the token positions of tile j + 3 into element offsets (token_offsets, kernel.cuh) while tile j
+// is used (their pages loaded one tile earlier still); tokens past the range re-read the last one
+// (real data, masked). The tile loads and offsets are issued while S is on the tensor cores.
+#pragma once
+
+#include "cuda/mla/kernel.cuh"
+#include "cuda/mla/wgmma.cuh"
+#include "cuda/prefill/kernel_sm90.cuh"
+
+namespace pagedattn::cuda::mla::sm90 {
+
+using prefill::sm90::descriptor;
+using prefill::sm90::fence_proxy_async;
+using prefill::sm90::fence_registers;
+using prefill::sm90::rs_m64n256k16_bf16;
+using prefill::sm90::tile_offset;
+using prefill::sm90::wgmma_commit;
+using prefill::sm90::wgmma_fence;
+using prefill::sm90::wgmma_wait_all;
+
+struct Tile {
+  static constexpr int kThreads = 256;  // two warpgroups
+  static constexpr int kRows = 64;
+  static constexpr int kTokens = 32;  // per KV tile
+  static constexpr int kStages = 3;
+  static constexpr int kChunks = kDimQk / 8;           // 72 16-byte chunks per row
+  static constexpr int kQBlockBytes = kRows * 128;     // one 64-column block of Q
+  static constexpr int kKvBlockBytes = kTokens * 128;  // ... of a KV tile
+  static constexpr int kQBytes = kDimQk / 64 * kQBlockBytes;
+  static constexpr int kStageBytes = kDimQk / 64 * kKvBlockBytes;
+  static constexpr int kSteps = kDimQk / 16 / 2;  // k16 steps of S per warpgroup
+  static constexpr int kQ = 0;
+  static constexpr int kKv = kQ + kQBytes;
+  static constexpr int kExchange = kKv + kStages * kStageBytes;  // f32 [2][4][128 threads][4]
+  static constexpr int kOffsets = kExchange + 2 * 16 * 128 * 4;  // int64 [stages][ckv|kpe][32]
+  static constexpr int kBytes = kOffsets + kStages * 2 * kTokens * 8;
+  // + 1024: the dynamic shared memory is aligned up to 1024 bytes inside the kernel.
+  static constexpr int kSmemBytes = kBytes + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
+  static_assert(kTokens * kChunks % kThreads == 0 && kRows * kChunks % kThreads == 0);
+};
+
+// Gathers the 32 latent rows of a tile (bf16, offsets in elements) into a swizzled stage.
+__device__ __forceinline__ void load_tile(uint32_t stage, const __nv_bfloat16* ckv,
+                                          const __nv_bfloat16* kpe, const int64_t* ckv_off,
+                                          const int64_t* kpe_off) {
+#pragma unroll
+  for (int it = 0; it < Tile::kTokens * Tile::kChunks / Tile::kThreads; ++it) {
+    const int i = it * Tile::kThreads + static_cast<int>(threadIdx.x);
+    const int row = i / Tile::kChunks;
+    const int chunk = i - row * Tile::kChunks;
+    const __nv_bfloat16* src = chunk < kRank / 8 ? ckv + ckv_off[row] + chunk * 8
+                                                 : kpe + kpe_off[row] + (chunk - kRank / 8) * 8;
+    prefill::cp_async_16(stage + tile_offset<Tile::kTokens>(row, chunk), src);
+  }
+}
+
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    mla_kernel_sm90(const __grid_constant__ MlaParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = Tile;
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr int kN = T::kTokens;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (base - raw);
+  const uint32_t s_q = base + T::kQ;
+  const uint32_t s_kv = base + T::kKv;
+  float4* s_x = reinterpret_cast<float4*>(smem + T::kExchange);
+  int64_t* s_off = reinterpret_cast<int64_t*>(smem + T::kOffsets);
+
+  const int item = static_cast<int>(blockIdx.y);
+  if (item >= p.partition.info->num_items) return;
+  const int request = p.partition.work_request[item];
+  const int chunk = p.partition.work_chunk[item];
+  const bool split = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request] > 1;
+  const int64_t chunk_tokens = int64_t{p.partition.info->chunk_pages} * p.page_size;
+
+  const int q_begin = p.qo_indptr[request];
+  const int q_len = p.qo_indptr[request + 1] - q_begin;
+  const int H = p.num_heads;
+  const int num_rows = q_len * H;
+  const int page_begin = p.kv_indptr[request];
+  const int num_pages = p.kv_indptr[request + 1] - page_begin;
+  const int kv_len =
+      num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request] : 0;
+  const int32_t* pages = p.kv_indices + page_begin;
+  const int chunk_begin = static_cast<int>(min(int64_t{kv_len}, chunk * chunk_tokens));
+  const int chunk_end = static_cast<int>(min(int64_t{kv_len}, (chunk + 1) * chunk_tokens));
+  const int pos_shift = kv_len - q_len;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = tid >> 7;  // warpgroup: S reduction half, O column half
+  const int t = tid & 127;  // thread in the warpgroup
+  const int lane = tid & 31, warp = t >> 5;
+  const auto* ckv = static_cast<const __nv_bfloat16*>(p.ckv);
+  const auto* kpe = static_cast<const __nv_bfloat16*>(p.kpe);
+  const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope);
+  const auto* q_pe = static_cast<const __nv_bfloat16*>(p.q_pe);
+  auto stage_of = [&](int tile) -> uint32_t { return s_kv + (tile % T::kStages) * T::kStageBytes; };
+  auto offsets_of = [&](int tile) -> int64_t* { return s_off + (tile % T::kStages) * 2 * kN; };
+
+  for (int rb = static_cast<int>(blockIdx.x); rb * T::kRows < num_rows;
+       rb += static_cast<int>(gridDim.x)) {
+    const int row0 = rb * T::kRows;
+    int limit[2];  // this thread's rows 16 * warp + lane / 4 (+ 8): last visible key
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = min(row0 + warp * 16 + (lane >> 2) + 8 * h, num_rows - 1);
+      limit[h] = p.causal ? pos_shift + row / H : kv_len - 1;
+    }
+    const int last_row = min(row0 + T::kRows, num_rows) - 1;
+    const int block_end =
+        p.causal ? min(chunk_end, max(chunk_begin, pos_shift + last_row / H + 1)) : chunk_end;
+    const int num_tiles = (block_end - chunk_begin + kN - 1) / kN;
+
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.0f, 0.0f};
+    int page_ahead = 0;  // threads < 32: the page of their token in tile + 3
+
+    if (num_tiles > 0) {
+      // Q rows (zero past the request's rows); offsets of tiles 0..2; tiles 0 and 1.
+#pragma unroll 2
+      for (int i = tid; i < T::kRows * T::kChunks; i += T::kThreads) {
+        const int r = i / T::kChunks;
+        const int c = i - r * T::kChunks;
+        const int row = row0 + r;
+        const bool valid = row < num_rows;
+        const int tok = valid ? row / H : 0;
+        const int head = valid ? row - tok * H : 0;
+        const __nv_bfloat16* src = c < kRank / 8
+                                       ? q_nope + (q_begin + tok) * p.q_nope_stride_token +
+                                             head * p.q_nope_stride_head + c * 8
+                                       : q_pe + (q_begin + tok) * p.q_pe_stride_token +
+                                             head * p.q_pe_stride_head + (c - kRank / 8) * 8;
+        prefill::cp_async_16(s_q + tile_offset<T::kRows>(r, c), valid ? src : q_nope,
+                             valid ? 16 : 0);
+      }
+      if (tid < kN) {
+#pragma unroll 1
+        for (int k = 0; k < T::kStages && k < num_tiles; ++k) {
+          token_offsets(p, pages, chunk_begin + k * kN, block_end, offsets_of(k),
+                        offsets_of(k) + kN);
+        }
+        if (num_tiles > T::kStages) {
+          page_ahead = token_page(p, pages, chunk_begin + T::kStages * kN, block_end);
+        }
+      }
+      __syncthreads();
+      load_tile(stage_of(0), ckv, kpe, offsets_of(0), offsets_of(0) + kN);
+      prefill::cp_async_commit();
+      if (num_tiles > 1) load_tile(stage_of(1), ckv, kpe, offsets_of(1), offsets_of(1) + kN);
+      prefill::cp_async_commit();
+    }
+
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      const int n0 = chunk_begin + tile * kN;
+      const uint32_t stage = stage_of(tile);
+      cp_async_wait<1>();   // every group but the newest: tile `tile` (and Q) landed
+      fence_proxy_async();  // ... visible to the tensor cores (async proxy)
+      __syncthreads();      // ... for every thread's copies; everyone is done with tile - 1
+
+      // ---- this warpgroup's partial S over its 288 columns (issued first: the loads and
+      // offsets below run while the tensor cores work) ----
+      float s[16];
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < T::kSteps; ++ks) {
+        const int k = wg * T::kSteps + ks;  // k16 step: block k / 4, 32 bytes each inside it
+        const uint32_t column = (k & 3) * 32;
+        const uint64_t a = descriptor(s_q + (k >> 2) * T::kQBlockBytes + column, 16, 1024);
+        const uint64_t b = descriptor(stage + (k >> 2) * T::kKvBlockBytes + column, 16, 1024);
+        ss_m64n32k16_bf16(s, a, b, ks > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+
+      if (tile + 2 < num_tiles) {
+        load_tile(stage_of(tile + 2), ckv, kpe, offsets_of(tile + 2), offsets_of(tile + 2) + kN);
+      }
+      prefill::cp_async_commit();  // possibly empty: one group per tile keeps the count fixed
+      if (tile + 3 < num_tiles && tid < kN) {
+        // Its buffer's last reader was the load of tile `tile`, issued two barriers ago.
+        token_offsets(p, page_ahead, n0 + 3 * kN, block_end, offsets_of(tile + 3),
+                      offsets_of(tile + 3) + kN);
+        if (tile + 4 < num_tiles) page_ahead = token_page(p, pages, n0 + 4 * kN, block_end);
+      }
+
+      wgmma_wait_all();
+      fence_registers(s);
+
+      // ---- exchange the partials: S = S_0 + S_1 (the same sum, bit for bit, in both) ----
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s_x[(wg * 4 + i) * 128 + t] =
+            make_float4(s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 v = s_x[((1 - wg) * 4 + i) * 128 + t];
+        s[4 * i] += v.x;
+        s[4 * i + 1] += v.y;
+        s[4 * i + 2] += v.z;
+        s[4 * i + 3] += v.w;
+      }
+
+      // ---- mask, online softmax (base 2), P packed as the A fragments of P V ----
+      const bool needs_mask = n0 + kN > block_end || (p.causal && n0 + kN - 1 > limit[0]);
+      if (needs_mask) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int key = n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
+          if (key >= block_end || key > limit[(i >> 1) & 1]) s[i] = -INFINITY;
+        }
+      }
+      float alpha[2];
+      bool moved = false;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = s[2 * h];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        m = fmaxf(row_max[h], m * p.scale_log2);
+        const float m_use = m == -INFINITY ? 0.0f : m;  // nothing seen yet
+        alpha[h] = fast_exp2(row_max[h] - m_use);
+        moved |= m != row_max[h];
+        row_max[h] = m;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], p.scale_log2, -m_use));
+          s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], p.scale_log2, -m_use));
+          sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+        }
+        row_sum[h] = row_sum[h] * alpha[h] + sum;
+      }
+      if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+      }
+      uint32_t pa[kN / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          pa[kk][r] = Bf16Mma::pack(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      }
+
+      // ---- O += P V over this warpgroup's 256 columns (4 blocks of 64) ----
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        const uint32_t v = stage + wg * 4 * T::kKvBlockBytes + kk * 16 * 128;
+        rs_m64n256k16_bf16(o, pa[kk], descriptor(v, T::kKvBlockBytes, 1024));
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_registers(o);
+    }
+
+    // ---- epilogue: both warpgroups hold the whole row statistics; each writes its columns ----
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = row0 + warp * 16 + (lane >> 2) + 8 * h;
+      if (row >= num_rows || (split && row >= p.partial_rows)) continue;
+      const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
+      const float lse = l > 0.0f ? (row_max[h] + __log2f(l)) * kLn2 : -INFINITY;
+      const int tok = row / H;
+      const int head = row - tok * H;
+      const int col = wg * 256 + 2 * (lane & 3);
+      if (!split) {
+        __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
+                             (q_begin + tok) * p.out_stride_token + head * p.out_stride_head + col;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          *reinterpret_cast<uint32_t*>(dst + j * 8) =
+              Bf16Mma::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        }
+        if (p.lse != nullptr && wg == 0 && (lane & 3) == 0) {
+          p.lse[(q_begin + tok) * p.lse_stride_token + head * p.lse_stride_head] = lse;
+        }
+      } else {
+        const int64_t slot = int64_t{item} * p.partial_rows + row;
+        float* dst = p.partial_out + slot * kRank + col;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          *reinterpret_cast<float2*>(dst + j * 8) =
+              make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        }
+        if (wg == 0 && (lane & 3) == 0) p.partial_lse[slot] = lse;
+      }
+    }
+    __syncthreads();  // shared memory is reused by the next row block
+  }
+#else
+  __trap();  // launched only where the sm_90a code exists (see launch.cu)
+#endif
+}
+
+}  // namespace pagedattn::cuda::mla::sm90
