@@ -9,8 +9,11 @@
 //   mem GB/s  = the CPU read ceiling (tools/cpu_ceiling.h: median of passes over >= 2 GiB,
 //               same threads, same run; measured again after the rows to show drift);
 //   ratio     = KV GB/s / mem GB/s (the decode target is >= 0.6).
-// `--device cuda` goes through bench_attention_cuda() (tools/bench_cuda.h); without a CUDA
-// implementation linked in it says "not available".
+// `--device cuda` runs the issues' rows on device-generated data through run_cuda_rows()
+// (tools/bench_cuda_rows.h: the defaults are the issues' rows, --rows / --batch x --kv-len pick
+// others, --page-size, --reps, MLA --qo-heads); `--device cuda --host-data` runs the generated
+// host case above on the device instead (bench_attention_cuda(), tools/bench_cuda.h). Without a
+// usable device (or a CUDA build) both say "no usable CUDA device: <why>" and exit with 0.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_simd.h"
 #include "tools/bench_cuda.h"
+#include "tools/bench_cuda_rows.h"
 #include "tools/commands.h"
 #include "tools/cpu_ceiling.h"
 #include "tools/report.h"
@@ -39,8 +43,14 @@ namespace pagedattn::tools {
 [[gnu::weak]] CudaBenchResult bench_attention_cuda(const testing::CaseSpec&, uint64_t,
                                                    const TimingOptions&) {
   CudaBenchResult result;
-  result.note = "the CUDA attention benchmark is not hooked in in this build";
+  result.note = "this build has no CUDA backend (configure with -DPAGEDATTN_CUDA=ON)";
   return result;
+}
+
+[[gnu::weak]] CudaRowsStatus run_cuda_rows(const CudaRowsOptions&) {
+  return {false,
+          "no usable CUDA device: this build has no CUDA backend (configure with "
+          "-DPAGEDATTN_CUDA=ON)"};
 }
 
 namespace {
@@ -52,13 +62,20 @@ struct AttentionBenchOptions {
   std::vector<int32_t> kv_lens;
   std::vector<int32_t> q_lens;
   std::vector<int32_t> page_sizes;
-  int32_t qo_heads = 0, kv_heads = 0, head_dim = 0, head_dim_vo = 0;
+  std::vector<int32_t> qo_heads;  // empty: the target case's
+  int32_t kv_heads = 0, head_dim = 0, head_dim_vo = 0;
   std::string q_dtype = "bf16", kv_dtype = "bf16", layout = "NHD";
   bool non_causal = false;
   int32_t threads = 0;
   double min_time = 0.5;
   uint64_t seed = 20261202;
   std::string json_path;
+  // --device cuda (device-generated rows, bench_cuda_rows.h):
+  std::string rows;  // empty: the rows, or --batch x --kv-len when given
+  bool batch_given = false, kv_len_given = false, q_len_given = false, page_given = false;
+  bool host_data = false;
+  bool no_graphs = false;
+  int32_t reps = 0;
 };
 
 int32_t current_threads() {
@@ -70,7 +87,7 @@ int32_t current_threads() {
 }
 
 testing::CaseSpec make_spec(const AttentionBenchOptions& o, int32_t batch, int32_t kv_len,
-                            int32_t q_len, int32_t page) {
+                            int32_t q_len, int32_t page, int32_t qo_heads) {
   testing::CaseSpec spec = o.op == OpKind::kDecode    ? testing::decode_target_case()
                            : o.op == OpKind::kPrefill ? testing::prefill_target_case()
                                                       : testing::mla_decode_target_case();
@@ -84,7 +101,7 @@ testing::CaseSpec make_spec(const AttentionBenchOptions& o, int32_t batch, int32
   spec.q_dtype = *q_dtype;
   spec.kv_dtype = *kv_dtype;
   spec.layout = o.layout == "NHD" ? KvLayout::kNHD : KvLayout::kHND;
-  if (o.qo_heads > 0) spec.num_qo_heads = o.qo_heads;
+  if (qo_heads > 0) spec.num_qo_heads = qo_heads;
   if (o.kv_heads > 0 && !is_mla(o.op)) spec.num_kv_heads = o.kv_heads;
   if (o.head_dim > 0) spec.head_dim_qk = o.head_dim;
   if (o.head_dim_vo > 0) spec.head_dim_vo = o.head_dim_vo;
@@ -142,10 +159,65 @@ Measured run_cpu_case(const testing::AttentionCase& c, const TimingOptions& timi
   return m;
 }
 
+// --device cuda without --host-data: the issues' rows on device-generated data.
+void run_cuda_device_rows(const AttentionBenchOptions& o) {
+  CudaRowsOptions c;
+  c.bench = o.op == OpKind::kDecode    ? CudaBench::kDecode
+            : o.op == OpKind::kPrefill ? CudaBench::kPrefill
+                                       : CudaBench::kMla;
+  std::string rows = o.rows;
+  if (rows.empty() && (o.batch_given || o.kv_len_given || o.q_len_given)) {
+    PA_CHECK(o.batch_given && o.kv_len_given,
+             "--device cuda: give both --batch and --kv-len (or --rows BxL,...)");
+    const std::vector<int32_t> q_lens = o.q_len_given ? o.q_lens : std::vector<int32_t>{0};
+    for (int32_t b : o.batches) {
+      for (int32_t l : o.kv_lens) {
+        for (int32_t q : q_lens) {
+          PA_CHECK(o.op != OpKind::kMlaDecode || q <= 1,
+                   "--device cuda: MLA rows are decode (q_len 1); --q-len {} needs --host-data", q);
+          rows += fmt::format("{}{}x{}", rows.empty() ? "" : ",", b,
+                              q > 0 && o.op == OpKind::kPrefill ? fmt::format("{}/{}", q, l)
+                                                                : fmt::format("{}", l));
+        }
+      }
+    }
+  }
+  if (!rows.empty()) c.rows = parse_batch_lens(rows, "--rows");
+  for (const BatchLen& row : c.rows) {
+    PA_CHECK(o.op == OpKind::kPrefill || (!row.ragged && row.q_len == 0),
+             "--rows {}: {} rows are BxL", row.name(), op_name(o.op));
+  }
+  for (int32_t p : o.page_sizes) PA_CHECK(p >= 1, "--page-size {}: expected >= 1", p);
+  PA_CHECK(o.reps >= 0, "--reps {}: expected >= 1", o.reps);
+  if (o.op == OpKind::kMlaDecode) {
+    for (int32_t h : o.qo_heads)
+      PA_CHECK(h >= 1 && h <= 128, "--qo-heads {}: expected 1 .. 128", h);
+    c.heads = o.qo_heads;
+  } else {
+    PA_CHECK(o.qo_heads.empty() && o.kv_heads == 0 && o.head_dim == 0 && o.head_dim_vo == 0,
+             "--device cuda: the {} rows have the issue's shape (32/8 heads, head_dim 128); "
+             "other shapes run with --host-data",
+             op_name(o.op));
+  }
+  PA_CHECK(o.q_dtype == "bf16" && o.kv_dtype == "bf16" && o.layout == "NHD",
+           "--device cuda: the rows are bf16 NHD; other dtypes / layouts run with --host-data");
+  if (o.page_given) c.page_sizes = o.page_sizes;
+  c.reps = o.reps;
+  c.causal = !o.non_causal;
+  c.graphs = !o.no_graphs;
+  c.json_path = o.json_path;
+  const CudaRowsStatus status = run_cuda_rows(c);
+  if (!status.ran) fmt::print("{}\n", status.note);
+}
+
 void run_bench(const AttentionBenchOptions& o) {
   PA_CHECK(o.device == "cpu" || o.device == "cuda", "--device '{}': expected cpu or cuda",
            o.device);
   const bool cuda = o.device == "cuda";
+  if (cuda && !o.host_data) {
+    run_cuda_device_rows(o);
+    return;
+  }
 #ifdef _OPENMP
   if (o.threads > 0) omp_set_num_threads(o.threads);
 #endif
@@ -167,69 +239,70 @@ void run_bench(const AttentionBenchOptions& o) {
                "plan_us", "KV_MB", "KV_GB/s", "GFLOP/s", "mem_GB/s", "ratio"});
   nlohmann::json results = nlohmann::json::array();
   const std::vector<int32_t> q_lens = o.q_lens.empty() ? std::vector<int32_t>{1} : o.q_lens;
-  int64_t total = 0;
-  for (size_t i = 0; i < o.batches.size() * o.kv_lens.size() * q_lens.size() * o.page_sizes.size();
-       ++i) {
-    ++total;
-  }
+  const std::vector<int32_t> heads_list = o.qo_heads.empty() ? std::vector<int32_t>{0} : o.qo_heads;
+  const auto total = static_cast<int64_t>(heads_list.size() * o.batches.size() * o.kv_lens.size() *
+                                          q_lens.size() * o.page_sizes.size());
   Progress progress(total, stderr_is_terminal());
-  for (int32_t batch : o.batches) {
-    for (int32_t kv_len : o.kv_lens) {
-      for (int32_t q_len : q_lens) {
-        for (int32_t page : o.page_sizes) {
-          const testing::CaseSpec spec = make_spec(o, batch, kv_len, q_len, page);
-          progress.step(spec.name());
-          const testing::AttentionCase c(spec, o.seed);
-          Measured m;
-          if (cuda) {
-            const CudaBenchResult r = bench_attention_cuda(spec, o.seed, timing);
-            if (!r.available) {
-              fmt::print("cuda: not available: {}\n", r.note);
-              return;
+  for (int32_t heads : heads_list) {
+    for (int32_t batch : o.batches) {
+      for (int32_t kv_len : o.kv_lens) {
+        for (int32_t q_len : q_lens) {
+          for (int32_t page : o.page_sizes) {
+            const testing::CaseSpec spec = make_spec(o, batch, kv_len, q_len, page, heads);
+            progress.step(spec.name());
+            const testing::AttentionCase c(spec, o.seed);
+            Measured m;
+            if (cuda) {
+              const CudaBenchResult r = bench_attention_cuda(spec, o.seed, timing);
+              if (!r.available) {
+                fmt::print("{}\n", r.note);
+                return;
+              }
+              m.run_ns = r.median_ns;
+              m.bandwidth_gbs = r.device_bandwidth_gbs;
+            } else {
+              m = run_cpu_case(c, timing);
+              m.bandwidth_gbs = cpu_bandwidth;
             }
-            m.run_ns = r.median_ns;
-            m.bandwidth_gbs = r.device_bandwidth_gbs;
-          } else {
-            m = run_cpu_case(c, timing);
-            m.bandwidth_gbs = cpu_bandwidth;
+            const double kv_gbs = static_cast<double>(c.kv_bytes()) / m.run_ns;
+            const double gflops = c.flops() / m.run_ns;
+            const double ratio = m.bandwidth_gbs > 0 ? kv_gbs / m.bandwidth_gbs : 0;
+            max_ratio = std::max(max_ratio, ratio);
+            const std::string dims = spec.head_dim_qk == spec.head_dim_vo
+                                         ? fmt::format("{}", spec.head_dim_qk)
+                                         : fmt::format("{}/{}", spec.head_dim_qk, spec.head_dim_vo);
+            table.add_row(
+                {std::string(op_name(spec.op)), fmt::format("{}", batch), fmt::format("{}", q_len),
+                 fmt::format("{}", kv_len),
+                 fmt::format("{}/{}", spec.num_qo_heads, spec.num_kv_heads), dims,
+                 fmt::format("{}", page),
+                 fmt::format("{}/{}", dtype_name(spec.q_dtype), dtype_name(spec.kv_dtype)),
+                 o.layout, fmt::format("{:.1f}", m.run_ns / 1e3),
+                 cuda ? "-" : fmt::format("{:.1f}", m.plan_ns / 1e3),
+                 fmt::format("{:.1f}", static_cast<double>(c.kv_bytes()) / 1e6),
+                 fmt::format("{:.1f}", kv_gbs), fmt::format("{:.1f}", gflops),
+                 fmt::format("{:.1f}", m.bandwidth_gbs), ratio_text(ratio)});
+            results.push_back({{"op", op_name(spec.op)},
+                               {"case", spec.name()},
+                               {"batch", batch},
+                               {"q_len", q_len},
+                               {"kv_len", kv_len},
+                               {"num_qo_heads", spec.num_qo_heads},
+                               {"num_kv_heads", spec.num_kv_heads},
+                               {"head_dim_qk", spec.head_dim_qk},
+                               {"head_dim_vo", spec.head_dim_vo},
+                               {"page_size", page},
+                               {"q_dtype", dtype_name(spec.q_dtype)},
+                               {"kv_dtype", dtype_name(spec.kv_dtype)},
+                               {"layout", o.layout},
+                               {"run_us_median", m.run_ns / 1e3},
+                               {"plan_us_median", m.plan_ns / 1e3},
+                               {"kv_bytes", c.kv_bytes()},
+                               {"kv_gbs", kv_gbs},
+                               {"gflops", gflops},
+                               {"memory_bandwidth_gbs", m.bandwidth_gbs},
+                               {"ratio_to_memory_bandwidth", ratio}});
           }
-          const double kv_gbs = static_cast<double>(c.kv_bytes()) / m.run_ns;
-          const double gflops = c.flops() / m.run_ns;
-          const double ratio = m.bandwidth_gbs > 0 ? kv_gbs / m.bandwidth_gbs : 0;
-          max_ratio = std::max(max_ratio, ratio);
-          const std::string dims = spec.head_dim_qk == spec.head_dim_vo
-                                       ? fmt::format("{}", spec.head_dim_qk)
-                                       : fmt::format("{}/{}", spec.head_dim_qk, spec.head_dim_vo);
-          table.add_row({std::string(op_name(spec.op)), fmt::format("{}", batch),
-                         fmt::format("{}", q_len), fmt::format("{}", kv_len),
-                         fmt::format("{}/{}", spec.num_qo_heads, spec.num_kv_heads), dims,
-                         fmt::format("{}", page),
-                         fmt::format("{}/{}", dtype_name(spec.q_dtype), dtype_name(spec.kv_dtype)),
-                         o.layout, fmt::format("{:.1f}", m.run_ns / 1e3),
-                         cuda ? "-" : fmt::format("{:.1f}", m.plan_ns / 1e3),
-                         fmt::format("{:.1f}", static_cast<double>(c.kv_bytes()) / 1e6),
-                         fmt::format("{:.1f}", kv_gbs), fmt::format("{:.1f}", gflops),
-                         fmt::format("{:.1f}", m.bandwidth_gbs), ratio_text(ratio)});
-          results.push_back({{"op", op_name(spec.op)},
-                             {"case", spec.name()},
-                             {"batch", batch},
-                             {"q_len", q_len},
-                             {"kv_len", kv_len},
-                             {"num_qo_heads", spec.num_qo_heads},
-                             {"num_kv_heads", spec.num_kv_heads},
-                             {"head_dim_qk", spec.head_dim_qk},
-                             {"head_dim_vo", spec.head_dim_vo},
-                             {"page_size", page},
-                             {"q_dtype", dtype_name(spec.q_dtype)},
-                             {"kv_dtype", dtype_name(spec.kv_dtype)},
-                             {"layout", o.layout},
-                             {"run_us_median", m.run_ns / 1e3},
-                             {"plan_us_median", m.plan_ns / 1e3},
-                             {"kv_bytes", c.kv_bytes()},
-                             {"kv_gbs", kv_gbs},
-                             {"gflops", gflops},
-                             {"memory_bandwidth_gbs", m.bandwidth_gbs},
-                             {"ratio_to_memory_bandwidth", ratio}});
         }
       }
     }
@@ -271,17 +344,25 @@ void add_one(CLI::App& bench, OpKind op, const char* name, const char* descripti
   }
   CLI::App* cmd = bench.add_subcommand(name, description);
   cmd->add_option("--device", options->device, "cpu or cuda")->capture_default_str();
-  cmd->add_option("--batch", options->batches, "Batch sizes")->capture_default_str();
+  cmd->add_option("--batch", options->batches, "Batch sizes")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--kv-len", options->kv_lens, "KV lengths per request (prefix + new tokens)")
+      ->delimiter(',')
       ->capture_default_str();
   if (op != OpKind::kDecode) {
     cmd->add_option("--q-len", options->q_lens, "Query rows per request (MLA: 1 = decode)")
+        ->delimiter(',')
         ->capture_default_str();
     cmd->add_flag("--non-causal", options->non_causal, "Every query row sees the whole KV");
   }
-  cmd->add_option("--page-size", options->page_sizes, "Attention page sizes P")
+  cmd->add_option("--page-size", options->page_sizes,
+                  "Attention page sizes P (--device cuda: default the issue's, e.g. 16,1)")
+      ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--qo-heads", options->qo_heads, "Query heads (default: the target case's)");
+  cmd->add_option("--qo-heads", options->qo_heads,
+                  "Query heads, one or a list (default: the target case's; MLA on cuda: 128,16)")
+      ->delimiter(',');
   if (op != OpKind::kMlaDecode) {
     cmd->add_option("--kv-heads", options->kv_heads, "KV heads");
     cmd->add_option("--head-dim", options->head_dim, "head_dim (qk)");
@@ -295,7 +376,32 @@ void add_one(CLI::App& bench, OpKind op, const char* name, const char* descripti
   cmd->add_option("--min-time", options->min_time, "Seconds of samples per figure")
       ->capture_default_str();
   cmd->add_option("--json", options->json_path, "Also write the results as JSON to FILE");
-  cmd->callback([options] { run_bench(*options); });
+  const char* rows_help =
+      op == OpKind::kPrefill  ? "--device cuda: rows BxL (L new tokens), BxQ/L (Q new over L), "
+                                "raggedB/L; default 1x8192,1x32768,ragged16/4096"
+      : op == OpKind::kDecode ? "--device cuda: rows BxL; default the issue's six "
+                                "(1x8192 ... 256x32768)"
+                              : "--device cuda: rows BxL for every --qo-heads; default per "
+                                "heads the issue's (H 128: 64|128 x 4096|8192; H 16: 16x1024, "
+                                "16x4096, 128x4096, 64x16384)";
+  cmd->add_option("--rows", options->rows, rows_help);
+  cmd->add_option("--reps", options->reps,
+                  "--device cuda: timed samples per row (median; default 20, prefill 10)");
+  cmd->add_flag("--host-data", options->host_data,
+                "--device cuda: time the host-generated case of --batch/--kv-len/... instead of "
+                "the device-generated rows");
+  if (op == OpKind::kDecode) {
+    cmd->add_flag("--no-graphs", options->no_graphs,
+                  "--device cuda: skip the CUDA-graph step timing");
+  }
+  cmd->callback([options, cmd] {
+    options->batch_given = cmd->count("--batch") > 0;
+    options->kv_len_given = cmd->count("--kv-len") > 0;
+    options->q_len_given =
+        cmd->get_option_no_throw("--q-len") != nullptr && cmd->count("--q-len") > 0;
+    options->page_given = cmd->count("--page-size") > 0;
+    run_bench(*options);
+  });
 }
 
 }  // namespace

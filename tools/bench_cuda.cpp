@@ -2,18 +2,23 @@
 // the generated case is copied to the device, planned once, and run_* alone is timed with CUDA
 // events, the L2 flushed before every sample (median). The device's streaming-read bandwidth is
 // measured once per process, in the same run, for the driver's ratio column.
-// The large decode rows (up to 34 GB of KV) do not fit a host-generated case: they are in
-// pagedattn_bench_cuda_decode (tools/bench_cuda_decode/), which generates the KV on the device.
+// This is `--device cuda --host-data`: small cases only. The issues' large rows (up to 34 GB of
+// KV) are generated on the device instead (bench_cuda_device.h, the default of --device cuda).
+// MLA is asked of cuda::supports_mla() directly, not of the backend's supports(), so that an
+// opt-in gate on selecting CUDA MLA does not stop the benchmark.
 #include "tools/bench_cuda.h"
 
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
 #include <vector>
 
 #include "common/cases.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
+#include "cuda/mla.h"
 #include "cuda/workspace.h"
 #include "tools/bench_cuda_util.h"
 
@@ -43,14 +48,17 @@ CudaBenchResult bench_attention_cuda(const testing::CaseSpec& spec, uint64_t see
   CudaBenchResult result;
   const Support device = cuda::device_available();
   if (!device) {
-    result.note = device.reason;
+    std::string_view reason = device.reason;
+    if (reason.starts_with("no CUDA device: ")) reason.remove_prefix(16);
+    result.note = fmt::format("no usable CUDA device: {}", reason);
     return result;
   }
   const std::unique_ptr<Backend> backend = cuda::make_backend();
   const testing::AttentionCase c(spec, seed);
   OpDesc op = c.op_desc();
   op.device = Device::cuda(0);
-  if (const Support support = backend->supports(op); !support) {
+  if (const Support support = is_mla(op.op) ? cuda::supports_mla(op) : backend->supports(op);
+      !support) {
     result.note = support.reason;
     return result;
   }
@@ -99,9 +107,19 @@ CudaBenchResult bench_attention_cuda(const testing::CaseSpec& spec, uint64_t see
     backend->plan(*workspace, op, meta);
     ns = median_device_ns([&] { backend->run_prefill(*workspace, args); }, 3, reps, true, stream);
   } else {
-    result.note = "MLA benchmark on CUDA is not wired yet";
-    cudaStreamDestroy(stream);
-    return result;
+    MlaArgs args = c.mla_args();
+    Mirror q_nope(args.q_nope), q_pe(args.q_pe), ckv(args.kv.ckv), kpe(args.kv.kpe), out(args.out),
+        lse(args.lse);
+    args.q_nope = q_nope.view;
+    args.q_pe = q_pe.view;
+    args.kv.ckv = ckv.view;
+    args.kv.kpe = kpe.view;
+    args.out = out.view;
+    args.lse = lse.view;
+    args.meta = meta;
+    args.stream = stream;
+    backend->plan(*workspace, op, meta);
+    ns = median_device_ns([&] { backend->run_mla(*workspace, args); }, 3, reps, true, stream);
   }
   PA_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaStreamDestroy(stream);

@@ -6,6 +6,8 @@
 // than it reads (one allocation-page id becomes A/P attention-page ids), the slot form reads
 // every token's slot to validate it. Each figure is the median of repeated samples
 // (tools/report.h). `bench decode|prefill|mla` live in bench_attention.cpp.
+// `bench plan --device cuda` shows the host planner beside the GPU planner on the same tables
+// (tools/bench_cuda_plan.cpp through run_cuda_rows(), bench_cuda_rows.h; default block form).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "core/check.h"
 #include "pagedattn/error.h"
 #include "pagedattn/planner.h"
+#include "tools/bench_cuda_rows.h"
 #include "tools/commands.h"
 #include "tools/report.h"
 
@@ -33,6 +36,9 @@ struct PlanBenchOptions {
   int32_t alloc_page_size = 64;
   double min_time = 0.1;
   std::string json_path;
+  std::string device = "cpu";
+  bool forms_given = false;
+  int32_t reps = 0;  // --device cuda: samples per figure
 };
 
 // The engine's tables for `batch` requests of `kv_len` tokens, pages shuffled over the pool.
@@ -70,6 +76,8 @@ BenchTables make_tables(bool slot_form, int32_t batch, int32_t kv_len, int32_t a
 std::string micros(double ns) { return fmt::format("{:.3f}", ns / 1e3); }
 
 void run_bench_plan(const PlanBenchOptions& options) {
+  PA_CHECK(options.device == "cpu" || options.device == "cuda",
+           "bench plan: --device '{}', expected cpu or cuda", options.device);
   PA_CHECK(options.alloc_page_size >= 1, "bench plan: --alloc-page-size {}, expected >= 1",
            options.alloc_page_size);
   for (int32_t p : options.page_sizes) {
@@ -86,6 +94,20 @@ void run_bench_plan(const PlanBenchOptions& options) {
   for (const std::string& form : options.forms) {
     PA_CHECK(form == "block" || form == "slot", "bench plan: --form '{}', expected block or slot",
              form);
+  }
+  if (options.device == "cuda") {
+    CudaRowsOptions c;
+    c.bench = CudaBench::kPlan;
+    c.batches = options.batches;
+    c.kv_lens = options.kv_lens;
+    c.page_sizes = options.page_sizes;
+    if (options.forms_given) c.forms = options.forms;
+    c.alloc_page_size = options.alloc_page_size;
+    c.reps = options.reps;
+    c.json_path = options.json_path;
+    const CudaRowsStatus status = run_cuda_rows(c);
+    if (!status.ran) fmt::print("{}\n", status.note);
+    return;
   }
   TimingOptions timing;
   timing.min_total_seconds = options.min_time;
@@ -209,7 +231,15 @@ void add_bench_plan_command(CLI::App& bench) {
       },
       "A small grid (B 1,64; kv_len 1k; short timing)");
   cmd->add_option("--json", options->json_path, "Also write the results as JSON to FILE");
-  cmd->callback([options] { run_bench_plan(*options); });
+  cmd->add_option("--device", options->device,
+                  "cpu (host planner vs memcpy) or cuda (host planner vs GPU planner; default "
+                  "form block)")
+      ->capture_default_str();
+  cmd->add_option("--reps", options->reps, "--device cuda: samples per figure (default 10)");
+  cmd->callback([options, cmd] {
+    options->forms_given = cmd->count("--form") > 0;
+    run_bench_plan(*options);
+  });
 }
 
 }  // namespace

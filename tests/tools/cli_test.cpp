@@ -4,52 +4,22 @@
 // The binary is found beside the test's build directory (<build>/pagedattn); when it was not
 // built the tests skip.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tools/cli_util.h"
+
 namespace pagedattn {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path cli_path() {
-  const fs::path self = fs::read_symlink("/proc/self/exe");
-  return self.parent_path().parent_path() / "pagedattn";
-}
-
-struct CliRun {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
-
-CliRun run_cli(const std::string& arguments) {
-  CliRun run;
-  const std::string command = cli_path().string() + " " + arguments + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  std::array<char, 4096> buffer{};
-  size_t got = 0;
-  while ((got = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
-    run.output.append(buffer.data(), got);
-  }
-  const int raw = ::pclose(pipe);
-  run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return run;
-}
-
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!fs::exists(cli_path())) GTEST_SKIP() << "pagedattn binary not built at " << cli_path();
-  }
-};
+using testing::CliRun;
+using testing::run_cli;
+using Cli = testing::CliTest;
 
 TEST_F(Cli, PlanBlockTableAsJson) {
   const CliRun run = run_cli(
