@@ -56,13 +56,17 @@ void choose_kv_split(const CudaWorkspace& ws, int64_t num_pages_hint, int32_t he
   if (ctas == 0 || ctas >= sms) return;
   const int64_t kv_bound = num_pages_hint * p.page_size;  // >= the longest request's kv_len
   if (kv_bound > (int64_t{1} << 30)) return;
-  const int64_t wanted = std::min(kMaxChunks, ceil_div(2 * sms, ctas));
+  // Chunks sized from the mean length (kv_bound / B) so that a request of that length takes about
+  // `wanted` of them; longer requests take more (up to kMaxChunks, the last one runs to kv_len),
+  // shorter ones leave their extra chunks' CTAs to exit at once.
+  const int64_t wanted = ceil_div(2 * sms, ctas);
   const int64_t chunk_tokens = std::max(
-      kMinChunkTokens, round_up(ceil_div(kv_bound, wanted), int64_t{prefill::kChunkAlign}));
+      kMinChunkTokens,
+      round_up(ceil_div(kv_bound, int64_t{p.batch_size} * wanted), int64_t{prefill::kChunkAlign}));
   const int64_t per_chunk = p.num_qo_rows * p.num_qo_heads;
   const int64_t fits = std::min(ws.partial_out_capacity() / (per_chunk * head_dim_vo),
                                 ws.partial_lse_capacity() / per_chunk);
-  const int64_t chunks = std::min(ceil_div(kv_bound, chunk_tokens), fits);
+  const int64_t chunks = std::min({ceil_div(kv_bound, chunk_tokens), fits, kMaxChunks});
   if (chunks < 2) return;
   p.num_kv_chunks = static_cast<int32_t>(chunks);
   // With fewer chunks than wanted (the buffers) the last one runs to kv_len anyway (kernel.cuh).
