@@ -1,5 +1,6 @@
-// The CPU attention kernel: one work item (request, query tile, KV chunk) for one KV head, then
-// the merge of split items.
+// The CPU attention kernel: one work item (request, query tile, KV chunk) for one KV head or, in
+// NHD decode, for all KV heads (block by block, every head's rows before the next block), then the
+// merge of split items.
 //
 // Per item: the query tile (tokens x group heads) is converted to f32 and pre-multiplied by
 // sm_scale (and the fp8 K scale), so that a dot product is the logit. The KV chunk is walked in
@@ -91,26 +92,31 @@ Scratch carve(float* base, int64_t max_rows, int32_t dim_qk_cap, int32_t dim_vo_
   return s;
 }
 
-void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scratch& sc,
-              float* partial_out, float* partial_lse) {
+// Runs `item` for KV heads [head0, head0 + num_heads). Head hh's rows sit at hh * rows in the
+// scratch arrays (q, acc, s, m, l, alpha); the caller guarantees num_heads * rows <= max rows.
+void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num_heads,
+              const Scratch& sc, float* partial_out, float* partial_lse) {
   const int32_t r = item.request;
   const int64_t kv_len = p.kv_len(r);
   const int64_t q_len = p.q_end(r) - p.q_begin(r);
   const int64_t tokens = item.q_end - item.q_begin;
   const int32_t group = p.group;
-  const int32_t rows = static_cast<int32_t>(tokens * group);
+  const int32_t rows = static_cast<int32_t>(tokens * group);  // per KV head
+  const int32_t all_rows = rows * num_heads;
   const int32_t dqk = p.dim_qk, dvo = p.dim_vo;
 
-  // Query tile, pre-scaled: row = token * group + g, head = kv_head * group + g.
+  // Query tile, pre-scaled: row = hh * rows + token * group + g, head = (head0 + hh) * group + g.
   const float q_scale = p.sm_scale * p.k_scale;
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int32_t g = 0; g < group; ++g) {
-      const int64_t head = int64_t{kv_head} * group + g;
-      float* dst = sc.q + (t * group + g) * dqk;
-      to_f32(row_ptr(p.q, item.q_begin + t, head), p.q.dtype, dst, p.q.dim, q_scale);
-      if (p.latent) {
-        to_f32(row_ptr(p.q_rope, item.q_begin + t, head), p.q_rope.dtype, dst + p.q.dim,
-               p.q_rope.dim, q_scale);
+  for (int32_t hh = 0; hh < num_heads; ++hh) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int32_t g = 0; g < group; ++g) {
+        const int64_t head = int64_t{head0 + hh} * group + g;
+        float* dst = sc.q + (int64_t{hh} * rows + t * group + g) * dqk;
+        to_f32(row_ptr(p.q, item.q_begin + t, head), p.q.dtype, dst, p.q.dim, q_scale);
+        if (p.latent) {
+          to_f32(row_ptr(p.q_rope, item.q_begin + t, head), p.q_rope.dtype, dst + p.q.dim,
+                 p.q_rope.dim, q_scale);
+        }
       }
     }
   }
@@ -124,19 +130,20 @@ void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scr
   const int64_t end =
       std::min<int64_t>({int64_t{item.page_end} * p.page_size, kv_len, hi(tokens - 1) + 1});
 
-  std::fill(sc.m, sc.m + rows, kNegInf);
-  std::fill(sc.l, sc.l + rows, 0.0f);
-  std::fill(sc.acc, sc.acc + int64_t{rows} * dvo, 0.0f);
+  std::fill(sc.m, sc.m + all_rows, kNegInf);
+  std::fill(sc.l, sc.l + all_rows, 0.0f);
+  std::fill(sc.acc, sc.acc + int64_t{all_rows} * dvo, 0.0f);
   const int32_t* pages = p.kv_indices + p.kv_indptr[r];
   const float* v_block = p.latent ? sc.k : sc.v;
   const int32_t v_stride = p.latent ? dqk : dvo;
 
-  // Row addresses of a block's tokens, found by stepping through the request's pages (no
-  // division per token): K rows (MLA: ckv) and V rows (MLA: kpe).
+  // Row addresses of a block's tokens for head0, found by stepping through the request's pages
+  // (no division per token): K rows (MLA: ckv) and V rows (MLA: kpe). Head head0 + hh is
+  // hh * head_stride elements further.
   const int64_t element = dtype_size(p.kv_dtype);
   const PagedSource& second = p.latent ? p.k_rope : p.v;
-  const int64_t k_head = p.latent ? 0 : int64_t{kv_head} * p.k.head_stride;
-  const int64_t v_head = p.latent ? 0 : int64_t{kv_head} * p.v.head_stride;
+  const int64_t k_head = p.latent ? 0 : int64_t{head0} * p.k.head_stride;
+  const int64_t v_head = p.latent ? 0 : int64_t{head0} * p.v.head_stride;
   struct BlockRows {
     const char* k[kBlockTokens];
     const char* v[kBlockTokens];
@@ -169,9 +176,10 @@ void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scr
   // next block changed nothing (they are dropped when they miss the TLB, and every page of a
   // request is a different 4 KiB page), so the first line of each next K/V row is touched with a
   // real load (which does the page walk) and its other lines are prefetched: decode went from
-  // 7-10 to 13 GB/s. (Earlier, on the H200 host's Xeon, plain prefetches of the next block lowered
-  // NHD decode from 42 to 33 GB/s; this variant is not yet measured there.)
-  const int64_t k_bytes = int64_t{p.k.dim} * element, v_bytes = int64_t{second.dim} * element;
+  // 7-10 to 13 GB/s. For several heads the run spans from head0's row to the last head's row end
+  // (contiguous in NHD).
+  const int64_t k_bytes = ((num_heads - 1) * p.k.head_stride + p.k.dim) * element;
+  const int64_t v_bytes = ((num_heads - 1) * second.head_stride + second.dim) * element;
   auto look_ahead = [&](const BlockRows& rows_in) {
     int sink = 0;
     for (int32_t j = 0; j < rows_in.n; ++j) {
@@ -190,7 +198,9 @@ void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scr
   // Only for few rows (decode), where the block's bytes, not arithmetic, set the pace: with many
   // rows (prefill, MLA's 16-128 heads) it cost 5-13% by competing for L1 with the query tile.
   const bool read_ahead = rows <= simd::kMaxFusedRows;
-  BlockRows block, ahead;
+  const int64_t k_head_bytes = p.k.head_stride * element,
+                v_head_bytes = second.head_stride * element;
+  BlockRows block, ahead, shifted;
   locate(begin, ahead);
   if (read_ahead) look_ahead(ahead);
   for (int64_t t0 = begin; t0 < end; t0 += kBlockTokens) {
@@ -198,64 +208,81 @@ void run_item(const Problem& p, const WorkItem& item, int32_t kv_head, const Scr
     locate(t0 + kBlockTokens, ahead);  // n = 0 past the end
     if (read_ahead) look_ahead(ahead);
     const int32_t n = block.n;
-    if (fused) {
-      simd::score_rows_fused(sc.q, rows, block.k, fused_elem, n, dqk, sc.s, kBlockTokens);
-    } else {
-      for (int32_t j = 0; j < n; ++j) {
-        float* k_row = sc.k + int64_t{j} * dqk;
-        to_f32(block.k[j], p.kv_dtype, k_row, p.k.dim, 1.0f);
-        to_f32(block.v[j], p.kv_dtype, p.latent ? k_row + p.k.dim : sc.v + int64_t{j} * dvo,
-               second.dim, 1.0f);
-      }
-      simd::score_block(sc.q, rows, sc.k, n, dqk, sc.s, kBlockTokens);
-    }
-    if (p.soft_cap > 0) {
-      const float cap = p.soft_cap, inv_cap = 1.0f / p.soft_cap;
-      for (int32_t row = 0; row < rows; ++row) {
-        float* s = sc.s + int64_t{row} * kBlockTokens;
-        for (int32_t j = 0; j < n; ++j) s[j] = cap * std::tanh(s[j] * inv_cap);
-      }
-    }
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int64_t key_lo = lo(t), key_hi = hi(t);
-      if (t0 >= key_lo && t0 + n - 1 <= key_hi) continue;  // block fully visible
-      for (int32_t g = 0; g < group; ++g) {
-        float* s = sc.s + (t * group + g) * kBlockTokens;
+    for (int32_t hh = 0; hh < num_heads; ++hh) {
+      const BlockRows* rows_of = &block;
+      if (hh > 0) {
         for (int32_t j = 0; j < n; ++j) {
-          if (t0 + j < key_lo || t0 + j > key_hi) s[j] = kNegInf;
+          shifted.k[j] = block.k[j] + hh * k_head_bytes;
+          shifted.v[j] = block.v[j] + hh * v_head_bytes;
+        }
+        rows_of = &shifted;
+      }
+      const int64_t row0 = int64_t{hh} * rows;
+      const float* q = sc.q + row0 * dqk;
+      float* scores = sc.s + row0 * kBlockTokens;
+      float* acc = sc.acc + row0 * dvo;
+      if (fused) {
+        simd::score_rows_fused(q, rows, rows_of->k, fused_elem, n, dqk, scores, kBlockTokens);
+      } else {
+        for (int32_t j = 0; j < n; ++j) {
+          float* k_row = sc.k + int64_t{j} * dqk;
+          to_f32(rows_of->k[j], p.kv_dtype, k_row, p.k.dim, 1.0f);
+          to_f32(rows_of->v[j], p.kv_dtype, p.latent ? k_row + p.k.dim : sc.v + int64_t{j} * dvo,
+                 second.dim, 1.0f);
+        }
+        simd::score_block(q, rows, sc.k, n, dqk, scores, kBlockTokens);
+      }
+      if (p.soft_cap > 0) {
+        const float cap = p.soft_cap, inv_cap = 1.0f / p.soft_cap;
+        for (int32_t row = 0; row < rows; ++row) {
+          float* s = scores + int64_t{row} * kBlockTokens;
+          for (int32_t j = 0; j < n; ++j) s[j] = cap * std::tanh(s[j] * inv_cap);
         }
       }
-    }
-    simd::softmax_block(sc.s, rows, n, kBlockTokens, sc.m, sc.l, sc.alpha);
-    if (fused) {
-      simd::accumulate_rows_fused(sc.acc, rows, sc.alpha, sc.s, kBlockTokens, block.v, fused_elem,
-                                  n, dvo);
-    } else {
-      simd::accumulate_block(sc.acc, rows, sc.alpha, sc.s, kBlockTokens, v_block, v_stride, n, dvo);
+      for (int64_t t = 0; t < tokens; ++t) {
+        const int64_t key_lo = lo(t), key_hi = hi(t);
+        if (t0 >= key_lo && t0 + n - 1 <= key_hi) continue;  // block fully visible
+        for (int32_t g = 0; g < group; ++g) {
+          float* s = scores + (t * group + g) * kBlockTokens;
+          for (int32_t j = 0; j < n; ++j) {
+            if (t0 + j < key_lo || t0 + j > key_hi) s[j] = kNegInf;
+          }
+        }
+      }
+      simd::softmax_block(scores, rows, n, kBlockTokens, sc.m + row0, sc.l + row0, sc.alpha + row0);
+      if (fused) {
+        simd::accumulate_rows_fused(acc, rows, sc.alpha + row0, scores, kBlockTokens, rows_of->v,
+                                    fused_elem, n, dvo);
+      } else {
+        simd::accumulate_block(acc, rows, sc.alpha + row0, scores, kBlockTokens, v_block, v_stride,
+                               n, dvo);
+      }
     }
   }
 
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int32_t g = 0; g < group; ++g) {
-      const int32_t row = static_cast<int32_t>(t * group + g);
-      const int64_t head = int64_t{kv_head} * group + g;
-      const bool seen = sc.l[row] > 0;
-      float* acc = sc.acc + int64_t{row} * dvo;
-      const float scale = seen ? p.v_scale / sc.l[row] : 0.0f;
-      const float lse = seen ? sc.m[row] + std::log(sc.l[row]) : kNegInf;
-      const int64_t abs_row = item.q_begin + t;
-      if (item.partial >= 0) {
-        const int64_t prow = item.partial + t * p.heads + head;
-        simd::convert_f32(acc, partial_out + prow * dvo, dvo, scale);
-        partial_lse[prow] = lse;
-        continue;
+  for (int32_t hh = 0; hh < num_heads; ++hh) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int32_t g = 0; g < group; ++g) {
+        const int32_t row = static_cast<int32_t>(hh * rows + t * group + g);
+        const int64_t head = int64_t{head0 + hh} * group + g;
+        const bool seen = sc.l[row] > 0;
+        float* acc = sc.acc + int64_t{row} * dvo;
+        const float scale = seen ? p.v_scale / sc.l[row] : 0.0f;
+        const float lse = seen ? sc.m[row] + std::log(sc.l[row]) : kNegInf;
+        const int64_t abs_row = item.q_begin + t;
+        if (item.partial >= 0) {
+          const int64_t prow = item.partial + t * p.heads + head;
+          simd::convert_f32(acc, partial_out + prow * dvo, dvo, scale);
+          partial_lse[prow] = lse;
+          continue;
+        }
+        if (!seen) std::fill(acc, acc + dvo, 0.0f);  // acc may hold 0 * NaN-free zeros anyway
+        from_f32(acc,
+                 p.out + (abs_row * p.out_row_stride + head * p.out_head_stride) *
+                             dtype_size(p.out_dtype),
+                 p.out_dtype, dvo, scale);
+        if (p.lse) p.lse[abs_row * p.lse_row_stride + head * p.lse_head_stride] = lse;
       }
-      if (!seen) std::fill(acc, acc + dvo, 0.0f);  // acc may hold 0 * NaN-free zeros anyway
-      from_f32(
-          acc,
-          p.out + (abs_row * p.out_row_stride + head * p.out_head_stride) * dtype_size(p.out_dtype),
-          p.out_dtype, dvo, scale);
-      if (p.lse) p.lse[abs_row * p.lse_row_stride + head * p.lse_head_stride] = lse;
     }
   }
 }
@@ -328,7 +355,9 @@ void run_problem(CpuWorkspace& ws, const Problem& p) {
            plan.page_size, plan.total_pages, plan.total_rows, op_name(p.op), p.batch, p.heads,
            p.kv_heads, p.dim_qk, p.dim_vo, p.page_size, total_pages, total_rows);
 
-  const int64_t units = int64_t{plan.num_items} * p.kv_heads;
+  const int32_t heads_per_unit = plan.heads_per_unit;
+  const int64_t head_units = p.kv_heads / heads_per_unit;
+  const int64_t units = int64_t{plan.num_items} * head_units;
   const int32_t dim_qk_cap = std::min((ws.limits().max_head_dim + 15) / 16 * 16, kMaxHeadDimQk);
   const int32_t dim_vo_cap = std::min(dim_qk_cap, kMaxHeadDimVo);
   const int64_t max_rows = ws.max_rows_per_item();
@@ -340,8 +369,8 @@ void run_problem(CpuWorkspace& ws, const Problem& p) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(item_threads) if (item_threads > 1)
   for (int64_t u = 0; u < units; ++u) {
     const Scratch sc = carve(ws.scratch(thread_id()), max_rows, dim_qk_cap, dim_vo_cap);
-    run_item(p, ws.items[u / p.kv_heads], static_cast<int32_t>(u % p.kv_heads), sc, partial_out,
-             partial_lse);
+    run_item(p, ws.items[u / head_units], static_cast<int32_t>(u % head_units) * heads_per_unit,
+             heads_per_unit, sc, partial_out, partial_lse);
   }
   if (plan.num_merges == 0) return;
   const int32_t merge_threads = std::max(1, std::min(ws.threads(), plan.num_merges));

@@ -116,6 +116,13 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
            plan.total_rows, limits.max_qo_rows);
   const int32_t group = plan.heads / plan.kv_heads;
   plan.tile_tokens = std::max(1, kTileRows / group);
+  // NHD decode: one unit per item covers every KV head (one query row per request, so its
+  // Hq rows fit the per-thread scratch sized for max(kTileRows, max_qo_heads) rows). With P = 1
+  // the two layouts are the same bytes.
+  const bool all_heads = op.op == OpKind::kDecode && plan.kv_heads > 1 &&
+                         (op.layout == KvLayout::kNHD || op.page_size == 1);
+  plan.heads_per_unit = all_heads ? plan.kv_heads : 1;
+  const int64_t head_units = plan.kv_heads / plan.heads_per_unit;
 
   // Units without splitting, and the page work they carry.
   int64_t units = 0, weighted_pages = 0, max_pages = 0;
@@ -127,8 +134,8 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
   }
   const int32_t threads = ws.threads();
   int64_t chunk_pages = 0;
-  if (threads > 1 && units * plan.kv_heads < 2 * int64_t{threads}) {
-    const int64_t target_items = ceil_div(4 * int64_t{threads}, plan.kv_heads);
+  if (threads > 1 && units * head_units < 2 * int64_t{threads}) {
+    const int64_t target_items = ceil_div(4 * int64_t{threads}, head_units);
     chunk_pages =
         std::max(ceil_div(kMinChunkTokens, plan.page_size), ceil_div(weighted_pages, target_items));
     if (chunk_pages >= max_pages) chunk_pages = 0;

@@ -1,11 +1,13 @@
 // The CPU backend's workspace and work partition.
 //
-// A work item is (request, tile of its query rows, chunk of its KV pages); each item runs for
-// every KV head, so the parallel loop is items x num_kv_heads. Query rows are tiled so that one
-// item's accumulators (rows x group query heads x head_dim_vo floats) stay in L2; KV is split into
-// chunks only when there are too few (request, tile, head) units to keep every thread busy
-// (B = 1 with a long context), and split items write f32 partial outputs with their lse, which a
-// merge pass combines (weights exp(lse_i - max lse)).
+// A work item is (request, tile of its query rows, chunk of its KV pages); a unit of the parallel
+// loop is an item for a range of KV heads: one head (prefill, MLA, HND decode), or all of them for
+// NHD decode, where a token's K (and V) for every head is one contiguous run (Hkv x D elements),
+// so one unit streams whole pages instead of Hkv threads each reading D-element pieces of them.
+// Query rows are tiled so that one item's accumulators (rows x group query heads x head_dim_vo
+// floats) stay in L2; KV is split into chunks only when there are too few units to keep every
+// thread busy (B = 1 with a long context; B = 16 with all-heads units), and split items write f32
+// partial outputs with their lse, which a merge pass combines (weights exp(lse_i - max lse)).
 //
 // All buffers are sized once by create_workspace() from WorkspaceLimits and the thread count;
 // plan() fills the item list without allocating and falls back to larger chunks (fewer partials)
@@ -49,7 +51,8 @@ struct CpuPlan {
   int64_t total_rows = 0;
   uint64_t fingerprint = 0;  // of kv_indptr and qo_indptr: run() refuses a plan for other metadata
   int32_t tile_tokens = 1;
-  int32_t chunk_pages = 0;  // 0: no split
+  int32_t heads_per_unit = 1;  // KV heads one unit covers: 1 or kv_heads (NHD decode)
+  int32_t chunk_pages = 0;     // 0: no split
   int32_t num_items = 0;
   int32_t num_merges = 0;
   int64_t partial_rows = 0;

@@ -1,7 +1,7 @@
 // CPU decode against the float64 reference: dtypes x head_dim x group size x page size x layout x
 // lengths (1, P-1, P, P+1, long), shuffled pages, allocation pages larger than P, padding,
-// soft-cap, sliding window, split KV, page-size invariance. Each case varies one axis around a
-// base so the table stays small enough for the sanitizer build.
+// soft-cap, sliding window, split KV (one KV head, and all heads per unit), page-size invariance.
+// Each case varies one axis around a base so the table stays small enough for the sanitizer build.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -118,6 +118,17 @@ TEST_P(DecodeTest, MatchesReferenceWithSplitKv) {
   spec.num_qo_heads = std::max(1, GetParam().num_qo_heads / GetParam().num_kv_heads);
   const uint64_t seed = fresh_seed();
   const std::string report = run_and_check(spec, seed, {.threads = 8});
+  EXPECT_TRUE(report.empty()) << report;
+}
+
+// With every KV head kept and 16 threads: NHD (and P = 1) decode runs one unit per item over all
+// KV heads, so a batch this small splits each request's KV into chunks; the empty request and the
+// short one stay whole.
+TEST_P(DecodeTest, MatchesReferenceWithSplitKvAllHeads) {
+  CaseSpec spec = GetParam();
+  spec.kv_lens = {700, 0, 5};
+  const uint64_t seed = fresh_seed();
+  const std::string report = run_and_check(spec, seed, {.threads = 16});
   EXPECT_TRUE(report.empty()) << report;
 }
 
