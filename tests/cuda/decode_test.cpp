@@ -7,6 +7,9 @@
 // table stays small enough for compute-sanitizer. Outputs are poisoned (0xFF) before each run.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "common/test_util.h"
 #include "cuda/cuda_test_util.h"
 
@@ -210,6 +213,33 @@ TEST(CudaDecode, PageSizeInvariance) {
     const std::string report =
         compare(outputs[i], outputs[0], tolerance_for(DType::kBF16), "P vs P=1");
     EXPECT_TRUE(report.empty()) << "seed " << seed << "\n" << report;
+  }
+}
+
+// The side-by-side switches (decode.cpp) keep bf16/f16 KV correct: the CUDA-core kernel
+// (PAGEDATTN_DECODE_KERNEL=cuda_core) and KV loads with the evict-first L2 policy
+// (PAGEDATTN_DECODE_L2=evict_first), on a split case and a soft-capped f16 case.
+TEST(CudaDecode, BenchmarkSwitchesStayCorrect) {
+  PA_REQUIRE_GPU();
+  CaseSpec split = base_decode();
+  split.num_qo_heads = 32;
+  split.num_kv_heads = 8;
+  split.kv_lens = {3000, 0, 40};
+  CaseSpec capped = base_decode();
+  capped.q_dtype = capped.kv_dtype = DType::kF16;
+  capped.logits_soft_cap = 5.0f;
+  capped.value_range = 3.0f;
+  for (const char* name :
+       {"PAGEDATTN_DECODE_KERNEL=cuda_core", "PAGEDATTN_DECODE_L2=evict_first"}) {
+    const std::string text(name);
+    const size_t eq = text.find('=');
+    const std::string variable = text.substr(0, eq);
+    ASSERT_EQ(setenv(variable.c_str(), text.substr(eq + 1).c_str(), 1), 0);
+    for (const CaseSpec& spec : {split, capped}) {
+      const std::string report = check_cuda_decode(spec, fresh_seed());
+      EXPECT_TRUE(report.empty()) << name << " " << spec.name() << "\n" << report;
+    }
+    unsetenv(variable.c_str());
   }
 }
 

@@ -12,6 +12,8 @@
 #include "cuda/decode/decode.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/check.h"
 #include "cuda/decode/decode_params.h"
@@ -30,6 +32,16 @@ void check_meta_i32(std::string_view name, const TensorView& view, int64_t min_e
 }
 
 bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+// Side-by-side switches for benchmarks, read per call: PAGEDATTN_DECODE_KERNEL=cuda_core runs the
+// CUDA-core kernel for bf16/f16 KV too; PAGEDATTN_DECODE_L2=evict_first loads KV with the
+// evict-first L2 policy (measured on the H200: +7% at B = 1, where the KV is a few L2s and the
+// L2's dirty lines are not written back inside the call, but -5% at 16-64 x 8192; see
+// bench/RESULTS.md), so the default is the normal policy.
+bool env_is(const char* name, std::string_view value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string_view(env) == value;
+}
 
 }  // namespace
 
@@ -183,11 +195,15 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.soft_cap_log2 = cap * kLog2e;
   params.v_scale = args.kv.v_scale;
   params.window_left = args.options.window_left;
+  params.kv_evict_first = env_is("PAGEDATTN_DECODE_L2", "evict_first");
   params.partition = workspace.partition();
   params.partial_out = workspace.partial_out();
   params.partial_lse = workspace.partial_lse();
 
-  launch_decode(params, dim, args.q.dtype, op.kv_dtype, grid_items, args.stream);
+  const DecodeKernel kernel = env_is("PAGEDATTN_DECODE_KERNEL", "cuda_core")
+                                  ? DecodeKernel::kCudaCore
+                                  : DecodeKernel::kTensorCore;
+  launch_decode(params, dim, args.q.dtype, op.kv_dtype, kernel, grid_items, args.stream);
 }
 
 }  // namespace pagedattn::cuda

@@ -3,7 +3,8 @@
 // the CUDA-core kernel for fp8 KV (decode_d*.cu). No fmt here (nvcc host passes cannot
 // compile it); errors go through throw_error.
 //
-// Merge: one CTA per (request, query head), exiting at once for requests served by one item:
+// Merge: one CTA per (request, query head), exiting at once for requests served by one item
+// (head_dim <= 256):
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,7 +21,30 @@ namespace pagedattn::cuda {
 namespace {
 
 constexpr int kMergeThreads = 128;
+constexpr int kMergeWarps = kMergeThreads / 32;
+constexpr int kMergeTile = 512;  // item weights held in shared memory at a time
 
+// Max or sum of `value` over the CTA (every thread gets the result). `scratch`: kMergeWarps floats.
+template <bool kMax>
+__device__ float block_reduce(float value, float* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, value, offset);
+    value = kMax ? fmaxf(value, other) : value + other;
+  }
+  __syncthreads();  // scratch is free (an earlier reduction's readers are done)
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = value;
+  __syncthreads();
+  value = scratch[0];
+#pragma unroll
+  for (int w = 1; w < kMergeWarps; ++w)
+    value = kMax ? fmaxf(value, scratch[w]) : value + scratch[w];
+  return value;
+}
+
+// The items' lse are read by all threads at once and reduced over the CTA; the weighted sum over
+// items then runs with independent loads (unrolled), so a request split into many items costs a
+// few memory latencies, not one per item.
 template <class QT>
 __global__ void __launch_bounds__(kMergeThreads)
     merge_kernel(const PartitionView partition, const float* partial_out, const float* partial_lse,
@@ -31,31 +55,58 @@ __global__ void __launch_bounds__(kMergeThreads)
   // Launched as a programmatic dependent of the decode kernel: wait for its partials.
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  __shared__ float scratch[kMergeWarps];
+  __shared__ float weights[kMergeTile];
   const int request = blockIdx.x;
   const int h = blockIdx.y;
   const int first = partition.merge_indptr[request];
   const int last = partition.merge_indptr[request + 1];
   if (last - first <= 1) return;
   float max_lse = -INFINITY;
-  for (int i = first; i < last; ++i) max_lse = fmaxf(max_lse, partial_lse[i * num_qo_heads + h]);
-  float weight_sum = 0.0f;
-  for (int i = first; i < last; ++i) {
-    const float part = partial_lse[i * num_qo_heads + h];
-    weight_sum += max_lse == -INFINITY ? 0.0f : __expf(part - max_lse);
+  for (int i = first + threadIdx.x; i < last; i += kMergeThreads) {
+    max_lse = fmaxf(max_lse, partial_lse[int64_t{i} * num_qo_heads + h]);
   }
-  const float total_lse = weight_sum > 0.0f ? max_lse + __logf(weight_sum) : -INFINITY;
-  for (int d = threadIdx.x; d < head_dim; d += kMergeThreads) {
-    float value = 0.0f;
-    if (weight_sum > 0.0f) {
-      for (int i = first; i < last; ++i) {
-        const float weight = __expf(partial_lse[i * num_qo_heads + h] - total_lse);
-        value += weight * partial_out[(int64_t{i} * num_qo_heads + h) * head_dim + d];
-      }
+  max_lse = block_reduce<true>(max_lse, scratch);
+  float weight_sum = 0.0f;
+  if (max_lse != -INFINITY) {
+    for (int i = first + threadIdx.x; i < last; i += kMergeThreads) {
+      weight_sum += __expf(partial_lse[int64_t{i} * num_qo_heads + h] - max_lse);
     }
+  }
+  weight_sum = block_reduce<false>(weight_sum, scratch);
+  const float total_lse = weight_sum > 0.0f ? max_lse + __logf(weight_sum) : -INFINITY;
+
+  constexpr int kMaxDimsPerThread = 2;  // head_dim <= 256
+  float value[kMaxDimsPerThread] = {0.0f, 0.0f};
+  for (int base = first; base < last; base += kMergeTile) {
+    const int count = min(kMergeTile, last - base);
+    __syncthreads();  // the previous tile's weights are consumed
+    for (int i = threadIdx.x; i < count; i += kMergeThreads) {
+      weights[i] = weight_sum > 0.0f
+                       ? __expf(partial_lse[int64_t{base + i} * num_qo_heads + h] - total_lse)
+                       : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kMaxDimsPerThread; ++j) {
+      const int d = threadIdx.x + j * kMergeThreads;
+      if (d >= head_dim) continue;
+      const float* column = partial_out + (int64_t{base} * num_qo_heads + h) * head_dim + d;
+      const int64_t item_stride = int64_t{num_qo_heads} * head_dim;
+      float sum = 0.0f;
+#pragma unroll 8
+      for (int i = 0; i < count; ++i) sum += weights[i] * column[i * item_stride];
+      value[j] += sum;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxDimsPerThread; ++j) {
+    const int d = threadIdx.x + j * kMergeThreads;
+    if (d >= head_dim) continue;
     if constexpr (std::is_same_v<QT, __half>) {
-      out[request * out_stride_batch + h * out_stride_head + d] = __float2half_rn(value);
+      out[request * out_stride_batch + h * out_stride_head + d] = __float2half_rn(value[j]);
     } else {
-      out[request * out_stride_batch + h * out_stride_head + d] = __float2bfloat16_rn(value);
+      out[request * out_stride_batch + h * out_stride_head + d] = __float2bfloat16_rn(value[j]);
     }
   }
   if (lse != nullptr && threadIdx.x == 0) {
@@ -64,25 +115,28 @@ __global__ void __launch_bounds__(kMergeThreads)
 }
 
 template <int kHeadDim, class QT>
-void launch_for_kv(DType kv_dtype, const DecodeParams& params, int grid_items, void* stream) {
+void launch_for_kv(DType kv_dtype, DecodeKernel kernel, const DecodeParams& params, int grid_items,
+                   void* stream) {
   // KV of q's type: tensor cores. fp8 KV: the CUDA-core kernel (converts while it reads).
   if (kv_dtype == DType::kFP8E4M3) {
     launch_decode_kernel<kHeadDim, QT, __nv_fp8_e4m3>(params, grid_items, stream);
+  } else if (kernel == DecodeKernel::kCudaCore) {
+    launch_decode_kernel<kHeadDim, QT, QT>(params, grid_items, stream);
   } else {
     launch_decode_tc_kernel<kHeadDim, QT>(params, grid_items, stream);
   }
 }
 
 template <class QT>
-void launch_for_head_dim(int head_dim, DType kv_dtype, const DecodeParams& params, int grid_items,
-                         void* stream) {
+void launch_for_head_dim(int head_dim, DType kv_dtype, DecodeKernel kernel,
+                         const DecodeParams& params, int grid_items, void* stream) {
   switch (head_dim) {
     case 64:
-      return launch_for_kv<64, QT>(kv_dtype, params, grid_items, stream);
+      return launch_for_kv<64, QT>(kv_dtype, kernel, params, grid_items, stream);
     case 128:
-      return launch_for_kv<128, QT>(kv_dtype, params, grid_items, stream);
+      return launch_for_kv<128, QT>(kv_dtype, kernel, params, grid_items, stream);
     case 256:
-      return launch_for_kv<256, QT>(kv_dtype, params, grid_items, stream);
+      return launch_for_kv<256, QT>(kv_dtype, kernel, params, grid_items, stream);
     default:
       throw_error("decode: head_dim " + std::to_string(head_dim) + " (supported: 64, 128, 256)");
   }
@@ -91,11 +145,11 @@ void launch_for_head_dim(int head_dim, DType kv_dtype, const DecodeParams& param
 }  // namespace
 
 void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DType kv_dtype,
-                   int grid_items, void* stream) {
+                   DecodeKernel kernel, int grid_items, void* stream) {
   if (q_dtype == DType::kBF16) {
-    launch_for_head_dim<__nv_bfloat16>(head_dim, kv_dtype, params, grid_items, stream);
+    launch_for_head_dim<__nv_bfloat16>(head_dim, kv_dtype, kernel, params, grid_items, stream);
   } else {
-    launch_for_head_dim<__half>(head_dim, kv_dtype, params, grid_items, stream);
+    launch_for_head_dim<__half>(head_dim, kv_dtype, kernel, params, grid_items, stream);
   }
   // The merge is a programmatic dependent launch (sm_90): it is scheduled while the decode kernel
   // runs and waits for it on the device, so the launch gap between the two disappears.

@@ -39,6 +39,7 @@ struct DecodeParams {
   float soft_cap_log2;  // soft_cap * log2(e)
   float v_scale;
   int32_t window_left;  // >= 0: keys at positions >= kv_len - 1 - window_left
+  bool kv_evict_first;  // tensor-core kernel: KV lines enter L2 as evict-first, else evict-normal
   PartitionView partition;
   float* partial_out;  // [items, Hq, D]
   float* partial_lse;  // [items, Hq]
@@ -57,9 +58,12 @@ void launch_decode_kernel(const DecodeParams& params, int grid_items, void* stre
 template <int kHeadDim, class T>
 void launch_decode_tc_kernel(const DecodeParams& params, int grid_items, void* stream);
 
+// Which decode kernel serves KV of q's dtype (fp8 KV always takes the CUDA-core kernel).
+enum class DecodeKernel { kTensorCore, kCudaCore };
+
 // The decode kernel for (head_dim, q dtype, KV dtype), then the merge of split requests
 // (decode_launch.cu).
 void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DType kv_dtype,
-                   int grid_items, void* stream);
+                   DecodeKernel kernel, int grid_items, void* stream);
 
 }  // namespace pagedattn::cuda

@@ -12,8 +12,9 @@
 //   load  cp.async 16-byte chunks, two token rows of D per warp instruction (coalesced); lane t
 //         finds the page of token t once (kv_indices read one step ahead, so its latency hides
 //         behind the compute) and the lanes exchange it by shuffle. Rows past the chunk's end are
-//         zero-filled. Rows are XOR-swizzled by 16-byte chunk (chunk ^ row % 8): the ldmatrix
-//         reads below are free of bank conflicts.
+//         zero-filled (the L2 policy of the KV lines is a parameter: normal, or evict-first). Rows
+//         are XOR-swizzled by 16-byte chunk (chunk ^ row % 8): the ldmatrix reads below are free of
+//         bank conflicts.
 //   S     = Q K^T: Q's A fragments (ldmatrix from shared memory, kept in registers for D <= 128),
 //         K's B fragments by ldmatrix; f32 accumulators, scaled (and soft-capped) in f32.
 //   soft  rows live in 4 lanes: max by two shuffles, exp2 in place, per-lane partial sums.
@@ -80,6 +81,29 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
+}
+
+// The L2 policy of the KV loads: evict-normal (default), or evict-first, under which streaming
+// the cache does not evict what other kernels keep in L2 (nor write their dirty lines back
+// inside this kernel).
+__device__ __forceinline__ uint64_t kv_load_policy(bool evict_first) {
+  uint64_t policy;
+  if (evict_first) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+  }
+  return policy;
+}
+
+// cp_async_16 (zero fill when !valid) with an L2 cache policy.
+__device__ __forceinline__ void cp_async_16_policy(void* smem, const void* gmem, bool valid,
+                                                   uint64_t policy) {
+  const uint32_t dst = smem_address(smem);
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+               "l"(gmem), "r"(src_bytes), "l"(policy)
+               : "memory");
 }
 
 // d += a b for one m16n8k16 tile; T picks the 16-bit input type.
@@ -172,6 +196,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   T* v_ring = k_ring + C::kStages * C::kStepElems;
   const T* k_cache = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
   const T* v_cache = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
+  const uint64_t stream_policy = tc::kv_load_policy(p.kv_evict_first);
   // Lane l owns token (l % kStep) of a step: its page id, read one step ahead (-1: past the end).
   auto fetch_page = [&](int j) {
     const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
@@ -199,8 +224,8 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
         v_src += row_alloc * p.v_stride_page + row_token * p.v_stride_token + chunk_in_row * 8;
       }
       const int dst = C::offset(row, chunk_in_row);
-      cp_async_16(k_stage + dst, k_src, valid);
-      cp_async_16(v_stage + dst, v_src, valid);
+      tc::cp_async_16_policy(k_stage + dst, k_src, valid, stream_policy);
+      tc::cp_async_16_policy(v_stage + dst, v_src, valid, stream_policy);
     }
   };
   int next_page;
