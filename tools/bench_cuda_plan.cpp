@@ -1,14 +1,17 @@
 // Host planner vs GPU planner on the same tables (see bench_cuda_device.h): for each form (block
-// table or token->slot table), batch, kv_len and attention page size P, the host's plan() +
-// split_kv_partition() (wall time, steady_clock, median) beside the device's plan_on_device() +
-// split_kv_on_device() (device time between CUDA events, median; no L2 flush: the tables are
-// what an engine has just written). Both validate their input. Allocation pages of
-// alloc_page_size tokens, shuffled over the pool; the split rule is the decode backend's (132-ish
-// target items: 33 per KV head group at 8 KV heads, chunks >= 256 tokens).
-//
-// Columns: host_us, gpu_us, and host/gpu (> 1: the GPU planner is faster in device time). The
-// GPU planner's figure is what a step pays on the device's critical path; the host planner's is
-// what it pays on the CPU plus the copy of its outputs (not included here).
+// table or token->slot table), batch, kv_len and attention page size P,
+//   host_us     the host's plan() + split_kv_partition(), wall time (steady_clock), median;
+//   gpu_us      the device's plan_on_device() + split_kv_on_device(), DEVICE time between CUDA
+//               events, median. The launches are queued behind a 256 MiB memset (the L2 flush
+//               of median_device_ns), so the events time the kernels back to back, not the
+//               host's launch latency (an idle GPU waiting for each launch would time the host);
+//   enqueue_us  the host time to issue those GPU planner calls (argument checks + launches, no
+//               synchronisation): what the GPU planner costs the CPU each step outside a graph.
+// Both planners validate their input; the GPU's kv_indices are compared with the host's.
+// Allocation pages of alloc_page_size tokens, shuffled over the pool; the split rule is the
+// decode backend's (33 target items = 132 SMs x 2 / 8 KV heads, chunks >= 256 tokens).
+// host/gpu > 1: the GPU planner is faster in device time than the host planner in CPU time (the
+// host planner's outputs would still have to be copied to the device: not included).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -44,10 +47,12 @@ nlohmann::json bench_planner(const PlannerBenchConfig& config, void* stream) {
     PA_CHECK(form == "block" || form == "slot", "--form '{}': expected block or slot", form);
   }
   fmt::print(
-      "\nplanner: host plan() + split_kv_partition() (wall) vs GPU plan_on_device() + "
-      "split_kv_on_device() (device time, events), A {}, shuffled pages, median of {}\n"
-      "{:>6} {:>6} {:>8} {:>4} {:>10} {:>12} {:>12} {:>9}\n",
-      alloc, config.reps, "form", "B", "kv_len", "P", "pages", "host_us", "gpu_us", "host/gpu");
+      "\nplanner: host plan() + split_kv_partition() (CPU wall) vs GPU plan_on_device() + "
+      "split_kv_on_device() (device time, launches queued; enqueue = host time to issue them), "
+      "A {}, shuffled pages, median of {}\n"
+      "{:>6} {:>6} {:>8} {:>4} {:>10} {:>10} {:>10} {:>11} {:>9}\n",
+      alloc, config.reps, "form", "B", "kv_len", "P", "pages", "host_us", "gpu_us", "enqueue_us",
+      "host/gpu");
   nlohmann::json rows = nlohmann::json::array();
   std::mt19937_64 rng(7);
   const auto s = static_cast<cudaStream_t>(stream);
@@ -124,13 +129,19 @@ nlohmann::json bench_planner(const PlannerBenchConfig& config, void* stream) {
           const cuda::DeviceSplitKvBuffers split_buffers{
               i32_view(request, capacity), i32_view(chunk, capacity), i32_view(merge_d, batch + 1),
               i32_view(info, 4)};
+          std::vector<double> enqueue_ns;
           const double gpu_ns = median_device_ns(
               [&] {
+                const auto t0 = std::chrono::steady_clock::now();
                 cuda::plan_on_device(device_input, buffers, stream);
                 cuda::split_kv_on_device(i32_view(indptr, batch + 1), batch, split, split_buffers,
                                          stream);
+                const auto t1 = std::chrono::steady_clock::now();
+                enqueue_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
               },
-              2, std::max(1, config.reps), false, stream);
+              2, std::max(1, config.reps), true, stream);
+          std::sort(enqueue_ns.begin(), enqueue_ns.end());
+          const double enqueue_us = enqueue_ns[enqueue_ns.size() / 2] / 1e3;
           cuda::read_plan_status(i32_view(status, 4), stream);
           // The GPU's kv_indices must equal the host's (a cheap end-to-end check of the row).
           std::vector<int32_t> gpu_indices(pages);
@@ -139,8 +150,9 @@ nlohmann::json bench_planner(const PlannerBenchConfig& config, void* stream) {
           PA_CUDA_CHECK(cudaStreamSynchronize(s));
           const bool same =
               std::equal(gpu_indices.begin(), gpu_indices.end(), host.kv_indices.begin());
-          fmt::print("{:>6} {:>6} {:>8} {:>4} {:>10} {:>12.1f} {:>12.1f} {:>9.2f}{}\n", form, batch,
-                     kv_len, page, pages, host_us, gpu_ns / 1e3, host_us * 1e3 / gpu_ns,
+          fmt::print("{:>6} {:>6} {:>8} {:>4} {:>10} {:>10.1f} {:>10.1f} {:>11.1f} {:>9.2f}{}\n",
+                     form, batch, kv_len, page, pages, host_us, gpu_ns / 1e3, enqueue_us,
+                     host_us * 1e3 / gpu_ns,
                      same ? "" : "  (GPU kv_indices differ from the host's!)");
           std::fflush(stdout);
           rows.push_back({{"form", form},
@@ -151,6 +163,7 @@ nlohmann::json bench_planner(const PlannerBenchConfig& config, void* stream) {
                           {"pages", pages},
                           {"host_us", host_us},
                           {"gpu_us", gpu_ns / 1e3},
+                          {"gpu_enqueue_us", enqueue_us},
                           {"host_over_gpu", host_us * 1e3 / gpu_ns},
                           {"indices_equal", same}});
         }

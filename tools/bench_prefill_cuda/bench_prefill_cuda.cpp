@@ -1,7 +1,10 @@
 // bench_prefill_cuda: the CUDA prefill kernel's TFLOP/s on the rows (Llama-3-8B shape:
 // 32 query heads, 8 KV heads, head_dim 128, bf16, pages in random order), printed beside a cuBLAS
 // bf16 matmul (8192^3) measured in the same run, so the ratio is what to read. A standalone,
-// gtest-free executable until `pagedattn bench prefill --device cuda` carries these rows.
+// gtest-free executable, not built by CMake. `pagedattn bench prefill --device cuda` now carries
+// the rows on device-generated data (tools/bench_cuda_prefill.cpp;
+// PAGEDATTN_PREFILL_KERNEL=mma selects the mma.sync kernel there too); this file stays for the
+// side-by-side kernel comparison.
 //
 // Each row times the default kernel (wgmma on Hopper) and the mma.sync kernel
 // (PAGEDATTN_PREFILL_KERNEL=mma). Timing: CUDA events around each launch, the L2 flushed (a 256 MiB
