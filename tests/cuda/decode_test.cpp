@@ -168,6 +168,17 @@ std::vector<CaseSpec> cuda_decode_cases() {
     spec.kv_lens = {5, 300, 1100};
     cases.push_back(spec);
   }
+  // Every group size 1 .. 16 and two past one row tile (17, 33) on two KV heads, layouts and
+  // dtypes alternating: rows of the MMA past the group are padding that must stay out.
+  for (int32_t group : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 33}) {
+    CaseSpec spec = base_decode();
+    spec.num_qo_heads = 2 * group;
+    spec.num_kv_heads = 2;
+    spec.q_dtype = spec.kv_dtype = group % 2 == 1 ? DType::kF16 : DType::kBF16;
+    spec.layout = group % 4 < 2 ? KvLayout::kNHD : KvLayout::kHND;
+    spec.kv_lens = {1, 70, 333};
+    cases.push_back(spec);
+  }
   {
     CaseSpec spec = base_decode();
     spec.q_dtype = spec.kv_dtype = DType::kF16;
