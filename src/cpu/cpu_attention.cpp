@@ -363,9 +363,8 @@ void run_problem(CpuWorkspace& ws, const Problem& p) {
   const int64_t max_rows = ws.max_rows_per_item();
   float* partial_out = ws.partial_out.data();
   float* partial_lse = ws.partial_lse.data();
-  // Small steps (a few decode requests) do not wake more threads than there are units.
-  const int32_t item_threads =
-      static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(ws.threads(), units)));
+  // Small steps do not wake more threads than they have units or work for (cpu_plan.h).
+  const int32_t item_threads = plan.threads;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(item_threads) if (item_threads > 1)
   for (int64_t u = 0; u < units; ++u) {
     const Scratch sc = carve(ws.scratch(thread_id()), max_rows, dim_qk_cap, dim_vo_cap);
@@ -373,7 +372,7 @@ void run_problem(CpuWorkspace& ws, const Problem& p) {
              heads_per_unit, sc, partial_out, partial_lse);
   }
   if (plan.num_merges == 0) return;
-  const int32_t merge_threads = std::max(1, std::min(ws.threads(), plan.num_merges));
+  const int32_t merge_threads = std::max(1, std::min(plan.threads, plan.num_merges));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(merge_threads) if (merge_threads > 1)
   for (int32_t g = 0; g < plan.num_merges; ++g) {
     const Scratch sc = carve(ws.scratch(thread_id()), max_rows, dim_qk_cap, dim_vo_cap);

@@ -28,8 +28,11 @@ uint64_t metadata_fingerprint(int32_t batch, const int32_t* kv_indptr, const int
   return hash;
 }
 
-CpuWorkspace::CpuWorkspace(const WorkspaceLimits& limits, int32_t threads)
-    : limits_(limits), threads_(std::max(1, threads)) {
+CpuWorkspace::CpuWorkspace(const WorkspaceLimits& limits, int32_t threads,
+                           int64_t min_work_per_thread)
+    : limits_(limits),
+      threads_(std::max(1, threads)),
+      min_work_per_thread_(std::max<int64_t>(1, min_work_per_thread)) {
   PA_CHECK(limits.max_batch >= 0 && limits.max_pages >= 0 && limits.max_qo_rows >= 0,
            "limits: negative capacity (max_batch {}, max_pages {}, max_qo_rows {})",
            limits.max_batch, limits.max_pages, limits.max_qo_rows);
@@ -124,20 +127,29 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
   plan.heads_per_unit = all_heads ? plan.kv_heads : 1;
   const int64_t head_units = plan.kv_heads / plan.heads_per_unit;
 
-  // Units without splitting, and the page work they carry.
-  int64_t units = 0, weighted_pages = 0, max_pages = 0;
+  // Units without splitting, the page work they carry, and the step's work (bytes of KV read,
+  // weighted by the rows each tile computes; see kMinWorkPerThread).
+  const int64_t token_bytes =
+      int64_t{plan.kv_heads} * (plan.dim_qk + plan.dim_vo) * dtype_size(op.kv_dtype);
+  int64_t units = 0, weighted_pages = 0, max_pages = 0, work = 0;
   for (int32_t r = 0; r < batch; ++r) {
     const int64_t tiles = ceil_div(q_len(r), plan.tile_tokens);
     units += tiles;
     weighted_pages += tiles * pages_of(r);
     max_pages = std::max(max_pages, pages_of(r));
+    const int64_t tile_rows = std::min<int64_t>(q_len(r), plan.tile_tokens) * group;
+    work += tiles * pages_of(r) * plan.page_size * token_bytes * ceil_div(tile_rows, 8);
   }
-  const int32_t threads = ws.threads();
+  const int32_t threads = static_cast<int32_t>(
+      std::clamp<int64_t>(ceil_div(work, ws.min_work_per_thread()), 1, ws.threads()));
   int64_t chunk_pages = 0;
   if (threads > 1 && units * head_units < 2 * int64_t{threads}) {
     const int64_t target_items = ceil_div(4 * int64_t{threads}, head_units);
-    chunk_pages =
-        std::max(ceil_div(kMinChunkTokens, plan.page_size), ceil_div(weighted_pages, target_items));
+    // An all-heads unit does heads_per_unit times the work per token: its chunks may be as short.
+    const int64_t min_chunk_tokens =
+        std::max<int64_t>(kBlockTokens, kMinChunkTokens / plan.heads_per_unit);
+    chunk_pages = std::max(ceil_div(min_chunk_tokens, plan.page_size),
+                           ceil_div(weighted_pages, target_items));
     if (chunk_pages >= max_pages) chunk_pages = 0;
   }
 
@@ -181,6 +193,7 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
       plan.num_items = static_cast<int32_t>(num_items);
       plan.num_merges = static_cast<int32_t>(num_merges);
       plan.partial_rows = partial_rows;
+      plan.threads = static_cast<int32_t>(std::clamp<int64_t>(num_items * head_units, 1, threads));
       plan.ready = true;
       return;
     }

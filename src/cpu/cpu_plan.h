@@ -25,6 +25,12 @@ namespace pagedattn::cpu {
 inline constexpr int32_t kTileRows = 64;         // query rows (tokens x group heads) per item
 inline constexpr int32_t kBlockTokens = 32;      // KV tokens converted to f32 at a time
 inline constexpr int32_t kMinChunkTokens = 256;  // smaller KV chunks cost more to merge than win
+// A step wakes at most one thread per this much work (bytes of KV read, times ceil(rows / 8) for
+// tiles with many query rows): each thread then runs >= ~10-25 us, well above the cost of waking
+// it, and small steps (a few short decode requests) leave the other cores alone. libgomp's idle
+// threads spin ~3 ms before sleeping (OMP_WAIT_POLICY unset), which on an oversubscribed machine
+// takes the CPU from the threads doing the work: fewer threads for small steps spin less.
+inline constexpr int64_t kMinWorkPerThread = int64_t{256} << 10;
 
 struct WorkItem {
   int32_t request = 0;
@@ -52,6 +58,7 @@ struct CpuPlan {
   uint64_t fingerprint = 0;  // of kv_indptr and qo_indptr: run() refuses a plan for other metadata
   int32_t tile_tokens = 1;
   int32_t heads_per_unit = 1;  // KV heads one unit covers: 1 or kv_heads (NHD decode)
+  int32_t threads = 1;         // threads run() uses: <= workspace threads, units, work-based
   int32_t chunk_pages = 0;     // 0: no split
   int32_t num_items = 0;
   int32_t num_merges = 0;
@@ -60,10 +67,14 @@ struct CpuPlan {
 
 class CpuWorkspace final : public Workspace {
  public:
-  CpuWorkspace(const WorkspaceLimits& limits, int32_t threads);
+  // `min_work_per_thread`: see kMinWorkPerThread (tests pass 1 to split small cases as if they
+  // were large).
+  CpuWorkspace(const WorkspaceLimits& limits, int32_t threads,
+               int64_t min_work_per_thread = kMinWorkPerThread);
 
   const WorkspaceLimits& limits() const { return limits_; }
   int32_t threads() const { return threads_; }
+  int64_t min_work_per_thread() const { return min_work_per_thread_; }
   int64_t scratch_floats() const { return scratch_floats_; }
   float* scratch(int32_t thread) { return scratch_.data() + thread * scratch_floats_; }
   int64_t max_rows_per_item() const { return max_rows_; }
@@ -77,6 +88,7 @@ class CpuWorkspace final : public Workspace {
  private:
   WorkspaceLimits limits_;
   int32_t threads_ = 1;
+  int64_t min_work_per_thread_ = kMinWorkPerThread;
   int64_t max_rows_ = 0;
   int64_t scratch_floats_ = 0;
   std::vector<float> scratch_;

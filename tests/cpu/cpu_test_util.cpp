@@ -17,9 +17,9 @@ void run_cpu(const AttentionCase& c, int32_t threads) {
   WorkspaceLimits limits;
   limits.max_qo_rows = std::max<int64_t>(1024, c.num_rows());
   limits.max_batch = std::max<int32_t>(64, c.batch_size());
-  std::unique_ptr<Workspace> workspace = threads > 0
-                                             ? std::make_unique<cpu::CpuWorkspace>(limits, threads)
-                                             : backend->create_workspace(limits);
+  std::unique_ptr<Workspace> workspace =
+      threads > 0 ? std::make_unique<cpu::CpuWorkspace>(limits, threads, 1)
+                  : backend->create_workspace(limits);
   backend->plan(*workspace, c.op_desc(), c.meta());
   switch (c.spec().op) {
     case OpKind::kDecode:

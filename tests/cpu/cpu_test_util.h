@@ -16,7 +16,8 @@ namespace pagedattn::testing {
 
 struct RunOptions {
   int32_t threads = 0;  // 0: the backend's own workspace; > 0: a workspace for this many threads
-                        // (forces the split-KV path on small cases)
+                        // without the work-based thread cap (forces the split-KV path on small
+                        // cases)
 };
 
 // Outputs of one run, as doubles (row-major), for cross-run comparisons.
