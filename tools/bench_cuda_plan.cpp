@@ -6,7 +6,9 @@
 //               of median_device_ns), so the events time the kernels back to back, not the
 //               host's launch latency (an idle GPU waiting for each launch would time the host);
 //   enqueue_us  the host time to issue those GPU planner calls (argument checks + launches, no
-//               synchronisation): what the GPU planner costs the CPU each step outside a graph.
+//               synchronisation): what the GPU planner costs the CPU each step outside a graph;
+//   idle_us     the same calls timed by events on an idle GPU (each kernel waits for the host's
+//               next launch): max(device, enqueue) roughly, the figure earlier runs printed.
 // Both planners validate their input; the GPU's kv_indices are compared with the host's.
 // Allocation pages of alloc_page_size tokens, shuffled over the pool; the split rule is the
 // decode backend's (33 target items = 132 SMs x 2 / 8 KV heads, chunks >= 256 tokens).
@@ -50,9 +52,9 @@ nlohmann::json bench_planner(const PlannerBenchConfig& config, void* stream) {
       "\nplanner: host plan() + split_kv_partition() (CPU wall) vs GPU plan_on_device() + "
       "split_kv_on_device() (device time, launches queued; enqueue = host time to issue them), "
       "A {}, shuffled pages, median of {}\n"
-      "{:>6} {:>6} {:>8} {:>4} {:>10} {:>10} {:>10} {:>11} {:>9}\n",
+      "{:>6} {:>6} {:>8} {:>4} {:>10} {:>10} {:>10} {:>11} {:>9} {:>9}\n",
       alloc, config.reps, "form", "B", "kv_len", "P", "pages", "host_us", "gpu_us", "enqueue_us",
-      "host/gpu");
+      "idle_us", "host/gpu");
   nlohmann::json rows = nlohmann::json::array();
   std::mt19937_64 rng(7);
   const auto s = static_cast<cudaStream_t>(stream);
@@ -140,6 +142,13 @@ nlohmann::json bench_planner(const PlannerBenchConfig& config, void* stream) {
                 enqueue_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
               },
               2, std::max(1, config.reps), true, stream);
+          const double idle_ns = median_device_ns(
+              [&] {
+                cuda::plan_on_device(device_input, buffers, stream);
+                cuda::split_kv_on_device(i32_view(indptr, batch + 1), batch, split, split_buffers,
+                                         stream);
+              },
+              0, std::max(1, config.reps), false, stream);
           std::sort(enqueue_ns.begin(), enqueue_ns.end());
           const double enqueue_us = enqueue_ns[enqueue_ns.size() / 2] / 1e3;
           cuda::read_plan_status(i32_view(status, 4), stream);
@@ -150,10 +159,10 @@ nlohmann::json bench_planner(const PlannerBenchConfig& config, void* stream) {
           PA_CUDA_CHECK(cudaStreamSynchronize(s));
           const bool same =
               std::equal(gpu_indices.begin(), gpu_indices.end(), host.kv_indices.begin());
-          fmt::print("{:>6} {:>6} {:>8} {:>4} {:>10} {:>10.1f} {:>10.1f} {:>11.1f} {:>9.2f}{}\n",
-                     form, batch, kv_len, page, pages, host_us, gpu_ns / 1e3, enqueue_us,
-                     host_us * 1e3 / gpu_ns,
-                     same ? "" : "  (GPU kv_indices differ from the host's!)");
+          fmt::print(
+              "{:>6} {:>6} {:>8} {:>4} {:>10} {:>10.1f} {:>10.1f} {:>11.1f} {:>9.1f} {:>9.2f}{}\n",
+              form, batch, kv_len, page, pages, host_us, gpu_ns / 1e3, enqueue_us, idle_ns / 1e3,
+              host_us * 1e3 / gpu_ns, same ? "" : "  (GPU kv_indices differ from the host's!)");
           std::fflush(stdout);
           rows.push_back({{"form", form},
                           {"batch", batch},
@@ -164,6 +173,7 @@ nlohmann::json bench_planner(const PlannerBenchConfig& config, void* stream) {
                           {"host_us", host_us},
                           {"gpu_us", gpu_ns / 1e3},
                           {"gpu_enqueue_us", enqueue_us},
+                          {"gpu_idle_us", idle_ns / 1e3},
                           {"host_over_gpu", host_us * 1e3 / gpu_ns},
                           {"indices_equal", same}});
         }
