@@ -125,7 +125,27 @@ struct Measured {
   double run_ns = 0, plan_ns = 0, bandwidth_gbs = 0;
 };
 
-Measured run_cpu_case(const testing::AttentionCase& c, const TimingOptions& timing) {
+// Copies of a case (same spec and seed, so one plan serves all) that together exceed twice the
+// last-level cache: the timed calls cycle through them, so each call reads its KV from memory, not
+// from a cache the previous call filled (a large L3, 300 MiB on the GPU host's Xeon, would
+// otherwise hold most of a 268 MB case and flatter the ratio to the read ceiling).
+std::vector<std::unique_ptr<testing::AttentionCase>> cpu_rotation(const testing::CaseSpec& spec,
+                                                                  uint64_t seed, int64_t l3_bytes,
+                                                                  int64_t max_copies) {
+  std::vector<std::unique_ptr<testing::AttentionCase>> cases;
+  cases.push_back(std::make_unique<testing::AttentionCase>(spec, seed));
+  const int64_t kv = std::max<int64_t>(1, cases[0]->kv_bytes());
+  const int64_t cache = l3_bytes > 0 ? l3_bytes : int64_t{64} << 20;
+  const int64_t copies = std::clamp<int64_t>((2 * cache + kv - 1) / kv, 1, max_copies);
+  while (static_cast<int64_t>(cases.size()) < copies) {
+    cases.push_back(std::make_unique<testing::AttentionCase>(spec, seed));
+  }
+  return cases;
+}
+
+Measured run_cpu_case(const std::vector<std::unique_ptr<testing::AttentionCase>>& cases,
+                      const TimingOptions& timing) {
+  const testing::AttentionCase& c = *cases[0];
   const std::unique_ptr<Backend> backend = cpu::make_backend();
   const Support support = backend->supports(c.op_desc());
   PA_CHECK(support.ok, "cpu backend cannot run {}: {}", c.spec().name(), support.reason);
@@ -139,22 +159,21 @@ Measured run_cpu_case(const testing::AttentionCase& c, const TimingOptions& timi
   Measured m;
   m.plan_ns = median_ns_per_call([&] { backend->plan(*workspace, c.op_desc(), c.meta()); },
                                  TimingOptions{.min_total_seconds = 0.05});
+  size_t next = 0;
+  auto pick = [&]() -> const testing::AttentionCase& { return *cases[next++ % cases.size()]; };
   switch (c.spec().op) {
-    case OpKind::kDecode: {
-      const DecodeArgs args = c.decode_args();
-      m.run_ns = median_ns_per_call([&] { backend->run_decode(*workspace, args); }, timing);
+    case OpKind::kDecode:
+      m.run_ns = median_ns_per_call([&] { backend->run_decode(*workspace, pick().decode_args()); },
+                                    timing);
       break;
-    }
-    case OpKind::kPrefill: {
-      const PrefillArgs args = c.prefill_args();
-      m.run_ns = median_ns_per_call([&] { backend->run_prefill(*workspace, args); }, timing);
+    case OpKind::kPrefill:
+      m.run_ns = median_ns_per_call(
+          [&] { backend->run_prefill(*workspace, pick().prefill_args()); }, timing);
       break;
-    }
-    default: {
-      const MlaArgs args = c.mla_args();
-      m.run_ns = median_ns_per_call([&] { backend->run_mla(*workspace, args); }, timing);
+    default:
+      m.run_ns =
+          median_ns_per_call([&] { backend->run_mla(*workspace, pick().mla_args()); }, timing);
       break;
-    }
   }
   return m;
 }
@@ -250,7 +269,11 @@ void run_bench(const AttentionBenchOptions& o) {
           for (int32_t page : o.page_sizes) {
             const testing::CaseSpec spec = make_spec(o, batch, kv_len, q_len, page, heads);
             progress.step(spec.name());
-            const testing::AttentionCase c(spec, o.seed);
+            // The CPU cycles through copies larger than its caches (cpu_rotation); CUDA mirrors
+            // one case to the device and flushes the L2 itself.
+            const std::vector<std::unique_ptr<testing::AttentionCase>> cases =
+                cpu_rotation(spec, o.seed, cuda ? 0 : ceiling.l3_bytes, cuda ? 1 : 8);
+            const testing::AttentionCase& c = *cases[0];
             Measured m;
             if (cuda) {
               const CudaBenchResult r = bench_attention_cuda(spec, o.seed, timing);
@@ -261,7 +284,7 @@ void run_bench(const AttentionBenchOptions& o) {
               m.run_ns = r.median_ns;
               m.bandwidth_gbs = r.device_bandwidth_gbs;
             } else {
-              m = run_cpu_case(c, timing);
+              m = run_cpu_case(cases, timing);
               m.bandwidth_gbs = cpu_bandwidth;
             }
             const double kv_gbs = static_cast<double>(c.kv_bytes()) / m.run_ns;
