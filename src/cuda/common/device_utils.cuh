@@ -1,6 +1,5 @@
 // Device helpers shared by the CUDA kernels: element-type traits (bf16, f16, fp8 e4m3 <-> float),
-// 16-byte vector conversion, cp.async with zero fill, fast exp2, warp reductions, split-KV item
-// ranges.
+// 16-byte vector conversion, cp.async with zero fill, fast exp2, warp reductions.
 // Device code only (include from .cu files).
 #pragma once
 
@@ -130,24 +129,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
-}
-
-// ---- split-KV ----
-
-// Tokens [begin, end) of split-KV item `chunk` of the `items` items (>= 1) of a request with
-// num_pages attention pages: page-aligned pieces as even as possible (sizes differ by at most one
-// page). The partition fixes only how many items a request gets (planner.h); cutting it into
-// chunk_pages-long pieces would leave a short tail item (e.g. 249 + 249 + 14 pages) whose CTA slot
-// idles for most of the wave.
-struct ItemTokens {
-  int begin, end;
-};
-__device__ __forceinline__ ItemTokens item_tokens(int chunk, int items, int num_pages,
-                                                  int page_size, int kv_len) {
-  const int64_t first = int64_t{chunk} * num_pages / items;
-  const int64_t last = int64_t{chunk + 1} * num_pages / items;
-  return {static_cast<int>(min(int64_t{kv_len}, first * page_size)),
-          static_cast<int>(min(int64_t{kv_len}, last * page_size))};
 }
 
 }  // namespace pagedattn::cuda

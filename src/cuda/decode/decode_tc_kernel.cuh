@@ -163,6 +163,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   const int num_items = p.partition.info->num_items;
   const int request = p.partition.work_request[item];
   const int chunk = p.partition.work_chunk[item];
+  const int64_t chunk_pages = p.partition.info->chunk_pages;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The merge kernel (launched as a programmatic dependent) may be scheduled now; it waits for
   // this grid's completion before it reads anything.
@@ -177,15 +178,15 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   const int heads = min(kMaxGroupPerCta, p.group - head_begin);
   const int qo_head0 = kv_head * p.group + head_begin;
 
-  const int items = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request];
-  const bool split = items > 1;
+  const bool split = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request] > 1;
   const int page_size = p.page_size;
   const int page_begin = p.kv_indptr[request];
   const int num_pages = p.kv_indptr[request + 1] - page_begin;
   const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * page_size + p.kv_last_page_len[request];
-  const ItemTokens range = item_tokens(chunk, items, num_pages, page_size, kv_len);
-  int tok_begin = range.begin;
-  const int tok_end = range.end;
+  const int64_t chunk_tokens = chunk_pages * page_size;
+  int tok_begin = static_cast<int>(min(static_cast<int64_t>(kv_len), chunk * chunk_tokens));
+  const int tok_end =
+      static_cast<int>(min(static_cast<int64_t>(kv_len), (chunk + 1) * chunk_tokens));
   if (p.window_left >= 0) tok_begin = max(tok_begin, kv_len - 1 - p.window_left);
   const int num_steps = tok_end > tok_begin ? (tok_end - tok_begin + kStep - 1) / kStep : 0;
   const int my_steps = num_steps > warp ? (num_steps - warp + C::kWarps - 1) / C::kWarps : 0;

@@ -82,8 +82,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (item >= p.partition.info->num_items) return;
   const int request = p.partition.work_request[item];
   const int chunk = p.partition.work_chunk[item];
-  const int items = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request];
-  const bool split = items > 1;
+  const bool split = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request] > 1;
+  const int64_t chunk_tokens = int64_t{p.partition.info->chunk_pages} * p.page_size;
 
   const int q_begin = p.qo_indptr[request];
   const int q_len = p.qo_indptr[request + 1] - q_begin;
@@ -94,9 +94,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int kv_len =
       num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request] : 0;
   const int32_t* pages = p.kv_indices + page_begin;
-  const ItemTokens range = item_tokens(chunk, items, num_pages, p.page_size, kv_len);
-  const int chunk_begin = range.begin;
-  const int chunk_end = range.end;
+  const int chunk_begin = static_cast<int>(min(int64_t{kv_len}, chunk * chunk_tokens));
+  const int chunk_end = static_cast<int>(min(int64_t{kv_len}, (chunk + 1) * chunk_tokens));
   const int pos_shift = kv_len - q_len;
 
   const int tid = static_cast<int>(threadIdx.x);
