@@ -43,7 +43,9 @@ namespace pagedattn::tools {
 [[gnu::weak]] CudaBenchResult bench_attention_cuda(const testing::CaseSpec&, uint64_t,
                                                    const TimingOptions&) {
   CudaBenchResult result;
-  result.note = "this build has no CUDA backend (configure with -DPAGEDATTN_CUDA=ON)";
+  result.note =
+      "no usable CUDA device: this build has no CUDA backend (configure with "
+      "-DPAGEDATTN_CUDA=ON)";
   return result;
 }
 
