@@ -82,30 +82,25 @@ CudaBenchResult bench_attention_cuda(const testing::CaseSpec& spec, uint64_t see
   meta.kv_last_page_len = last_page_len.view;
   const int32_t reps = std::max<int32_t>(timing.min_samples, 15);
   double ns = 0;
+  // Decode and prefill take the same paged arguments: mirror them, plan, time `run`.
+  auto time_paged = [&](auto args, auto run) {
+    Mirror q(args.q), k(args.kv.k), v(args.kv.v), out(args.out), lse(args.lse);
+    args.q = q.view;
+    args.kv.k = k.view;
+    args.kv.v = v.view;
+    args.out = out.view;
+    args.lse = lse.view;
+    args.meta = meta;
+    args.stream = stream;
+    backend->plan(*workspace, op, meta);
+    return median_device_ns([&] { run(args); }, 3, reps, true, stream);
+  };
   if (spec.op == OpKind::kDecode) {
-    DecodeArgs args = c.decode_args();
-    Mirror q(args.q), k(args.kv.k), v(args.kv.v), out(args.out), lse(args.lse);
-    args.q = q.view;
-    args.kv.k = k.view;
-    args.kv.v = v.view;
-    args.out = out.view;
-    args.lse = lse.view;
-    args.meta = meta;
-    args.stream = stream;
-    backend->plan(*workspace, op, meta);
-    ns = median_device_ns([&] { backend->run_decode(*workspace, args); }, 3, reps, true, stream);
+    ns = time_paged(c.decode_args(),
+                    [&](const DecodeArgs& a) { backend->run_decode(*workspace, a); });
   } else if (spec.op == OpKind::kPrefill) {
-    PrefillArgs args = c.prefill_args();
-    Mirror q(args.q), k(args.kv.k), v(args.kv.v), out(args.out), lse(args.lse);
-    args.q = q.view;
-    args.kv.k = k.view;
-    args.kv.v = v.view;
-    args.out = out.view;
-    args.lse = lse.view;
-    args.meta = meta;
-    args.stream = stream;
-    backend->plan(*workspace, op, meta);
-    ns = median_device_ns([&] { backend->run_prefill(*workspace, args); }, 3, reps, true, stream);
+    ns = time_paged(c.prefill_args(),
+                    [&](const PrefillArgs& a) { backend->run_prefill(*workspace, a); });
   } else {
     MlaArgs args = c.mla_args();
     Mirror q_nope(args.q_nope), q_pe(args.q_pe), ckv(args.kv.ckv), kpe(args.kv.kpe), out(args.out),

@@ -41,10 +41,14 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // Fills p's split-KV fields (params.h) when splitting pays and the partials fit the workspace.
-// PAGEDATTN_PREFILL_SPLIT=off turns the split off (benchmarks compare the two).
+// PAGEDATTN_PREFILL_SPLIT=off turns the split off (benchmarks compare the two); read once, not
+// on every call.
 bool split_disabled() {
-  const char* env = std::getenv("PAGEDATTN_PREFILL_SPLIT");
-  return env != nullptr && std::string_view(env) == "off";
+  static const bool disabled = [] {
+    const char* env = std::getenv("PAGEDATTN_PREFILL_SPLIT");
+    return env != nullptr && std::string_view(env) == "off";
+  }();
+  return disabled;
 }
 
 void choose_kv_split(const CudaWorkspace& ws, int64_t num_pages_hint, int32_t head_dim_vo,
