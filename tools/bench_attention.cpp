@@ -78,6 +78,7 @@ struct AttentionBenchOptions {
   bool host_data = false;
   bool no_graphs = false;
   int32_t reps = 0;
+  std::string l2_flush = "clean";
 };
 
 int32_t current_threads() {
@@ -226,6 +227,7 @@ void run_cuda_device_rows(const AttentionBenchOptions& o) {
   c.reps = o.reps;
   c.causal = !o.non_causal;
   c.graphs = !o.no_graphs;
+  c.l2_flush = o.l2_flush;
   c.json_path = o.json_path;
   const CudaRowsStatus status = run_cuda_rows(c);
   if (!status.ran) fmt::print("{}\n", status.note);
@@ -415,6 +417,12 @@ void add_one(CLI::App& bench, OpKind op, const char* name, const char* descripti
   cmd->add_flag("--host-data", options->host_data,
                 "--device cuda: time the host-generated case of --batch/--kv-len/... instead of "
                 "the device-generated rows");
+  cmd->add_option("--l2-flush", options->l2_flush,
+                  "--device cuda: before each sample, clean (a streaming read: the L2 holds "
+                  "clean lines of another buffer), dirty (a memset: its dirty lines are written "
+                  "back inside the timed call) or off")
+      ->check(CLI::IsMember({"clean", "dirty", "off"}))
+      ->capture_default_str();
   if (op == OpKind::kDecode) {
     cmd->add_flag("--no-graphs", options->no_graphs,
                   "--device cuda: skip the CUDA-graph step timing");

@@ -51,13 +51,17 @@ CudaRowsStatus run_cuda_rows(const CudaRowsOptions& o) {
     return {false, fmt::format("no usable CUDA device: {}", reason)};
   }
   PA_CHECK(o.reps >= 0, "--reps {}: expected >= 1", o.reps);
+  set_l2_flush(parse_l2_flush(o.l2_flush));
   Stream s;
   void* stream = s.stream;
-  nlohmann::json document = {{"benchmark", bench_name(o.bench)}, {"date", utc_timestamp()}};
+  nlohmann::json document = {{"benchmark", bench_name(o.bench)},
+                             {"date", utc_timestamp()},
+                             {"l2_flush", l2_flush_name(l2_flush())}};
   auto ceilings_for = [&](int64_t bytes, int32_t matmul) {
     fmt::print(stderr, "measuring the ceilings...\n");
     const CudaCeilings ceilings = measure_cuda_ceilings(bytes, matmul, stream);
     document["ceilings"] = print_ceilings(ceilings);
+    fmt::print("L2 flush before each timed sample: {}\n", l2_flush_name(l2_flush()));
     return ceilings;
   };
   switch (o.bench) {

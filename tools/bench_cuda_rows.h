@@ -23,6 +23,10 @@ struct CudaRowsOptions {
   int32_t reps = 0;                 // timed samples per figure (median)
   bool causal = true;               // prefill
   bool graphs = true;               // decode: also the CUDA-graph step timing
+  // How the L2 is flushed before each timed sample: "clean" (a 256 MiB streaming read: the L2
+  // ends holding clean lines of another buffer), "dirty" (a 256 MiB memset: the L2 ends full of
+  // dirty lines, written back to DRAM inside the timed call), or "off".
+  std::string l2_flush = "clean";
   // plan: the grid (defaults: B 1,16,64,256,1024; kv_len 1024,8192,32768; block form; A 64).
   std::vector<int32_t> batches, kv_lens;
   std::vector<std::string> forms;

@@ -40,17 +40,50 @@ void check_cublas(cublasStatus_t status, const char* what) {
            static_cast<int>(status));
 }
 
+L2Flush g_l2_flush = L2Flush::kClean;
+
 }  // namespace
+
+void set_l2_flush(L2Flush mode) { g_l2_flush = mode; }
+L2Flush l2_flush() { return g_l2_flush; }
+
+const char* l2_flush_name(L2Flush mode) {
+  switch (mode) {
+    case L2Flush::kClean:
+      return "clean";
+    case L2Flush::kDirty:
+      return "dirty";
+    case L2Flush::kOff:
+      return "off";
+  }
+  return "?";
+}
+
+L2Flush parse_l2_flush(const std::string& name) {
+  for (L2Flush mode : {L2Flush::kClean, L2Flush::kDirty, L2Flush::kOff}) {
+    if (name == l2_flush_name(mode)) return mode;
+  }
+  throw_error(fmt::format("--l2-flush '{}': expected clean, dirty or off", name));
+}
 
 double median_device_ns(const std::function<void()>& launch, int32_t warmup, int32_t reps,
                         bool flush_l2, void* stream) {
-  static cuda::DeviceBuffer flush(kFlushBytes);
+  static cuda::DeviceBuffer flush = [] {
+    cuda::DeviceBuffer buffer(kFlushBytes);
+    PA_CUDA_CHECK(cudaMemset(buffer.data(), 0, kFlushBytes));  // defined bytes for the reads
+    return buffer;
+  }();
+  static cuda::DeviceBuffer sink(16);
   auto s = static_cast<cudaStream_t>(stream);
   Events events;
   for (int32_t i = 0; i < warmup; ++i) launch();
   std::vector<double> samples;
   for (int32_t i = 0; i < std::max(1, reps); ++i) {
-    if (flush_l2) PA_CUDA_CHECK(cudaMemsetAsync(flush.data(), i & 0xff, kFlushBytes, s));
+    if (flush_l2 && g_l2_flush == L2Flush::kDirty) {
+      PA_CUDA_CHECK(cudaMemsetAsync(flush.data(), i & 0xff, kFlushBytes, s));
+    } else if (flush_l2 && g_l2_flush == L2Flush::kClean) {
+      cuda::stream_read(flush.data(), kFlushBytes, sink.data(), stream);
+    }
     PA_CUDA_CHECK(cudaEventRecord(events.start, s));
     launch();
     PA_CUDA_CHECK(cudaEventRecord(events.stop, s));

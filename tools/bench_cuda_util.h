@@ -23,8 +23,18 @@ struct CudaCeilings {
 // Measures the ceilings (bytes: size of the copy / read buffers; matmul_size 0 skips the GEMM).
 CudaCeilings measure_cuda_ceilings(int64_t bytes, int32_t matmul_size, void* stream);
 
+// How median_device_ns flushes the L2 before a sample (when asked to): kClean reads a 256 MiB
+// buffer (the L2 ends holding clean lines, as after a kernel that only read), kDirty writes it
+// (the L2 ends full of dirty lines, which the timed work then writes back to DRAM: up to the
+// L2's size of extra traffic), kOff skips the flush. Process-wide; default kClean.
+enum class L2Flush { kClean, kDirty, kOff };
+void set_l2_flush(L2Flush mode);
+L2Flush l2_flush();
+const char* l2_flush_name(L2Flush mode);
+L2Flush parse_l2_flush(const std::string& name);  // "clean" | "dirty" | "off"; else throws
+
 // Times `launch` (enqueues device work on `stream`) with CUDA events: `warmup` untimed runs, then
-// `reps` samples, each after a 256 MiB memset that flushes the L2 (when flush_l2). Median in ns.
+// `reps` samples, each after an L2 flush (when flush_l2; see L2Flush). Median in ns.
 double median_device_ns(const std::function<void()>& launch, int32_t warmup, int32_t reps,
                         bool flush_l2, void* stream);
 

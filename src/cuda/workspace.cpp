@@ -1,7 +1,7 @@
 // CudaWorkspace: allocates the fixed device buffers described in workspace.h, once.
 //
 // Sizes: the split rule (planner.h) gives at most target_items + batch items, and the decode
-// target is num_sms * kDecodeCtasPerSm / num_kv_heads <= num_sms * kDecodeCtasPerSm, so
+// target is at most num_sms * kDecodeCtasPerSm / (CTAs per item) <= num_sms * kDecodeCtasPerSm, so
 // max_items = num_sms * kDecodeCtasPerSm + max_batch bounds every plan. Partial outputs are
 // [max_items, max_qo_heads, max_head_dim] f32 (at least a 64 MiB floor shared with prefill).
 #include "cuda/workspace.h"
@@ -70,15 +70,21 @@ CudaWorkspace::CudaWorkspace(const WorkspaceLimits& limits) : limits_(limits) {
   partial_out_ = DeviceBuffer(sizeof(float) * partial_out_capacity_);
   partial_lse_ = DeviceBuffer(sizeof(float) * partial_lse_capacity_);
   scratch_ = DeviceBuffer(size_t{64} << 20);
+  merge_counters_capacity_ = int64_t{limits.max_batch} * limits.max_qo_heads;
+  merge_counters_ = DeviceBuffer(sizeof(int32_t) * merge_counters_capacity_);
+  PA_CUDA_CHECK(cudaMemset(merge_counters_.data(), 0, merge_counters_.bytes()));
 }
 
 CudaWorkspace::~CudaWorkspace() = default;
 
-SplitKvConfig CudaWorkspace::split_config(const OpDesc& op) const {
+SplitKvConfig CudaWorkspace::split_config(const OpDesc& op, int32_t batch) const {
   SplitKvConfig config;
   config.enable = true;
   const int32_t kv_heads = std::max(1, op.num_kv_heads);
-  config.target_items = std::max(1, num_sms_ * kDecodeCtasPerSm / kv_heads);
+  const int32_t group = std::max(1, op.num_qo_heads / kv_heads);
+  const int32_t ctas_per_item = kv_heads * ((group + kDecodeMaxGroupPerCta - 1) / kDecodeMaxGroupPerCta);
+  const int32_t slots = std::max(1, num_sms_ * kDecodeCtasPerSm / ctas_per_item);
+  config.target_items = batch > 0 && batch < slots ? slots / batch * batch : slots;
   // A chunk shorter than ~256 tokens costs more in merging than it gains in parallelism.
   config.min_chunk_pages = std::max(1, 256 / std::max(1, op.page_size));
   return config;

@@ -10,6 +10,9 @@
 //               [item, Hq, D] and [item, Hq]; other ops may use them as they like, within the same
 //               call (contents are not preserved between run_*() calls).
 //   scratch     raw device bytes for the prefill / MLA kernels (same rule).
+//   counters    int32 [max_batch * max_qo_heads], zero between calls: the tensor-core decode
+//               kernel counts the finished items of each (request, head tile) here; the last one
+//               merges the request's partials and sets its counter back to 0.
 // A workspace belongs to one device (the current one when it was created) and one stream at a
 // time: plan() and run_*() must be issued on the same stream, in order.
 #pragma once
@@ -72,8 +75,11 @@ class CudaWorkspace final : public Workspace {
   int num_sms() const { return num_sms_; }
 
   // ---- split-KV partition (decode) ----
-  // The configuration plan() uses for `op` (target items = resident CTAs / KV heads).
-  SplitKvConfig split_config(const OpDesc& op) const;
+  // The configuration plan() uses for `op` on `batch` requests: target items = resident CTAs /
+  // CTAs per item (KV heads x head tiles), rounded down to a multiple of the batch when the batch
+  // is smaller, so that requests of one length get equal chunks and fill one wave (a target of
+  // 33 items for 16 requests would cut each into two long chunks and a short third).
+  SplitKvConfig split_config(const OpDesc& op, int32_t batch) const;
   // Upper bound on items for any plan of this workspace (the grid size of the decode kernel).
   int32_t max_items() const { return max_items_; }
   int32_t* work_request() const { return work_request_.as<int32_t>(); }
@@ -87,6 +93,10 @@ class CudaWorkspace final : public Workspace {
   int64_t partial_out_capacity() const { return partial_out_capacity_; }  // floats
   float* partial_lse() const { return partial_lse_.as<float>(); }
   int64_t partial_lse_capacity() const { return partial_lse_capacity_; }  // floats
+
+  // ---- per (request, head tile) arrival counters of split decode, zero between calls ----
+  int32_t* merge_counters() const { return merge_counters_.as<int32_t>(); }
+  int64_t merge_counters_capacity() const { return merge_counters_capacity_; }
 
   // ---- raw scratch for prefill / MLA ----
   void* scratch() const { return scratch_.data(); }
@@ -109,11 +119,15 @@ class CudaWorkspace final : public Workspace {
   int32_t max_items_ = 0;
   int64_t partial_out_capacity_ = 0;
   int64_t partial_lse_capacity_ = 0;
+  int64_t merge_counters_capacity_ = 0;
+  DeviceBuffer merge_counters_;
   DeviceBuffer work_request_, work_chunk_, merge_indptr_, info_;
   DeviceBuffer partial_out_, partial_lse_, scratch_;
 };
 
 // Resident decode CTAs per SM that the split rule targets (see decode launcher).
 inline constexpr int kDecodeCtasPerSm = 2;
+// Query heads of one decode CTA (a larger GQA group takes several CTAs per KV head).
+inline constexpr int kDecodeMaxGroupPerCta = 16;
 
 }  // namespace pagedattn::cuda

@@ -6,9 +6,10 @@
 // so the decode grid is the bound batch + target_items and CTAs past info->num_items exit.
 // run: one decode kernel instantiation per (head dim, q dtype, KV dtype): tensor cores for KV of
 // q's dtype, CUDA cores for fp8 KV (decode_launch.cu); page size, layout,
-// group size, soft-cap and window are runtime values. The merge kernel (one CTA per request and
-// query head, exiting at once for requests with one item) combines the partials of split requests:
-//   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
+// group size, soft-cap and window are runtime values. The partials of split requests are combined
+//   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i
+// by the last CTA of each (request, head tile) in the tensor-core kernel, and by a merge kernel
+// (one CTA per request and query head) after the CUDA-core kernel.
 #include "cuda/decode/decode.h"
 
 #include <cmath>
@@ -34,7 +35,8 @@ void check_meta_i32(std::string_view name, const TensorView& view, int64_t min_e
 bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 // Side-by-side switches for benchmarks, read per call: PAGEDATTN_DECODE_KERNEL=cuda_core runs the
-// CUDA-core kernel for bf16/f16 KV too; PAGEDATTN_DECODE_L2=evict_first loads KV with the
+// CUDA-core kernel for bf16/f16 KV too; PAGEDATTN_DECODE_MERGE=kernel merges split requests of
+// the tensor-core kernel with the merge kernel instead of in their last CTA; PAGEDATTN_DECODE_L2=evict_first loads KV with the
 // evict-first L2 policy (measured on the H200: +7% at B = 1, where the KV is a few L2s and the
 // L2's dirty lines are not written back inside the call, but -5% at 16-64 x 8192; see
 // bench/RESULTS.md), so the default is the normal policy.
@@ -86,7 +88,7 @@ void plan_decode(CudaWorkspace& workspace, const OpDesc& op, const StepMetadata&
            workspace.limits().max_batch);
   const Device device = Device::cuda(workspace.device());
   check_meta_i32("kv_indptr", meta.kv_indptr, int64_t{batch} + 1, device);
-  const SplitKvConfig config = workspace.split_config(op);
+  const SplitKvConfig config = workspace.split_config(op, batch);
   launch_split_kv(meta.kv_indptr.data_as<const int32_t>(), batch, config, workspace.work_request(),
                   workspace.work_chunk(), workspace.max_items(), workspace.merge_indptr(),
                   workspace.info(), workspace.stream);
@@ -199,6 +201,11 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.partition = workspace.partition();
   params.partial_out = workspace.partial_out();
   params.partial_lse = workspace.partial_lse();
+  params.merge_counters = workspace.merge_counters();
+  params.fused_merge = !env_is("PAGEDATTN_DECODE_MERGE", "kernel");
+  PA_CHECK(batch * hkv * params.group_tiles <= workspace.merge_counters_capacity(),
+           "run_decode: {} requests x {} head tiles exceed the workspace's {} merge counters", batch,
+           hkv * params.group_tiles, workspace.merge_counters_capacity());
 
   const DecodeKernel kernel = env_is("PAGEDATTN_DECODE_KERNEL", "cuda_core")
                                   ? DecodeKernel::kCudaCore

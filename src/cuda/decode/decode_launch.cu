@@ -3,7 +3,8 @@
 // the CUDA-core kernel for fp8 KV (decode_d*.cu). No fmt here (nvcc host passes cannot
 // compile it); errors go through throw_error.
 //
-// Merge: one CTA per (request, query head), exiting at once for requests served by one item
+// Merge (after the CUDA-core kernel; the tensor-core kernel merges in its last CTA per request and
+// head tile): one CTA per (request, query head), exiting at once for requests served by one item
 // (head_dim <= 256):
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
 #include <cuda_bf16.h>
@@ -114,21 +115,25 @@ __global__ void __launch_bounds__(kMergeThreads)
   }
 }
 
+// Returns true when the kernel merges split requests itself (the tensor-core kernel).
 template <int kHeadDim, class QT>
-void launch_for_kv(DType kv_dtype, DecodeKernel kernel, const DecodeParams& params, int grid_items,
+bool launch_for_kv(DType kv_dtype, DecodeKernel kernel, const DecodeParams& params, int grid_items,
                    void* stream) {
   // KV of q's type: tensor cores. fp8 KV: the CUDA-core kernel (converts while it reads).
   if (kv_dtype == DType::kFP8E4M3) {
     launch_decode_kernel<kHeadDim, QT, __nv_fp8_e4m3>(params, grid_items, stream);
-  } else if (kernel == DecodeKernel::kCudaCore) {
-    launch_decode_kernel<kHeadDim, QT, QT>(params, grid_items, stream);
-  } else {
-    launch_decode_tc_kernel<kHeadDim, QT>(params, grid_items, stream);
+    return false;
   }
+  if (kernel == DecodeKernel::kCudaCore) {
+    launch_decode_kernel<kHeadDim, QT, QT>(params, grid_items, stream);
+    return false;
+  }
+  launch_decode_tc_kernel<kHeadDim, QT>(params, grid_items, stream);
+  return params.fused_merge;
 }
 
 template <class QT>
-void launch_for_head_dim(int head_dim, DType kv_dtype, DecodeKernel kernel,
+bool launch_for_head_dim(int head_dim, DType kv_dtype, DecodeKernel kernel,
                          const DecodeParams& params, int grid_items, void* stream) {
   switch (head_dim) {
     case 64:
@@ -146,11 +151,12 @@ void launch_for_head_dim(int head_dim, DType kv_dtype, DecodeKernel kernel,
 
 void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DType kv_dtype,
                    DecodeKernel kernel, int grid_items, void* stream) {
-  if (q_dtype == DType::kBF16) {
-    launch_for_head_dim<__nv_bfloat16>(head_dim, kv_dtype, kernel, params, grid_items, stream);
-  } else {
-    launch_for_head_dim<__half>(head_dim, kv_dtype, kernel, params, grid_items, stream);
-  }
+  const bool merged =
+      q_dtype == DType::kBF16
+          ? launch_for_head_dim<__nv_bfloat16>(head_dim, kv_dtype, kernel, params, grid_items,
+                                               stream)
+          : launch_for_head_dim<__half>(head_dim, kv_dtype, kernel, params, grid_items, stream);
+  if (merged) return;
   // The merge is a programmatic dependent launch (sm_90): it is scheduled while the decode kernel
   // runs and waits for it on the device, so the launch gap between the two disappears.
   cudaLaunchConfig_t config{};

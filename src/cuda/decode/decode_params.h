@@ -43,10 +43,14 @@ struct DecodeParams {
   PartitionView partition;
   float* partial_out;  // [items, Hq, D]
   float* partial_lse;  // [items, Hq]
+  // Tensor-core kernel: [B * Hkv * group_tiles] arrival counters, zero on entry and on exit; the
+  // last CTA of a split (request, head tile) merges its partials (no merge kernel).
+  int32_t* merge_counters;
+  bool fused_merge;  // tensor-core kernel: merge in the last CTA (else the merge kernel runs)
 };
 
 // Query heads handled by one CTA (a group larger than this takes several CTAs per KV head).
-inline constexpr int kMaxGroupPerCta = 16;
+inline constexpr int kMaxGroupPerCta = kDecodeMaxGroupPerCta;
 
 // Launches the split-KV decode kernel for head dim kHeadDim (explicitly instantiated per head
 // dim in decode_d*.cu). QT: __nv_bfloat16 / __half; KVT: QT or __nv_fp8_e4m3.

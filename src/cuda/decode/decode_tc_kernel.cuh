@@ -10,8 +10,9 @@
 // w, w + kWarps, ... with its own shared-memory ring of kStages steps, its own cp.async groups
 // (__syncwarp only) and its own online softmax. Per step:
 //   load  cp.async 16-byte chunks, two token rows of D per warp instruction (coalesced); lane t
-//         finds the page of token t once (kv_indices read one step ahead, so its latency hides
-//         behind the compute) and the lanes exchange it by shuffle. Rows past the chunk's end are
+//         finds the page of token t once (kv_indices read a step before the copy, its page slot
+//         advanced by constants, no division per step), turns it into the row's element offset,
+//         and the lanes exchange the offsets by shuffle. Rows past the chunk's end are
 //         zero-filled (the L2 policy of the KV lines is a parameter: normal, or evict-first). Rows
 //         are XOR-swizzled by 16-byte chunk (chunk ^ row % 8): the ldmatrix reads below are free of
 //         bank conflicts.
@@ -21,7 +22,9 @@
 //   O    += P V: P's A fragments are the S accumulators packed to 16 bits (no shared memory);
 //         V's B fragments by ldmatrix.trans.
 // At the end the warps' (m, l, O) meet once in shared memory (reusing the rings) and the CTA
-// writes out / lse directly (request served by one item) or the f32 partials for the merge.
+// writes out / lse directly (request served by one item) or the f32 partials of its item; the
+// last CTA of a split request's head tile to finish (an atomic arrival count in the workspace,
+// reset to zero by that CTA) merges the request's partials from L2: no merge kernel.
 #pragma once
 
 #include <cmath>
@@ -197,48 +200,70 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   const T* k_cache = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
   const T* v_cache = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
   const uint64_t stream_policy = tc::kv_load_policy(p.kv_evict_first);
-  // Lane l owns token (l % kStep) of a step: its page id, read one step ahead (-1: past the end).
-  auto fetch_page = [&](int j) {
-    const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
-    if (j >= my_steps || pos >= tok_end) return -1;
-    return p.kv_indices[page_begin + pos / page_size];
+  // Lane l owns token (l % kStep) of each step. Its position advances by kStep * kWarps tokens a
+  // step: the page slot and the offset in the page advance by constants (no division per step).
+  constexpr int kAdvance = kStep * C::kWarps;
+  const int adv_pages = kAdvance / page_size;
+  const int adv_in_page = kAdvance - adv_pages * page_size;
+  int fetch_pos = tok_begin + warp * kStep + lane % kStep;  // token of the next step to fetch
+  int fetch_slot = fetch_pos / page_size;
+  int fetch_in_page = fetch_pos - fetch_slot * page_size;
+  // The next step's page id (-1: past the end) and this lane's offset in it, read one step
+  // before its copy is issued, so the kv_indices latency hides behind a step of compute.
+  auto fetch_page = [&](int j, int& in_page) {
+    const int page = j < my_steps && fetch_pos < tok_end ? p.kv_indices[page_begin + fetch_slot] : -1;
+    in_page = fetch_in_page;
+    fetch_pos += kAdvance;
+    fetch_slot += adv_pages;
+    fetch_in_page += adv_in_page;
+    if (fetch_in_page >= page_size) {
+      fetch_in_page -= page_size;
+      ++fetch_slot;
+    }
+    return page;
   };
-  auto load_step = [&](int j, int stage, int page) {
-    const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
-    const int alloc = page >= 0 ? page / p.pages_per_alloc : -1;
-    const int token_in_alloc =
-        page >= 0 ? (page - alloc * p.pages_per_alloc) * page_size + pos % page_size : 0;
+  const bool same_kv_strides =
+      p.k_stride_page == p.v_stride_page && p.k_stride_token == p.v_stride_token;
+  auto load_step = [&](int stage, int page, int in_page) {
+    // This lane's token row: element offsets in K and V (-1: past the end, zero-filled).
+    int64_t k_off = -1, v_off = -1;
+    if (page >= 0) {
+      int64_t alloc = page, token = in_page;
+      if (p.pages_per_alloc != 1) {
+        alloc = page / p.pages_per_alloc;
+        token += (page - alloc * p.pages_per_alloc) * int64_t{page_size};
+      }
+      k_off = alloc * p.k_stride_page + token * p.k_stride_token;
+      v_off = same_kv_strides ? k_off : alloc * p.v_stride_page + token * p.v_stride_token;
+    }
     T* k_stage = k_ring + stage * C::kStepElems;
     T* v_stage = v_ring + stage * C::kStepElems;
     const int chunk_in_row = lane % C::kChunksPerRow;
 #pragma unroll
     for (int i = 0; i < C::kCopyIters; ++i) {
       const int row = i * C::kRowsPerCopy + lane / C::kChunksPerRow;
-      const int row_alloc = __shfl_sync(0xffffffffu, alloc, row);
-      const int row_token = __shfl_sync(0xffffffffu, token_in_alloc, row);
-      const bool valid = row_alloc >= 0;
-      const T* k_src = k_cache;
-      const T* v_src = v_cache;
-      if (valid) {
-        k_src += row_alloc * p.k_stride_page + row_token * p.k_stride_token + chunk_in_row * 8;
-        v_src += row_alloc * p.v_stride_page + row_token * p.v_stride_token + chunk_in_row * 8;
-      }
+      const int64_t row_k = __shfl_sync(0xffffffffu, k_off, row);
+      const int64_t row_v = same_kv_strides ? row_k : __shfl_sync(0xffffffffu, v_off, row);
+      const bool valid = row_k >= 0;
+      const T* k_src = k_cache + (valid ? row_k + chunk_in_row * 8 : 0);
+      const T* v_src = v_cache + (valid ? row_v + chunk_in_row * 8 : 0);
       const int dst = C::offset(row, chunk_in_row);
       tc::cp_async_16_policy(k_stage + dst, k_src, valid, stream_policy);
       tc::cp_async_16_policy(v_stage + dst, v_src, valid, stream_policy);
     }
   };
-  int next_page;
+  int next_page, next_in_page;
   {
-    int pages[C::kStages];  // all issued before the first is used
+    int pages[C::kStages], in_pages[C::kStages];  // all issued before the first is used
 #pragma unroll
-    for (int s = 0; s < C::kStages; ++s) pages[s] = fetch_page(s);
+    for (int s = 0; s < C::kStages; ++s) pages[s] = fetch_page(s, in_pages[s]);
 #pragma unroll
     for (int s = 0; s < C::kStages - 1; ++s) {
-      if (s < my_steps) load_step(s, s, pages[s]);
+      if (s < my_steps) load_step(s, pages[s], in_pages[s]);
       cp_async_commit();
     }
     next_page = pages[C::kStages - 1];
+    next_in_page = in_pages[C::kStages - 1];
   }
 
   // ---- q of this CTA's heads: [16][D] in shared memory, rows past `heads` zero ----
@@ -290,9 +315,9 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     __syncwarp();  // step j landed for every lane; every lane is done with step j - 1's stage
     {
       const int ahead = j + C::kStages - 1;
-      if (ahead < my_steps) load_step(ahead, ahead % C::kStages, next_page);
+      if (ahead < my_steps) load_step(ahead % C::kStages, next_page, next_in_page);
       cp_async_commit();
-      next_page = fetch_page(ahead + 1);
+      next_page = fetch_page(ahead + 1, next_in_page);
     }
     const int stage = j % C::kStages;
     const uint32_t k_base = tc::smem_address(k_ring + stage * C::kStepElems);
@@ -359,12 +384,15 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
       for (int n = 0; n < kNTiles; ++n) sum += s[n][2 * r] + s[n][2 * r + 1];
       l[r] = l[r] * alpha[r] + sum;
     }
+    // alpha is exactly 1 where a row's max did not move (most steps after the first few).
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-    for (int n = 0; n < kOTiles; ++n) {
-      o[n][0] *= alpha[0];
-      o[n][1] *= alpha[0];
-      o[n][2] *= alpha[1];
-      o[n][3] *= alpha[1];
+      for (int n = 0; n < kOTiles; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
     }
 
     // ---- O += P V ----
@@ -441,6 +469,86 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
       p.partial_out[(int64_t{item} * p.num_qo_heads + qo_head) * kHeadDim + d] = result;
       if (d == 0) p.partial_lse[int64_t{item} * p.num_qo_heads + qo_head] = lse;
     }
+  }
+  if (!split || !p.fused_merge) return;
+
+  // ---- split request: the last of its items to finish (for this head tile) merges them ----
+  //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
+  __shared__ int last_arrival;
+  const int first = p.partition.merge_indptr[request];
+  const int items = p.partition.merge_indptr[request + 1] - first;
+  __threadfence();  // this CTA's partials are visible device-wide before it is counted
+  __syncthreads();  // ... every thread's; and the combine buffers are free
+  if (tid == 0) {
+    int* counter = p.merge_counters + int64_t{request} * head_tiles + head_tile;
+    const int arrived = atomicAdd(counter, 1) + 1;
+    last_arrival = arrived == items;
+    if (arrived == items) *counter = 0;  // zero again for the next call (graph replays)
+  }
+  __syncthreads();
+  if (!last_arrival) return;
+  __threadfence();  // the other CTAs' partials: read below with ld.cg (L2, never a stale L1)
+  // Row statistics, one warp per row, one pass: each lane folds its items into (max, sum), then
+  // the lanes' pairs are combined.
+  float* total_lse = combine_m;  // [heads]
+  for (int row = warp; row < heads; row += C::kWarps) {
+    const float* lse_of = p.partial_lse + int64_t{first} * p.num_qo_heads + qo_head0 + row;
+    float row_max = -INFINITY, sum = 0.0f;
+    for (int i = lane; i < items; i += 32) {
+      const float x = __ldcg(lse_of + int64_t{i} * p.num_qo_heads);
+      if (x > row_max) {
+        sum = sum * __expf(row_max - x) + 1.0f;  // exp(-inf) = 0 on the first finite x
+        row_max = x;
+      } else if (x != -INFINITY) {
+        sum += __expf(x - row_max);
+      }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other_max = __shfl_xor_sync(0xffffffffu, row_max, offset);
+      const float other_sum = __shfl_xor_sync(0xffffffffu, sum, offset);
+      const float new_max = fmaxf(row_max, other_max);
+      if (new_max != -INFINITY) {
+        sum = sum * __expf(row_max - new_max) + other_sum * __expf(other_max - new_max);
+      }
+      row_max = new_max;
+    }
+    const float total = sum > 0.0f ? row_max + __logf(sum) : -INFINITY;
+    if (lane == 0) {
+      total_lse[row] = total;
+      if (p.lse != nullptr) {
+        p.lse[request * p.lse_stride_batch + (qo_head0 + row) * p.lse_stride_head] = total;
+      }
+    }
+  }
+  __syncthreads();
+  // The weighted sum: a thread per 4 output dims of a row (float4 partials), items unrolled so
+  // that many L2 reads are in flight at once.
+  constexpr int kQuads = kHeadDim / 4;
+  T* out = static_cast<T*>(p.out) + request * p.out_stride_batch;
+  for (int idx = tid; idx < heads * kQuads; idx += C::kThreads) {
+    const int row = idx / kQuads;
+    const int d = (idx % kQuads) * 4;
+    const float total = total_lse[row];
+    const int64_t head = qo_head0 + row;
+    float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (total != -INFINITY) {
+#pragma unroll 8
+      for (int i = 0; i < items; ++i) {
+        const int64_t slot = int64_t{first + i} * p.num_qo_heads + head;
+        const float w = __expf(__ldcg(p.partial_lse + slot) - total);
+        const float4 part = __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kHeadDim + d));
+        value.x += w * part.x;
+        value.y += w * part.y;
+        value.z += w * part.z;
+        value.w += w * part.w;
+      }
+    }
+    T* dst = out + head * p.out_stride_head + d;
+    dst[0] = from_float<T>(value.x);
+    dst[1] = from_float<T>(value.y);
+    dst[2] = from_float<T>(value.z);
+    dst[3] = from_float<T>(value.w);
   }
 }
 
