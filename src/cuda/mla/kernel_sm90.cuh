@@ -14,15 +14,18 @@
 //                         S accumulators packed in place), V N-major from the shared tile
 //                         (m64n256k16, 2 k16 steps); 128 f32 accumulators per thread.
 // The split of S over the reduction keeps both warpgroups busy on every product with no P round
-// trip through shared memory.
+// trip through shared memory. The tiles are software-pipelined: S of tile j + 1 is issued before
+// P V of tile j, so the exchange and softmax of tile j + 1 run on the ALUs while P V of tile j runs
+// on the tensor cores (wgmma groups complete in order: wait_group 1 returns S j + 1 with P V j
+// still running); O is rescaled by tile j + 1's alpha and P j + 1 packed once P V j is done.
 //
-// Memory (one CTA per SM): Q 72 KiB, three tile stages of 36 KiB (cp.async: while tile j is used,
-// tiles j + 1 and j + 2 stream in), the S exchange 16 KiB, gather offsets. Tiles use wgmma's
-// 128-byte swizzle in 64-column blocks (prefill/kernel_sm90.cuh: tile_offset, descriptor): Q is 9
-// blocks of 64 rows x 128 bytes, a stage 9 blocks of 32 tokens x 128 bytes. Threads 0..31 translate
-// the token positions of tile j + 3 into element offsets (token_offsets, kernel.cuh) while tile j
-// is used (their pages loaded one tile earlier still); tokens past the range re-read the last one
-// (real data, masked). The tile loads and offsets are issued while S is on the tensor cores.
+// Memory (one CTA per SM): Q 72 KiB, three tile stages of 36 KiB (cp.async: tile j is read by
+// P V, tile j + 1 by S, tile j + 2 streams in; a stage is refilled after the barrier that follows
+// the P V that read it), the S exchange 16 KiB, gather offsets. Tiles use wgmma's 128-byte swizzle
+// in 64-column blocks (prefill/kernel_sm90.cuh: tile_offset, descriptor): Q is 9 blocks of 64 rows
+// x 128 bytes, a stage 9 blocks of 32 tokens x 128 bytes. Threads 0..31 translate the token
+// positions of tile j + 3 into element offsets while tile j is used (their pages loaded one tile
+// earlier still); tokens past the range re-read the last one (real data, masked).
 #pragma once
 
 #include "cuda/mla/kernel.cuh"
@@ -114,8 +117,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid >> 7;  // warpgroup: S reduction half, O column half
-  const int t = tid & 127;  // thread in the warpgroup
-  const int lane = tid & 31, warp = t >> 5;
+  const int t_in_wg = tid & 127;  // thread in the warpgroup
+  const int lane = tid & 31, warp = t_in_wg >> 5;
   const auto* ckv = static_cast<const __nv_bfloat16*>(p.ckv);
   const auto* kpe = static_cast<const __nv_bfloat16*>(p.kpe);
   const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope);
@@ -179,16 +182,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       prefill::cp_async_commit();
     }
 
-    for (int tile = 0; tile < num_tiles; ++tile) {
-      const int n0 = chunk_begin + tile * kN;
-      const uint32_t stage = stage_of(tile);
-      cp_async_wait<1>();   // every group but the newest: tile `tile` (and Q) landed
-      fence_proxy_async();  // ... visible to the tensor cores (async proxy)
-      __syncthreads();      // ... for every thread's copies; everyone is done with tile - 1
-
-      // ---- this warpgroup's partial S over its 288 columns (issued first: the loads and
-      // offsets below run while the tensor cores work) ----
-      float s[16];
+    // S of tile t: this warpgroup's partial product over its 288 columns, issued (not waited).
+    float s[16];
+    auto issue_s = [&](int t) {
+      const uint32_t stage = stage_of(t);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < T::kSteps; ++ks) {
@@ -199,38 +196,26 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         ss_m64n32k16_bf16(s, a, b, ks > 0 ? 1 : 0);
       }
       wgmma_commit();
-
-      if (tile + 2 < num_tiles) {
-        load_tile(stage_of(tile + 2), ckv, kpe, offsets_of(tile + 2), offsets_of(tile + 2) + kN);
-      }
-      prefill::cp_async_commit();  // possibly empty: one group per tile keeps the count fixed
-      if (tile + 3 < num_tiles && tid < kN) {
-        // Its buffer's last reader was the load of tile `tile`, issued two barriers ago.
-        token_offsets(p, page_ahead, n0 + 3 * kN, block_end, offsets_of(tile + 3),
-                      offsets_of(tile + 3) + kN);
-        if (tile + 4 < num_tiles) page_ahead = token_page(p, pages, n0 + 4 * kN, block_end);
-      }
-
-      wgmma_wait_all();
-      fence_registers(s);
-
-      // ---- exchange the partials: S = S_0 + S_1 (the same sum, bit for bit, in both) ----
+    };
+    // S = S_0 + S_1 through shared memory (the same sum, bit for bit, in both warpgroups), then
+    // the mask and the online softmax (base 2) of tile t: P in s (f32), alpha (the rescale of O)
+    // per row, `moved` when some row's max moved.
+    auto softmax = [&](int t, float (&alpha)[2], bool& moved) {
+      const int n0 = chunk_begin + t * kN;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        s_x[(wg * 4 + i) * 128 + t] =
+        s_x[(wg * 4 + i) * 128 + t_in_wg] =
             make_float4(s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]);
       }
       __syncthreads();
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float4 v = s_x[((1 - wg) * 4 + i) * 128 + t];
+        const float4 v = s_x[((1 - wg) * 4 + i) * 128 + t_in_wg];
         s[4 * i] += v.x;
         s[4 * i + 1] += v.y;
         s[4 * i + 2] += v.z;
         s[4 * i + 3] += v.w;
       }
-
-      // ---- mask, online softmax (base 2), P packed as the A fragments of P V ----
       const bool needs_mask = n0 + kN > block_end || (p.causal && n0 + kN - 1 > limit[0]);
       if (needs_mask) {
 #pragma unroll
@@ -239,8 +224,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           if (key >= block_end || key > limit[(i >> 1) & 1]) s[i] = -INFINITY;
         }
       }
-      float alpha[2];
-      bool moved = false;
+      moved = false;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float m = s[2 * h];
@@ -262,27 +246,88 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         }
         row_sum[h] = row_sum[h] * alpha[h] + sum;
       }
-      if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
-      }
-      uint32_t pa[kN / 16][4];
+    };
+    // P as the A fragments of P V (bf16 pairs).
+    uint32_t pa[kN / 16][4];
+    auto pack_p = [&] {
 #pragma unroll
       for (int kk = 0; kk < kN / 16; ++kk) {
 #pragma unroll
         for (int r = 0; r < 4; ++r)
           pa[kk][r] = Bf16Mma::pack(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
       }
+    };
 
-      // ---- O += P V over this warpgroup's 256 columns (4 blocks of 64) ----
-      wgmma_fence();
+    // Software pipeline: while P V of tile j runs on the tensor cores, the softmax of tile j + 1
+    // runs on the ALUs (its S was issued just before P V of tile j; wgmma groups complete in
+    // order, so S j + 1 goes first). The rescale of O by tile j + 1's alpha waits for P V j.
+    if (num_tiles > 0) {
+      cp_async_wait<1>();   // tile 0 and Q landed (tile 1 may be in flight)
+      fence_proxy_async();  // ... visible to the tensor cores (async proxy)
+      __syncthreads();      // ... for every thread's copies
+      issue_s(0);
+      wgmma_wait<0>();
+      fence_registers(s);
+      float alpha[2];
+      bool moved;
+      softmax(0, alpha, moved);  // O is zero: nothing to rescale
+      pack_p();
+    }
+    // ---- O += P V of tile t over this warpgroup's 256 columns (4 blocks of 64), issued ----
+    auto pv_descriptors = [&](int t, uint64_t (&desc)[kN / 16]) {
 #pragma unroll
       for (int kk = 0; kk < kN / 16; ++kk) {
-        const uint32_t v = stage + wg * 4 * T::kKvBlockBytes + kk * 16 * 128;
-        rs_m64n256k16_bf16(o, pa[kk], descriptor(v, T::kKvBlockBytes, 1024));
+        desc[kk] = descriptor(stage_of(t) + wg * 4 * T::kKvBlockBytes + kk * 16 * 128,
+                              T::kKvBlockBytes, 1024);
       }
+    };
+    auto issue_pv = [&](const uint64_t (&desc)[kN / 16], bool fence) {
+      if (fence) wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) rs_m64n256k16_bf16(o, pa[kk], desc[kk]);
       wgmma_commit();
-      wgmma_wait_all();
+    };
+    for (int tile = 0; tile + 1 < num_tiles; ++tile) {
+      cp_async_wait<0>();   // tile + 1 landed (this thread's copies)
+      fence_proxy_async();  // ... visible to the tensor cores
+      __syncthreads();      // ... every thread's; both warpgroups finished P V of tile - 1
+      // Tile + 2 into the stage P V of tile - 1 read; the offsets of tile + 3 into the slot the
+      // load of tile `tile` read (two barriers ago).
+      if (tile + 2 < num_tiles) {
+        load_tile(stage_of(tile + 2), ckv, kpe, offsets_of(tile + 2), offsets_of(tile + 2) + kN);
+      }
+      prefill::cp_async_commit();
+      if (tile + 3 < num_tiles && tid < kN) {
+        token_offsets(p, page_ahead, chunk_begin + (tile + 3) * kN, block_end,
+                      offsets_of(tile + 3), offsets_of(tile + 3) + kN);
+        if (tile + 4 < num_tiles) {
+          page_ahead = token_page(p, pages, chunk_begin + (tile + 4) * kN, block_end);
+        }
+      }
+      uint64_t desc[kN / 16];
+      pv_descriptors(tile, desc);
+      issue_s(tile + 1);
+      issue_pv(desc, false);  // the fence of issue_s covers o and pa
+      wgmma_wait<1>();  // S of tile + 1 (P V of tile may still run)
+      fence_registers(s);
+      float alpha[2];
+      bool moved;
+      softmax(tile + 1, alpha, moved);
+      wgmma_wait<0>();  // P V of tile: o and pa are free
+      fence_registers(o);
+#pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) fence_operands(pa[kk]);
+      if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+      }
+      pack_p();
+    }
+    if (num_tiles > 0) {
+      uint64_t desc[kN / 16];
+      pv_descriptors(num_tiles - 1, desc);
+      issue_pv(desc, true);
+      wgmma_wait<0>();
       fence_registers(o);
     }
 
