@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -189,6 +190,9 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   p.kpe_stride_page = args.kv.kpe.strides[0];
   p.kpe_stride_token = args.kv.kpe.strides[1];
   p.page_size = args.kv.page_size;
+  p.page_shift = std::has_single_bit(static_cast<uint32_t>(p.page_size))
+                     ? std::countr_zero(static_cast<uint32_t>(p.page_size))
+                     : -1;
   p.pages_per_alloc = args.kv.alloc_page_size() / args.kv.page_size;
   p.qo_indptr = meta.qo_indptr.data_as<const int32_t>();
   p.kv_indptr = meta.kv_indptr.data_as<const int32_t>();

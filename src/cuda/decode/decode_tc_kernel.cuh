@@ -10,12 +10,13 @@
 // w, w + kWarps, ... with its own shared-memory ring of kStages steps, its own cp.async groups
 // (__syncwarp only) and its own online softmax. Per step:
 //   load  cp.async 16-byte chunks, two token rows of D per warp instruction (coalesced); lane t
-//         finds the page of token t once (kv_indices read a step before the copy, its page slot
-//         advanced by constants, no division per step), turns it into the row's element offset,
-//         and the lanes exchange the offsets by shuffle. Rows past the chunk's end are
+//         finds the page of token t once (kv_indices read one step ahead, so its latency hides
+//         behind the compute) and the lanes exchange it by shuffle. Rows past the chunk's end are
 //         zero-filled (the L2 policy of the KV lines is a parameter: normal, or evict-first). Rows
 //         are XOR-swizzled by 16-byte chunk (chunk ^ row % 8): the ldmatrix reads below are free of
-//         bank conflicts.
+//         bank conflicts. (Per-lane 64-bit row offsets, the page slot advanced by constants,
+//         issue fewer instructions but measured 10% slower at P 16 on 16-256 x 8192-32768 and 3%
+//         faster at P 1, side by side on the H200: bench/RESULTS.md, session 3.)
 //   S     = Q K^T: Q's A fragments (ldmatrix from shared memory, kept in registers for D <= 128),
 //         K's B fragments by ldmatrix; f32 accumulators, scaled (and soft-capped) in f32.
 //   soft  rows live in 4 lanes: max by two shuffles, exp2 in place, per-lane partial sums.
@@ -200,70 +201,48 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   const T* k_cache = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
   const T* v_cache = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
   const uint64_t stream_policy = tc::kv_load_policy(p.kv_evict_first);
-  // Lane l owns token (l % kStep) of each step. Its position advances by kStep * kWarps tokens a
-  // step: the page slot and the offset in the page advance by constants (no division per step).
-  constexpr int kAdvance = kStep * C::kWarps;
-  const int adv_pages = kAdvance / page_size;
-  const int adv_in_page = kAdvance - adv_pages * page_size;
-  int fetch_pos = tok_begin + warp * kStep + lane % kStep;  // token of the next step to fetch
-  int fetch_slot = fetch_pos / page_size;
-  int fetch_in_page = fetch_pos - fetch_slot * page_size;
-  // The next step's page id (-1: past the end) and this lane's offset in it, read one step
-  // before its copy is issued, so the kv_indices latency hides behind a step of compute.
-  auto fetch_page = [&](int j, int& in_page) {
-    const int page = j < my_steps && fetch_pos < tok_end ? p.kv_indices[page_begin + fetch_slot] : -1;
-    in_page = fetch_in_page;
-    fetch_pos += kAdvance;
-    fetch_slot += adv_pages;
-    fetch_in_page += adv_in_page;
-    if (fetch_in_page >= page_size) {
-      fetch_in_page -= page_size;
-      ++fetch_slot;
-    }
-    return page;
+  // Lane l owns token (l % kStep) of a step: its page id, read one step ahead (-1: past the end).
+  auto fetch_page = [&](int j) {
+    const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
+    if (j >= my_steps || pos >= tok_end) return -1;
+    return p.kv_indices[page_begin + pos / page_size];
   };
-  const bool same_kv_strides =
-      p.k_stride_page == p.v_stride_page && p.k_stride_token == p.v_stride_token;
-  auto load_step = [&](int stage, int page, int in_page) {
-    // This lane's token row: element offsets in K and V (-1: past the end, zero-filled).
-    int64_t k_off = -1, v_off = -1;
-    if (page >= 0) {
-      int64_t alloc = page, token = in_page;
-      if (p.pages_per_alloc != 1) {
-        alloc = page / p.pages_per_alloc;
-        token += (page - alloc * p.pages_per_alloc) * int64_t{page_size};
-      }
-      k_off = alloc * p.k_stride_page + token * p.k_stride_token;
-      v_off = same_kv_strides ? k_off : alloc * p.v_stride_page + token * p.v_stride_token;
-    }
+  auto load_step = [&](int j, int stage, int page) {
+    const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
+    const int alloc = page >= 0 ? page / p.pages_per_alloc : -1;
+    const int token_in_alloc =
+        page >= 0 ? (page - alloc * p.pages_per_alloc) * page_size + pos % page_size : 0;
     T* k_stage = k_ring + stage * C::kStepElems;
     T* v_stage = v_ring + stage * C::kStepElems;
     const int chunk_in_row = lane % C::kChunksPerRow;
 #pragma unroll
     for (int i = 0; i < C::kCopyIters; ++i) {
       const int row = i * C::kRowsPerCopy + lane / C::kChunksPerRow;
-      const int64_t row_k = __shfl_sync(0xffffffffu, k_off, row);
-      const int64_t row_v = same_kv_strides ? row_k : __shfl_sync(0xffffffffu, v_off, row);
-      const bool valid = row_k >= 0;
-      const T* k_src = k_cache + (valid ? row_k + chunk_in_row * 8 : 0);
-      const T* v_src = v_cache + (valid ? row_v + chunk_in_row * 8 : 0);
+      const int row_alloc = __shfl_sync(0xffffffffu, alloc, row);
+      const int row_token = __shfl_sync(0xffffffffu, token_in_alloc, row);
+      const bool valid = row_alloc >= 0;
+      const T* k_src = k_cache;
+      const T* v_src = v_cache;
+      if (valid) {
+        k_src += row_alloc * p.k_stride_page + row_token * p.k_stride_token + chunk_in_row * 8;
+        v_src += row_alloc * p.v_stride_page + row_token * p.v_stride_token + chunk_in_row * 8;
+      }
       const int dst = C::offset(row, chunk_in_row);
       tc::cp_async_16_policy(k_stage + dst, k_src, valid, stream_policy);
       tc::cp_async_16_policy(v_stage + dst, v_src, valid, stream_policy);
     }
   };
-  int next_page, next_in_page;
+  int next_page;
   {
-    int pages[C::kStages], in_pages[C::kStages];  // all issued before the first is used
+    int pages[C::kStages];  // all issued before the first is used
 #pragma unroll
-    for (int s = 0; s < C::kStages; ++s) pages[s] = fetch_page(s, in_pages[s]);
+    for (int s = 0; s < C::kStages; ++s) pages[s] = fetch_page(s);
 #pragma unroll
     for (int s = 0; s < C::kStages - 1; ++s) {
-      if (s < my_steps) load_step(s, pages[s], in_pages[s]);
+      if (s < my_steps) load_step(s, s, pages[s]);
       cp_async_commit();
     }
     next_page = pages[C::kStages - 1];
-    next_in_page = in_pages[C::kStages - 1];
   }
 
   // ---- q of this CTA's heads: [16][D] in shared memory, rows past `heads` zero ----
@@ -315,9 +294,9 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     __syncwarp();  // step j landed for every lane; every lane is done with step j - 1's stage
     {
       const int ahead = j + C::kStages - 1;
-      if (ahead < my_steps) load_step(ahead % C::kStages, next_page, next_in_page);
+      if (ahead < my_steps) load_step(ahead, ahead % C::kStages, next_page);
       cp_async_commit();
-      next_page = fetch_page(ahead + 1, next_in_page);
+      next_page = fetch_page(ahead + 1);
     }
     const int stage = j % C::kStages;
     const uint32_t k_base = tc::smem_address(k_ring + stage * C::kStepElems);

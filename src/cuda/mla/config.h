@@ -44,6 +44,7 @@ struct MlaParams {
   int64_t ckv_stride_page = 0, ckv_stride_token = 0;
   int64_t kpe_stride_page = 0, kpe_stride_token = 0;
   int32_t page_size = 0;        // attention page size P
+  int32_t page_shift = -1;      // log2(P) when P is a power of two (a shift, not a division)
   int32_t pages_per_alloc = 1;  // alloc_page_size / P
 
   // Step metadata (device, int32, planner.h).

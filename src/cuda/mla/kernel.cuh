@@ -90,29 +90,38 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// The attention page of token n0 + threadIdx.x of the request (tokens at or past `end` take token
-// end - 1). Loaded a tile ahead of its use, so the load's latency is off the barrier path.
-__device__ __forceinline__ int token_page(const MlaParams& p, const int32_t* pages, int n0,
-                                          int end) {
-  const int key = min(n0 + static_cast<int>(threadIdx.x), end - 1);
-  return __ldg(pages + key / p.page_size);
+// Attention-page slot of token `key` within the request (a shift when P is a power of two).
+__device__ __forceinline__ int page_slot(const MlaParams& p, int key) {
+  return p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
 }
 
-// Element offsets of token n0 + threadIdx.x (on attention page `page`) in ckv / kpe, one token per
-// thread; tokens at or past `end` take token end - 1.
+// The attention page of token n0 + index of the request (tokens at or past `end` take token
+// end - 1). Loaded a tile ahead of its use, so the load's latency is off the barrier path.
+__device__ __forceinline__ int token_page(const MlaParams& p, const int32_t* pages, int n0, int end,
+                                          int index = static_cast<int>(threadIdx.x)) {
+  const int key = min(n0 + index, end - 1);
+  return __ldg(pages + page_slot(p, key));
+}
+
+// Element offsets of token n0 + index (on attention page `page`) in ckv / kpe, into entry `index`
+// of ckv_off / kpe_off; tokens at or past `end` take token end - 1.
 __device__ __forceinline__ void token_offsets(const MlaParams& p, int page, int n0, int end,
-                                              int64_t* ckv_off, int64_t* kpe_off) {
-  const int tid = static_cast<int>(threadIdx.x);
-  const int key = min(n0 + tid, end - 1);
-  const int in_page = key % p.page_size;
-  const int alloc = page / p.pages_per_alloc;
-  const int64_t token = int64_t{page - alloc * p.pages_per_alloc} * p.page_size + in_page;
-  ckv_off[tid] = alloc * p.ckv_stride_page + token * p.ckv_stride_token;
-  kpe_off[tid] = alloc * p.kpe_stride_page + token * p.kpe_stride_token;
+                                              int64_t* ckv_off, int64_t* kpe_off,
+                                              int index = static_cast<int>(threadIdx.x)) {
+  const int key = min(n0 + index, end - 1);
+  int64_t alloc = page;
+  int64_t token = key - page_slot(p, key) * p.page_size;
+  if (p.pages_per_alloc != 1) {
+    alloc = page / p.pages_per_alloc;
+    token += (page - alloc * p.pages_per_alloc) * p.page_size;
+  }
+  ckv_off[index] = alloc * p.ckv_stride_page + token * p.ckv_stride_token;
+  kpe_off[index] = alloc * p.kpe_stride_page + token * p.kpe_stride_token;
 }
 __device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t* pages, int n0,
-                                              int end, int64_t* ckv_off, int64_t* kpe_off) {
-  token_offsets(p, token_page(p, pages, n0, end), n0, end, ckv_off, kpe_off);
+                                              int end, int64_t* ckv_off, int64_t* kpe_off,
+                                              int index = static_cast<int>(threadIdx.x)) {
+  token_offsets(p, token_page(p, pages, n0, end, index), n0, end, ckv_off, kpe_off, index);
 }
 
 __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {

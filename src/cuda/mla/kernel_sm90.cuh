@@ -291,8 +291,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       cp_async_wait<0>();   // tile + 1 landed (this thread's copies)
       fence_proxy_async();  // ... visible to the tensor cores
       __syncthreads();      // ... every thread's; both warpgroups finished P V of tile - 1
-      // Tile + 2 into the stage P V of tile - 1 read; the offsets of tile + 3 into the slot the
-      // load of tile `tile` read (two barriers ago).
+      uint64_t desc[kN / 16];
+      pv_descriptors(tile, desc);
+      issue_s(tile + 1);
+      issue_pv(desc, false);  // the fence of issue_s covers o and pa
+      // While the tensor cores work: tile + 2 into the stage P V of tile - 1 read; the offsets
+      // of tile + 3 into the slot the load of tile `tile` read (two barriers ago).
       if (tile + 2 < num_tiles) {
         load_tile(stage_of(tile + 2), ckv, kpe, offsets_of(tile + 2), offsets_of(tile + 2) + kN);
       }
@@ -304,10 +308,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           page_ahead = token_page(p, pages, chunk_begin + (tile + 4) * kN, block_end);
         }
       }
-      uint64_t desc[kN / 16];
-      pv_descriptors(tile, desc);
-      issue_s(tile + 1);
-      issue_pv(desc, false);  // the fence of issue_s covers o and pa
       wgmma_wait<1>();  // S of tile + 1 (P V of tile may still run)
       fence_registers(s);
       float alpha[2];

@@ -14,9 +14,9 @@
 //                         shared memory; P (bf16) to shared memory, alpha per row with it;
 //   O [16 x 512] += P V   warp w: columns w * 64 .. + 64 (32 f32 accumulators per thread).
 // Rows are 16-byte-chunk XOR-swizzled (chunk ^ row % 8) as in kernel.cuh, so the ldmatrix reads are
-// conflict-free. Threads 0..31 translate the token positions of tile j + kStages into element
-// offsets while tile j is used (their pages loaded a tile earlier still); tokens past the range
-// re-read the last one (real data, masked).
+// conflict-free. Warp 4 translates the token positions of tile j + kStages into element offsets
+// while warps 0-3 run the softmax of tile j (their pages loaded a tile earlier still); tokens past
+// the range re-read the last one (real data, masked).
 #pragma once
 
 #include "cuda/mla/kernel.cuh"
@@ -62,6 +62,9 @@ template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
+
+// The warp that translates token positions into cache offsets (a warp of the second S half).
+inline constexpr int kOffsetWarp = 4;
 
 __global__ void __launch_bounds__(kThreads, 1)
     mla_kernel_small(const __grid_constant__ MlaParams p) {
@@ -138,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.0f, 0.0f};
-    int page_ahead = 0;  // threads < 32: the page of their token in tile + kStages
+    int page_ahead = 0;  // warp kOffsetWarp: the page of its lane's token in tile + kStages
 
     if (num_tiles > 0) {
       // Q rows (zero past the request's rows); offsets of tiles 0 .. kStages - 1; tiles
@@ -157,14 +160,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                                              head * p.q_pe_stride_head + (c - kRank / 8) * 8;
         prefill::cp_async_16(s_q + swz<kRowBytes>(r, c), valid ? src : q_nope, valid ? 16 : 0);
       }
-      if (tid < kN) {
+      if (warp == kOffsetWarp) {
 #pragma unroll 1
         for (int k = 0; k < T::kStages && k < num_tiles; ++k) {
           token_offsets(p, pages, chunk_begin + k * kN, block_end, offsets_of(k),
-                        offsets_of(k) + kN);
+                        offsets_of(k) + kN, lane);
         }
         if (num_tiles > T::kStages) {
-          page_ahead = token_page(p, pages, chunk_begin + T::kStages * kN, block_end);
+          page_ahead = token_page(p, pages, chunk_begin + T::kStages * kN, block_end, lane);
         }
       }
       __syncthreads();
@@ -185,29 +188,36 @@ __global__ void __launch_bounds__(kThreads, 1)
         load_tile(stage_of(next), ckv, kpe, offsets_of(next), offsets_of(next) + kN);
       }
       prefill::cp_async_commit();  // possibly empty: one group per tile keeps the count fixed
-      if (tile + T::kStages < num_tiles && tid < kN) {
-        // Its buffer's last reader was the load of tile `tile`, issued kStages - 1 barriers ago.
-        const int next = tile + T::kStages;
-        token_offsets(p, page_ahead, n0 + T::kStages * kN, block_end, offsets_of(next),
-                      offsets_of(next) + kN);
-        if (next + 1 < num_tiles)
-          page_ahead = token_page(p, pages, n0 + (next + 1 - tile) * kN, block_end);
-      }
 
-      // ---- partial S: rows 0..15, tokens group * 8 .., k16 steps half * 18 .. ----
-      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      // ---- partial S: rows 0..15, tokens group * 8 .., k16 steps half * 18 .. (three
+      // independent accumulator chains of 6 steps, summed: a third of the MMA latency chain) ----
+      float acc[3][4] = {};
       const uint32_t q_off = opaque(q_lane), k_off = opaque(k_lane);
-#pragma unroll 6
+#pragma unroll
       for (int ks = 0; ks < kDimQk / 32; ++ks) {
         const int k = half * (kDimQk / 32) + ks;  // k16 step: chunk pair 2 (k % 4) of block k / 4
         const uint32_t swizzle = (k & 3) << 5, column = (k >> 2) * 128;
         uint32_t a[4], b[2];
         ldmatrix_x4(a, s_q + (q_off ^ swizzle) + column);
         ldmatrix_x2(b, stage + (k_off ^ swizzle) + column);
-        Bf16Mma::run(s, a, b[0], b[1]);
+        Bf16Mma::run(acc[ks % 3], a, b[0], b[1]);
       }
+      float s[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[e] = acc[0][e] + acc[1][e] + acc[2][e];
       if (half == 1) s_part[group * 32 + lane] = make_float4(s[0], s[1], s[2], s[3]);
       __syncthreads();
+
+      // ---- warp kOffsetWarp (idle while warps 0-3 mask and reduce): offsets of tile
+      // `tile` + kStages into the slot the load of tile `tile` read, kStages - 1 barriers ago ----
+      if (warp == kOffsetWarp && tile + T::kStages < num_tiles) {
+        const int next = tile + T::kStages;
+        token_offsets(p, page_ahead, n0 + T::kStages * kN, block_end, offsets_of(next),
+                      offsets_of(next) + kN, lane);
+        if (next + 1 < num_tiles) {
+          page_ahead = token_page(p, pages, n0 + (next + 1 - tile) * kN, block_end, lane);
+        }
+      }
 
       // ---- warps 0-3: whole S, mask, this group's row maxima ----
       if (half == 0) {
