@@ -82,7 +82,8 @@ SplitKvConfig CudaWorkspace::split_config(const OpDesc& op, int32_t batch) const
   config.enable = true;
   const int32_t kv_heads = std::max(1, op.num_kv_heads);
   const int32_t group = std::max(1, op.num_qo_heads / kv_heads);
-  const int32_t ctas_per_item = kv_heads * ((group + kDecodeMaxGroupPerCta - 1) / kDecodeMaxGroupPerCta);
+  const int32_t ctas_per_item =
+      kv_heads * ((group + kDecodeMaxGroupPerCta - 1) / kDecodeMaxGroupPerCta);
   const int32_t slots = std::max(1, num_sms_ * kDecodeCtasPerSm / ctas_per_item);
   config.target_items = batch > 0 && batch < slots ? slots / batch * batch : slots;
   // A chunk shorter than ~256 tokens costs more in merging than it gains in parallelism.

@@ -36,10 +36,10 @@ bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer
 
 // Side-by-side switches for benchmarks, read per call: PAGEDATTN_DECODE_KERNEL=cuda_core runs the
 // CUDA-core kernel for bf16/f16 KV too; PAGEDATTN_DECODE_MERGE=kernel merges split requests of
-// the tensor-core kernel with the merge kernel instead of in their last CTA; PAGEDATTN_DECODE_L2=evict_first loads KV with the
-// evict-first L2 policy (measured on the H200: +7% at B = 1, where the KV is a few L2s and the
-// L2's dirty lines are not written back inside the call, but -5% at 16-64 x 8192; see
-// bench/RESULTS.md), so the default is the normal policy.
+// the tensor-core kernel with the merge kernel instead of in their last CTA;
+// PAGEDATTN_DECODE_L2=evict_first loads KV with the evict-first L2 policy (measured on the H200:
+// +7% at B = 1, where the KV is a few L2s and the L2's dirty lines are not written back inside the
+// call, but -5% at 16-64 x 8192; see bench/RESULTS.md), so the default is the normal policy.
 bool env_is(const char* name, std::string_view value) {
   const char* env = std::getenv(name);
   return env != nullptr && std::string_view(env) == value;
@@ -204,8 +204,8 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.merge_counters = workspace.merge_counters();
   params.fused_merge = !env_is("PAGEDATTN_DECODE_MERGE", "kernel");
   PA_CHECK(batch * hkv * params.group_tiles <= workspace.merge_counters_capacity(),
-           "run_decode: {} requests x {} head tiles exceed the workspace's {} merge counters", batch,
-           hkv * params.group_tiles, workspace.merge_counters_capacity());
+           "run_decode: {} requests x {} head tiles exceed the workspace's {} merge counters",
+           batch, hkv * params.group_tiles, workspace.merge_counters_capacity());
 
   const DecodeKernel kernel = env_is("PAGEDATTN_DECODE_KERNEL", "cuda_core")
                                   ? DecodeKernel::kCudaCore

@@ -516,7 +516,8 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
       for (int i = 0; i < items; ++i) {
         const int64_t slot = int64_t{first + i} * p.num_qo_heads + head;
         const float w = __expf(__ldcg(p.partial_lse + slot) - total);
-        const float4 part = __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kHeadDim + d));
+        const float4 part =
+            __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kHeadDim + d));
         value.x += w * part.x;
         value.y += w * part.y;
         value.z += w * part.z;

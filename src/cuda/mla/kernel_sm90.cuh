@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int pos_shift = kv_len - q_len;
 
   const int tid = static_cast<int>(threadIdx.x);
-  const int wg = tid >> 7;  // warpgroup: S reduction half, O column half
+  const int wg = tid >> 7;        // warpgroup: S reduction half, O column half
   const int t_in_wg = tid & 127;  // thread in the warpgroup
   const int lane = tid & 31, warp = t_in_wg >> 5;
   const auto* ckv = static_cast<const __nv_bfloat16*>(p.ckv);
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // S = S_0 + S_1 through shared memory (the same sum, bit for bit, in both warpgroups), then
     // the mask and the online softmax (base 2) of tile t: P in s (f32), alpha (the rescale of O)
     // per row, `moved` when some row's max moved.
-    auto softmax = [&](int t, float (&alpha)[2], bool& moved) {
+    auto softmax = [&](int t, float(&alpha)[2], bool& moved) {
       const int n0 = chunk_begin + t * kN;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -274,14 +274,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       pack_p();
     }
     // ---- O += P V of tile t over this warpgroup's 256 columns (4 blocks of 64), issued ----
-    auto pv_descriptors = [&](int t, uint64_t (&desc)[kN / 16]) {
+    auto pv_descriptors = [&](int t, uint64_t(&desc)[kN / 16]) {
 #pragma unroll
       for (int kk = 0; kk < kN / 16; ++kk) {
         desc[kk] = descriptor(stage_of(t) + wg * 4 * T::kKvBlockBytes + kk * 16 * 128,
                               T::kKvBlockBytes, 1024);
       }
     };
-    auto issue_pv = [&](const uint64_t (&desc)[kN / 16], bool fence) {
+    auto issue_pv = [&](const uint64_t(&desc)[kN / 16], bool fence) {
       if (fence) wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kN / 16; ++kk) rs_m64n256k16_bf16(o, pa[kk], desc[kk]);
@@ -302,8 +302,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
       prefill::cp_async_commit();
       if (tile + 3 < num_tiles && tid < kN) {
-        token_offsets(p, page_ahead, chunk_begin + (tile + 3) * kN, block_end,
-                      offsets_of(tile + 3), offsets_of(tile + 3) + kN);
+        token_offsets(p, page_ahead, chunk_begin + (tile + 3) * kN, block_end, offsets_of(tile + 3),
+                      offsets_of(tile + 3) + kN);
         if (tile + 4 < num_tiles) {
           page_ahead = token_page(p, pages, chunk_begin + (tile + 4) * kN, block_end);
         }
