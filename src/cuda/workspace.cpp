@@ -77,15 +77,20 @@ CudaWorkspace::CudaWorkspace(const WorkspaceLimits& limits) : limits_(limits) {
 
 CudaWorkspace::~CudaWorkspace() = default;
 
+int32_t decode_split_target(int32_t num_sms, int32_t num_qo_heads, int32_t num_kv_heads,
+                            int32_t batch) {
+  const int32_t kv_heads = std::max(1, num_kv_heads);
+  const int32_t group = std::max(1, num_qo_heads / kv_heads);
+  const int32_t ctas_per_item =
+      kv_heads * ((group + kDecodeMaxGroupPerCta - 1) / kDecodeMaxGroupPerCta);
+  const int32_t slots = std::max(1, num_sms * kDecodeCtasPerSm / ctas_per_item);
+  return batch > 0 && batch < slots ? slots / batch * batch : slots;
+}
+
 SplitKvConfig CudaWorkspace::split_config(const OpDesc& op, int32_t batch) const {
   SplitKvConfig config;
   config.enable = true;
-  const int32_t kv_heads = std::max(1, op.num_kv_heads);
-  const int32_t group = std::max(1, op.num_qo_heads / kv_heads);
-  const int32_t ctas_per_item =
-      kv_heads * ((group + kDecodeMaxGroupPerCta - 1) / kDecodeMaxGroupPerCta);
-  const int32_t slots = std::max(1, num_sms_ * kDecodeCtasPerSm / ctas_per_item);
-  config.target_items = batch > 0 && batch < slots ? slots / batch * batch : slots;
+  config.target_items = decode_split_target(num_sms_, op.num_qo_heads, op.num_kv_heads, batch);
   // A chunk shorter than ~256 tokens costs more in merging than it gains in parallelism.
   config.min_chunk_pages = std::max(1, 256 / std::max(1, op.page_size));
   return config;

@@ -130,4 +130,11 @@ inline constexpr int kDecodeCtasPerSm = 2;
 // Query heads of one decode CTA (a larger GQA group takes several CTAs per KV head).
 inline constexpr int kDecodeMaxGroupPerCta = 16;
 
+// The decode split target (SplitKvConfig::target_items) on `num_sms` SMs: the resident CTA slots
+// (num_sms * kDecodeCtasPerSm) over the CTAs of one item (KV heads x head tiles of up to
+// kDecodeMaxGroupPerCta query heads), rounded down to a multiple of `batch` when the batch is
+// smaller, so that requests of one length get equal chunks that fill one wave. At least 1.
+int32_t decode_split_target(int32_t num_sms, int32_t num_qo_heads, int32_t num_kv_heads,
+                            int32_t batch);
+
 }  // namespace pagedattn::cuda

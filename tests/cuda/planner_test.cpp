@@ -12,6 +12,7 @@
 #include "common/test_util.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_test_util.h"
+#include "cuda/workspace.h"
 #include "pagedattn/cuda_planner.h"
 #include "planner/batch_maker.h"
 
@@ -159,6 +160,28 @@ std::vector<GpuPlanCase> gpu_plan_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GpuPlannerTest, ::testing::ValuesIn(gpu_plan_cases()),
                          [](const auto& info) { return info.param.name(); });
+
+// The decode split target is host arithmetic (no device needed): the H200's 132 SMs x 2 slots
+// over 8 KV heads are 33 items; a batch below that gets a multiple of itself, so requests of one
+// length split into equal chunks (16 x 8192 at P 16: 32 items of 256 pages, one wave), and a batch
+// of 33 or more is the slot count.
+TEST(DecodeSplitTarget, FillsOneWaveWithEqualChunks) {
+  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 1), 33);
+  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 16), 32);
+  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 10), 30);
+  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 17), 17);
+  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 33), 33);
+  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 64), 33);
+  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 0), 33);
+  // MHA: 32 CTAs an item (one head each) -> 8 slots; MQA with 64 query heads: 4 head tiles.
+  EXPECT_EQ(cuda::decode_split_target(132, 32, 32, 1), 8);
+  EXPECT_EQ(cuda::decode_split_target(132, 32, 32, 3), 6);
+  EXPECT_EQ(cuda::decode_split_target(132, 64, 1, 1), 66);
+  // More CTAs an item than slots: still one item.
+  EXPECT_EQ(cuda::decode_split_target(2, 128, 128, 1), 1);
+  // Group sizes that are not multiples of 16 round the head tiles up (group 20: 2 tiles).
+  EXPECT_EQ(cuda::decode_split_target(132, 40, 2, 1), 66);
+}
 
 TEST(GpuPlanner, ReportsBadTables) {
   PA_REQUIRE_GPU();

@@ -69,6 +69,10 @@ INSTANTIATE_TEST_SUITE_P(
                                     "bench decode --device cuda --rows 2x64 --page-size 16,1 "
                                     "--reps 1 --no-graphs",
                                     2},
+                      CudaBenchCase{"decode_dirty_l2",
+                                    "bench decode --device cuda --rows 2x64 --page-size 16 "
+                                    "--reps 1 --no-graphs --l2-flush dirty",
+                                    1},
                       CudaBenchCase{"prefill",
                                     "bench prefill --device cuda --rows 1x64,ragged2/64 "
                                     "--page-size 16 --reps 1",
@@ -113,6 +117,7 @@ TEST_F(CliCuda, OptionErrorsNameTheValue) {
            Bad{"bench prefill --device cuda --kv-dtype fp8_e4m3", "--host-data"},
            Bad{"bench plan --device cuda --page-size 3", "--page-size 3"},
            Bad{"bench plan --device gpu", "--device 'gpu'"},
+           Bad{"bench decode --device cuda --l2-flush bogus", "bogus"},
        }) {
     const CliRun run = run_cli(bad.arguments);
     EXPECT_NE(run.status, 0) << bad.arguments << "\n" << run.output;
