@@ -166,21 +166,29 @@ INSTANTIATE_TEST_SUITE_P(Cases, GpuPlannerTest, ::testing::ValuesIn(gpu_plan_cas
 // length split into equal chunks (16 x 8192 at P 16: 32 items of 256 pages, one wave), and a batch
 // of 33 or more is the slot count.
 TEST(DecodeSplitTarget, FillsOneWaveWithEqualChunks) {
-  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 1), 33);
-  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 16), 32);
-  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 10), 30);
-  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 17), 17);
-  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 33), 33);
-  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 64), 33);
-  EXPECT_EQ(cuda::decode_split_target(132, 32, 8, 0), 33);
-  // MHA: 32 CTAs an item (one head each) -> 8 slots; MQA with 64 query heads: 4 head tiles.
-  EXPECT_EQ(cuda::decode_split_target(132, 32, 32, 1), 8);
-  EXPECT_EQ(cuda::decode_split_target(132, 32, 32, 3), 6);
-  EXPECT_EQ(cuda::decode_split_target(132, 64, 1, 1), 66);
-  // More CTAs an item than slots: still one item.
-  EXPECT_EQ(cuda::decode_split_target(2, 128, 128, 1), 1);
-  // Group sizes that are not multiples of 16 round the head tiles up (group 20: 2 tiles).
-  EXPECT_EQ(cuda::decode_split_target(132, 40, 2, 1), 66);
+  struct Case {
+    int32_t sms, qo_heads, kv_heads, batch, target;
+  };
+  for (const Case& c : {
+           Case{132, 32, 8, 1, 33},
+           Case{132, 32, 8, 16, 32},
+           Case{132, 32, 8, 10, 30},
+           Case{132, 32, 8, 17, 17},
+           Case{132, 32, 8, 33, 33},
+           Case{132, 32, 8, 64, 33},
+           Case{132, 32, 8, 0, 33},
+           // MHA: 32 CTAs an item (one head each) -> 8 slots; MQA with 64 query heads: 4 tiles.
+           Case{132, 32, 32, 1, 8},
+           Case{132, 32, 32, 3, 6},
+           Case{132, 64, 1, 1, 66},
+           // More CTAs an item than slots: still one item.
+           Case{2, 128, 128, 1, 1},
+           // Group sizes that are not multiples of 16 round the head tiles up (group 20: 2).
+           Case{132, 40, 2, 1, 66},
+       }) {
+    EXPECT_EQ(cuda::decode_split_target(c.sms, c.qo_heads, c.kv_heads, c.batch), c.target)
+        << c.sms << " SMs, " << c.qo_heads << "/" << c.kv_heads << " heads, batch " << c.batch;
+  }
 }
 
 TEST(GpuPlanner, ReportsBadTables) {

@@ -182,7 +182,9 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   const int heads = min(kMaxGroupPerCta, p.group - head_begin);
   const int qo_head0 = kv_head * p.group + head_begin;
 
-  const bool split = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request] > 1;
+  const int merge_first = p.partition.merge_indptr[request];  // this request's items
+  const int merge_items = p.partition.merge_indptr[request + 1] - merge_first;
+  const bool split = merge_items > 1;
   const int page_size = p.page_size;
   const int page_begin = p.kv_indptr[request];
   const int num_pages = p.kv_indptr[request + 1] - page_begin;
@@ -454,15 +456,13 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   // ---- split request: the last of its items to finish (for this head tile) merges them ----
   //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
   __shared__ int last_arrival;
-  const int first = p.partition.merge_indptr[request];
-  const int items = p.partition.merge_indptr[request + 1] - first;
   __threadfence();  // this CTA's partials are visible device-wide before it is counted
   __syncthreads();  // ... every thread's; and the combine buffers are free
   if (tid == 0) {
     int* counter = p.merge_counters + int64_t{request} * head_tiles + head_tile;
     const int arrived = atomicAdd(counter, 1) + 1;
-    last_arrival = arrived == items;
-    if (arrived == items) *counter = 0;  // zero again for the next call (graph replays)
+    last_arrival = arrived == merge_items;
+    if (arrived == merge_items) *counter = 0;  // zero again for the next call (graph replays)
   }
   __syncthreads();
   if (!last_arrival) return;
@@ -471,9 +471,9 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   // the lanes' pairs are combined.
   float* total_lse = combine_m;  // [heads]
   for (int row = warp; row < heads; row += C::kWarps) {
-    const float* lse_of = p.partial_lse + int64_t{first} * p.num_qo_heads + qo_head0 + row;
+    const float* lse_of = p.partial_lse + int64_t{merge_first} * p.num_qo_heads + qo_head0 + row;
     float row_max = -INFINITY, sum = 0.0f;
-    for (int i = lane; i < items; i += 32) {
+    for (int i = lane; i < merge_items; i += 32) {
       const float x = __ldcg(lse_of + int64_t{i} * p.num_qo_heads);
       if (x > row_max) {
         sum = sum * __expf(row_max - x) + 1.0f;  // exp(-inf) = 0 on the first finite x
@@ -513,8 +513,8 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (total != -INFINITY) {
 #pragma unroll 8
-      for (int i = 0; i < items; ++i) {
-        const int64_t slot = int64_t{first + i} * p.num_qo_heads + head;
+      for (int i = 0; i < merge_items; ++i) {
+        const int64_t slot = int64_t{merge_first + i} * p.num_qo_heads + head;
         const float w = __expf(__ldcg(p.partial_lse + slot) - total);
         const float4 part =
             __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kHeadDim + d));

@@ -41,7 +41,7 @@ using prefill::sm90::rs_m64n256k16_bf16;
 using prefill::sm90::tile_offset;
 using prefill::sm90::wgmma_commit;
 using prefill::sm90::wgmma_fence;
-using prefill::sm90::wgmma_wait_all;
+using prefill::sm90::wgmma_wait;
 
 struct Tile {
   static constexpr int kThreads = 256;  // two warpgroups
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       wgmma_wait<0>();  // P V of tile: o and pa are free
       fence_registers(o);
 #pragma unroll
-      for (int kk = 0; kk < kN / 16; ++kk) fence_operands(pa[kk]);
+      for (int kk = 0; kk < kN / 16; ++kk) fence_registers(pa[kk]);
       if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
         for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];

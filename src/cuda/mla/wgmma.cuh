@@ -22,21 +22,6 @@ __device__ __forceinline__ void ss_m64n32k16_bf16(float (&d)[16], uint64_t desc_
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-// Waits until at most kPending wgmma groups of this warpgroup are still in flight (they complete
-// in order).
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-
-// Keeps the compiler from reusing (or moving writes of) registers that an in-flight wgmma reads
-// as its A operand: call after the wait that covers that wgmma.
-template <int kN>
-__device__ __forceinline__ void fence_operands(uint32_t (&r)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
-
 // Waits until at most kPending cp.async groups of this thread are still in flight.
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace pagedattn::cuda::prefill::sm90 {
 
@@ -15,14 +16,27 @@ __device__ __forceinline__ void wgmma_fence() {
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+// Waits until at most kPending wgmma groups of this warpgroup are in flight (they complete in
+// order).
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
-// Keeps the compiler from moving accesses of accumulator registers across wgmma boundaries.
-template <int kN>
-__device__ __forceinline__ void fence_registers(float (&r)[kN]) {
+__device__ __forceinline__ void wgmma_wait_all() { wgmma_wait<0>(); }
+// Keeps the compiler from moving accesses of registers a wgmma uses (f32 accumulators, or 32-bit
+// A fragments, which it may otherwise reuse while an in-flight wgmma still reads them) across the
+// wgmma boundaries: call after the wait that covers that wgmma.
+template <class T, int kN>
+__device__ __forceinline__ void fence_registers(T (&r)[kN]) {
+  static_assert(sizeof(T) == 4, "f32 accumulators or 32-bit fragments");
 #pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+  for (int i = 0; i < kN; ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      asm volatile("" : "+f"(r[i])::"memory");
+    } else {
+      asm volatile("" : "+r"(r[i])::"memory");
+    }
+  }
 }
 
 
