@@ -5,8 +5,8 @@
 //
 // Two warpgroups share each 32-token latent tile (K = the 576-wide row [ckv, kpe], V = its first
 // 512 columns, gathered once):
-//   S [64 x 32] = Q K^T   warpgroup w: the partial product over columns [288 w, 288 w + 288)
-//                         (18 k16 steps, m64n32k16, Q and K from shared memory); the two partials
+//   S [64 x 32] = Q K^T   warpgroup w: the partial product over the k16 steps 2 i + w (18 steps,
+//                         m64n32k16, Q and K from shared memory); the two partials
 //                         meet in shared memory (thread t of each warpgroup holds the same
 //                         elements, so each adds the other's 16 values) and both hold the whole S,
 //   softmax               the same in both warpgroups (online, base 2, one quad of lanes per row),
@@ -43,6 +43,10 @@ using prefill::sm90::wgmma_commit;
 using prefill::sm90::wgmma_fence;
 using prefill::sm90::wgmma_wait;
 
+// How far (log2 units) a row's max may pass the reference max of the online softmax before the
+// reference moves and O is rescaled.
+inline constexpr float kRescaleSlack = 8.0f;
+
 struct Tile {
   static constexpr int kThreads = 256;  // two warpgroups
   static constexpr int kRows = 64;
@@ -65,19 +69,23 @@ struct Tile {
   static_assert(kTokens * kChunks % kThreads == 0 && kRows * kChunks % kThreads == 0);
 };
 
-// Gathers the 32 latent rows of a tile (bf16, offsets in elements) into a swizzled stage.
+// Gathers the 32 latent rows of a tile (bf16, offsets in elements) into a swizzled stage. Thread
+// t copies row t / 8, 16-byte chunk t % 8 of each of the nine 64-column blocks: one offset read and
+// one swizzled position per thread, the nine copies step by constants (64 elements in the cache,
+// one block in the stage), and eight lanes read 128 contiguous bytes of a row.
 __device__ __forceinline__ void load_tile(uint32_t stage, const __nv_bfloat16* ckv,
                                           const __nv_bfloat16* kpe, const int64_t* ckv_off,
                                           const int64_t* kpe_off) {
+  static_assert(Tile::kThreads == 8 * Tile::kTokens);
+  const int row = static_cast<int>(threadIdx.x) >> 3;
+  const int part = static_cast<int>(threadIdx.x) & 7;
+  const uint32_t dst = stage + tile_offset<Tile::kTokens>(row, part);
+  const __nv_bfloat16* src = ckv + ckv_off[row] + part * 8;
 #pragma unroll
-  for (int it = 0; it < Tile::kTokens * Tile::kChunks / Tile::kThreads; ++it) {
-    const int i = it * Tile::kThreads + static_cast<int>(threadIdx.x);
-    const int row = i / Tile::kChunks;
-    const int chunk = i - row * Tile::kChunks;
-    const __nv_bfloat16* src = chunk < kRank / 8 ? ckv + ckv_off[row] + chunk * 8
-                                                 : kpe + kpe_off[row] + (chunk - kRank / 8) * 8;
-    prefill::cp_async_16(stage + tile_offset<Tile::kTokens>(row, chunk), src);
+  for (int b = 0; b < kRank / 64; ++b) {
+    prefill::cp_async_16(dst + b * Tile::kKvBlockBytes, src + b * 64);
   }
+  prefill::cp_async_16(dst + kRank / 64 * Tile::kKvBlockBytes, kpe + kpe_off[row] + part * 8);
 }
 
 __global__ void __launch_bounds__(Tile::kThreads, 1)
@@ -186,14 +194,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     float s[16];
     auto issue_s = [&](int t) {
       const uint32_t stage = stage_of(t);
+      // Warpgroup wg takes the k16 steps 2 ks + wg: step ks lies in block ks / 2 at byte
+      // 64 (ks % 2) + 32 wg, so every descriptor is the warpgroup's first plus a constant.
+      const uint64_t a0 = descriptor(s_q + 32 * wg, 16, 1024);
+      const uint64_t b0 = descriptor(stage + 32 * wg, 16, 1024);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < T::kSteps; ++ks) {
-        const int k = wg * T::kSteps + ks;  // k16 step: block k / 4, 32 bytes each inside it
-        const uint32_t column = (k & 3) * 32;
-        const uint64_t a = descriptor(s_q + (k >> 2) * T::kQBlockBytes + column, 16, 1024);
-        const uint64_t b = descriptor(stage + (k >> 2) * T::kKvBlockBytes + column, 16, 1024);
-        ss_m64n32k16_bf16(s, a, b, ks > 0 ? 1 : 0);
+        const uint32_t qa = (ks >> 1) * T::kQBlockBytes + (ks & 1) * 64;
+        const uint32_t kb = (ks >> 1) * T::kKvBlockBytes + (ks & 1) * 64;
+        ss_m64n32k16_bf16(s, a0 + (qa >> 4), b0 + (kb >> 4), ks > 0 ? 1 : 0);
       }
       wgmma_commit();
     };
@@ -232,7 +242,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         for (int j = 0; j < 4; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        m = fmaxf(row_max[h], m * p.scale_log2);
+        // Lazy rescale: the reference max moves only when the tile's max passes it by more than
+        // kRescaleSlack, so O is rarely rescaled after the first tiles; P stays below
+        // 2^kRescaleSlack, the same relative precision in bf16 and f32.
+        m *= p.scale_log2;
+        if (!(m > row_max[h] + kRescaleSlack)) m = row_max[h];
         const float m_use = m == -INFINITY ? 0.0f : m;  // nothing seen yet
         alpha[h] = fast_exp2(row_max[h] - m_use);
         moved |= m != row_max[h];

@@ -43,19 +43,20 @@ struct Tile {
   static_assert(kTokens * kChunks % kThreads == 0);
 };
 
-// Gathers the 32 latent rows of a tile (bf16, offsets in elements) into a swizzled stage.
+// Gathers the 32 latent rows of a tile (bf16, offsets in elements) into a swizzled stage. Thread
+// t copies row t / 8, chunks 8 b + t % 8 (b = 0..8): with the chunk XOR row % 8 swizzle inside
+// each 128-byte run, the nine copies step by constants in both the cache and the stage.
 __device__ __forceinline__ void load_tile(uint32_t stage, const __nv_bfloat16* ckv,
                                           const __nv_bfloat16* kpe, const int64_t* ckv_off,
                                           const int64_t* kpe_off) {
+  static_assert(kThreads == 8 * Tile::kTokens);
+  const int row = static_cast<int>(threadIdx.x) >> 3;
+  const int part = static_cast<int>(threadIdx.x) & 7;
+  const uint32_t dst = stage + swz<Tile::kRowBytes>(row, part);
+  const __nv_bfloat16* src = ckv + ckv_off[row] + part * 8;
 #pragma unroll
-  for (int it = 0; it < Tile::kTokens * Tile::kChunks / kThreads; ++it) {
-    const int i = it * kThreads + static_cast<int>(threadIdx.x);
-    const int row = i / Tile::kChunks;
-    const int chunk = i - row * Tile::kChunks;
-    const __nv_bfloat16* src = chunk < kRank / 8 ? ckv + ckv_off[row] + chunk * 8
-                                                 : kpe + kpe_off[row] + (chunk - kRank / 8) * 8;
-    prefill::cp_async_16(stage + swz<Tile::kRowBytes>(row, chunk), src);
-  }
+  for (int b = 0; b < kRank / 64; ++b) prefill::cp_async_16(dst + b * 128, src + b * 64);
+  prefill::cp_async_16(dst + kRank / 64 * 128, kpe + kpe_off[row] + part * 8);
 }
 
 template <int kPending>
