@@ -81,8 +81,10 @@ class CudaBackend final : public Backend {
     CudaWorkspace& ws = as_cuda(workspace);
     if (op.op == OpKind::kDecode) {
       plan_decode(ws, op, meta);
+    } else if (is_mla(op.op)) {
+      plan_mla(ws, op, meta);
     } else {
-      // Prefill and MLA schedule their own tiles in run_*(); remember the step for checks.
+      // Prefill schedules its own tiles in run_prefill(); remember the step for checks.
       ws.planned = true;
       ws.planned_op = op;
       ws.planned_meta = meta;

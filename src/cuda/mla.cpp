@@ -4,14 +4,16 @@
 //
 // One kernel serves decode (q_len 1, or 2..4 for speculative decoding) and extend (longer q_len):
 // the query rows of a request are (token, head) pairs, 64 per CTA (16 when a request has at most
-// 16), causal by position
-// kv_len - q_len + t. Work per run, all enqueued on args.stream with no host synchronisation
+// 16), causal by position kv_len - q_len + t. Work, all enqueued with no host synchronisation
 // (graph-capturable):
 //   1. the split-KV partition of kv_indptr on the device (planner.h's rule, the decode backend's
 //      partition kernel and workspace buffers), target = batch * max(1, SMs / (batch * row
-//      blocks per request)): about one wave of CTAs;
-//   2. the MLA kernel over (row block, work item) CTAs; CTAs past the item count exit;
-//   3. the merge of split requests' f32 partials, [item, partial_rows, 512].
+//      blocks per request)): about one wave of CTAs. Run once per step by plan() when the
+//      metadata carries max_q_len (every layer's run_mla reuses it), else by each run_mla;
+//   2. per run_mla, the MLA kernel over (row block, work item) CTAs; CTAs past the item count
+//      exit;
+//   3. the merge of split requests' f32 partials, [item, partial_rows, 512]: inside the H <= 16
+//      kernel (the last CTA of a request merges), else a merge kernel.
 // partial_rows bounds q_len * H of every request: H * meta.max_q_len when the planner gave it, else
 // H * T (q_len <= T always). If the partials of a split plan would not fit the workspace, the
 // partition is run without splitting (one item per request: correct, less parallel).
@@ -23,6 +25,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/check.h"
 #include "cuda/mla/config.h"
@@ -53,7 +57,66 @@ void check_rows16(std::string_view name, const TensorView& view) {
   }
 }
 
+// The launch shape of a step: row blocks, split-KV target and work items, for query rows per
+// request bounded by `max_q_len` (rows of the query tensor or the planner's hint).
+MlaShape mla_shape(const CudaWorkspace& workspace, int32_t heads, int32_t page_size, int32_t batch,
+                   int64_t max_q_len) {
+  MlaShape shape;
+  shape.partial_rows = max_q_len * heads;
+  shape.block_rows = shape.partial_rows <= mla::kSmallBlockM ? mla::kSmallBlockM : mla::kBlockM;
+  shape.row_blocks = (shape.partial_rows + shape.block_rows - 1) / shape.block_rows;
+  // One CTA per SM: aim at one wave of CTAs. The partition gives chunks of
+  // ceil(total / target_items) pages; with target_items a multiple k of the batch, requests of one
+  // length get exactly k chunks each (a target of SMs / row blocks itself would round up to k + 1
+  // chunks per request and spill a short second wave).
+  const int64_t ctas_per_request =
+      std::max<int64_t>(1, workspace.num_sms() / std::max<int64_t>(1, shape.row_blocks * batch));
+  shape.config.enable = true;
+  shape.config.target_items =
+      static_cast<int32_t>(std::min<int64_t>(INT32_MAX, ctas_per_request * std::max(1, batch)));
+  shape.config.min_chunk_pages = std::max(1, 128 / page_size);  // >= 2 KV tiles per item
+  shape.grid_items =
+      std::min<int64_t>(workspace.max_items(), int64_t{batch} + shape.config.target_items);
+  if (shape.grid_items * shape.partial_rows * mla::kRank > workspace.partial_out_capacity() ||
+      shape.grid_items * shape.partial_rows > workspace.partial_lse_capacity()) {
+    shape.config.enable = false;  // no partials needed: one item per request
+    shape.grid_items = batch;
+  }
+  PA_CHECK(shape.grid_items <= 65535, "run_mla: {} work items exceed the grid's 65535",
+           shape.grid_items);
+  PA_CHECK(shape.grid_items <= workspace.max_items(),
+           "run_mla: batch {} exceeds the workspace's {} work items", batch,
+           workspace.max_items());
+  return shape;
+}
+
+void launch_partition(CudaWorkspace& workspace, const StepMetadata& meta, const MlaShape& shape,
+                      void* stream) {
+  launch_split_kv(meta.kv_indptr.data_as<const int32_t>(), meta.batch_size, shape.config,
+                  workspace.work_request(), workspace.work_chunk(), workspace.max_items(),
+                  workspace.merge_indptr(), workspace.info(), stream);
+}
+
 }  // namespace
+
+void plan_mla(CudaWorkspace& workspace, const OpDesc& op, const StepMetadata& meta) {
+  const int32_t batch = meta.batch_size;
+  PA_CHECK(batch >= 0 && batch <= workspace.limits().max_batch,
+           "plan: batch_size {} (expected 0 .. workspace max_batch {})", batch,
+           workspace.limits().max_batch);
+  PA_CHECK(meta.max_q_len >= 0, "meta.max_q_len: {} (expected >= 0; 0 = unknown)", meta.max_q_len);
+  workspace.planned = true;
+  workspace.planned_op = op;
+  workspace.planned_meta = meta;
+  workspace.mla_partitioned = false;
+  // Without max_q_len the bound on rows per request is the query tensor's, known at run_mla.
+  if (batch == 0 || meta.max_q_len == 0 || op.num_qo_heads < 1 || op.page_size < 1) return;
+  check_meta_i32("kv_indptr", meta.kv_indptr, int64_t{batch} + 1,
+                 Device::cuda(workspace.device()));
+  workspace.mla_shape = mla_shape(workspace, op.num_qo_heads, op.page_size, batch, meta.max_q_len);
+  launch_partition(workspace, meta, workspace.mla_shape, workspace.stream);
+  workspace.mla_partitioned = true;
+}
 
 Support supports_mla(const OpDesc& op) {
   const std::string_view name = op_name(op.op);
@@ -138,37 +201,32 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
            heads);
   if (batch == 0 || rows == 0) return;
 
-  // Rows per request (bound), the row block, row blocks per item, and the split target.
-  const int64_t max_q_len = meta.max_q_len > 0 ? std::min<int64_t>(meta.max_q_len, rows) : rows;
-  const int64_t partial_rows = max_q_len * heads;
-  const int block_rows = partial_rows <= mla::kSmallBlockM ? mla::kSmallBlockM : mla::kBlockM;
-  const int64_t row_blocks = (partial_rows + block_rows - 1) / block_rows;
-  const int grid_rows = static_cast<int>(std::min<int64_t>(row_blocks, 65535));
-  // One CTA per SM: aim at one wave of CTAs. The partition gives chunks of
-  // ceil(total / target_items) pages; with target_items a multiple k of the batch, requests of one
-  // length get exactly k chunks each (a target of SMs / row blocks itself would round up to k + 1
-  // chunks per request and spill a short second wave).
-  const int64_t ctas_per_request =
-      std::max<int64_t>(1, workspace.num_sms() / std::max<int64_t>(1, row_blocks * batch));
-  SplitKvConfig config;
-  config.enable = true;
-  config.target_items =
-      static_cast<int32_t>(std::min<int64_t>(INT32_MAX, ctas_per_request * std::max(1, batch)));
-  config.min_chunk_pages = std::max(1, 128 / args.kv.page_size);  // >= 2 KV tiles per item
-  int64_t grid_items =
-      std::min<int64_t>(workspace.max_items(), int64_t{batch} + config.target_items);
-  if (grid_items * partial_rows * mla::kRank > workspace.partial_out_capacity() ||
-      grid_items * partial_rows > workspace.partial_lse_capacity()) {
-    config.enable = false;  // no partials needed: one item per request
-    grid_items = batch;
+  // The plan's partition (run once per step by plan() when max_q_len is known), or one for this
+  // call.
+  const bool planned_here = workspace.mla_partitioned &&
+                            workspace.planned_meta.kv_indptr.data == meta.kv_indptr.data &&
+                            workspace.planned_meta.batch_size == batch &&
+                            workspace.planned_meta.max_q_len == meta.max_q_len &&
+                            workspace.planned_op.num_qo_heads == heads &&
+                            workspace.planned_op.page_size == args.kv.page_size;
+  MlaShape shape;
+  if (planned_here) {
+    PA_CHECK(workspace.stream == args.stream,
+             "run_mla: stream {} differs from the workspace's plan stream {}", args.stream,
+             workspace.stream);
+    shape = workspace.mla_shape;
+  } else {
+    const int64_t max_q_len =
+        meta.max_q_len > 0 ? std::min<int64_t>(meta.max_q_len, rows) : rows;
+    shape = mla_shape(workspace, heads, args.kv.page_size, batch, max_q_len);
+    launch_partition(workspace, meta, shape, args.stream);
   }
-  PA_CHECK(grid_items <= 65535, "run_mla: {} work items exceed the grid's 65535", grid_items);
-  PA_CHECK(grid_items <= workspace.max_items(),
-           "run_mla: batch {} exceeds the workspace's {} work items", batch, workspace.max_items());
-
-  launch_split_kv(meta.kv_indptr.data_as<const int32_t>(), batch, config, workspace.work_request(),
-                  workspace.work_chunk(), workspace.max_items(), workspace.merge_indptr(),
-                  workspace.info(), args.stream);
+  const int64_t partial_rows = shape.partial_rows;
+  const int block_rows = shape.block_rows;
+  const int64_t row_blocks = shape.row_blocks;
+  const int grid_rows = static_cast<int>(std::min<int64_t>(row_blocks, 65535));
+  const SplitKvConfig& config = shape.config;
+  const int64_t grid_items = shape.grid_items;
 
   mla::MlaParams p;
   p.q_nope = args.q_nope.data;
@@ -208,6 +266,15 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   p.partial_out = workspace.partial_out();
   p.partial_lse = workspace.partial_lse();
   p.partial_rows = static_cast<int32_t>(partial_rows);
+  // The H <= 16 kernel merges split requests itself (one row block per request);
+  // PAGEDATTN_MLA_MERGE=kernel keeps the merge kernel (side-by-side runs).
+  static const bool merge_kernel_forced = [] {
+    const char* env = std::getenv("PAGEDATTN_MLA_MERGE");
+    return env != nullptr && std::string_view(env) == "kernel";
+  }();
+  p.merge_counters = workspace.merge_counters();
+  p.fused_merge = config.enable && block_rows == mla::kSmallBlockM && row_blocks == 1 &&
+                  batch <= workspace.merge_counters_capacity() && !merge_kernel_forced;
 
   const int merge_rows = static_cast<int>(std::min<int64_t>(partial_rows, 65535));
   mla::launch_mla(p, op.kv_dtype == DType::kFP8E4M3, block_rows, static_cast<int>(grid_items),

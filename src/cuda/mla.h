@@ -12,6 +12,10 @@ class CudaWorkspace;  // src/cuda/workspace.h
 // Whether run_mla() serves `op` (OpKind::kMlaDecode or kMlaExtend on a CUDA device); if not, why.
 Support supports_mla(const OpDesc& op);
 
+// plan() for an MLA operation: records the step and, when meta.max_q_len is known, enqueues the
+// step's split-KV partition on workspace.stream (every layer's run_mla reuses it).
+void plan_mla(CudaWorkspace& workspace, const OpDesc& op, const StepMetadata& meta);
+
 // Validates `args` (throws pagedattn::Error naming the argument) and enqueues the work on
 // args.stream, with no host synchronisation.
 void run_mla(CudaWorkspace& workspace, const MlaArgs& args);

@@ -65,6 +65,16 @@ struct PartitionView {
   int32_t max_items = 0;  // grid bound: items beyond info->num_items exit at once
 };
 
+// The launch shape of an MLA step (mla.cpp): rows per request bound (q_len * H), row block (16 or
+// 64 rows), row blocks per item, the split-KV config and the work items of the grid.
+struct MlaShape {
+  int64_t partial_rows = 0;
+  int block_rows = 0;
+  int64_t row_blocks = 0;
+  SplitKvConfig config;
+  int64_t grid_items = 0;
+};
+
 class CudaWorkspace final : public Workspace {
  public:
   explicit CudaWorkspace(const WorkspaceLimits& limits);
@@ -102,8 +112,8 @@ class CudaWorkspace final : public Workspace {
   void* scratch() const { return scratch_.data(); }
   size_t scratch_bytes() const { return scratch_.bytes(); }
 
-  // The stream plan() enqueues on (a cudaStream_t; null = the legacy default stream). Decode
-  // must run on the same stream as its plan (checked).
+  // The stream plan() enqueues on (a cudaStream_t; null = the legacy default stream). Decode,
+  // and MLA when plan() ran its partition, must run on the same stream as the plan (checked).
   void* stream = nullptr;
 
   // ---- the last plan (set by Backend::plan, checked by run_*) ----
@@ -111,6 +121,9 @@ class CudaWorkspace final : public Workspace {
   OpDesc planned_op;
   StepMetadata planned_meta;
   SplitKvConfig planned_split;
+  // MLA: plan() ran the step's partition for this shape (when the metadata carried max_q_len).
+  bool mla_partitioned = false;
+  MlaShape mla_shape;
 
  private:
   WorkspaceLimits limits_;

@@ -312,6 +312,14 @@ std::vector<CaseSpec> mla_cases() {
     spec.padded_batch = 6;
     cases.push_back(spec);
   }
+  // Peaked logits (sm_scale 4: a row's max climbs by steps below and above the lazy-rescale
+  // slack of the GPU kernels as the keys go by), with and without a split.
+  for (int32_t heads : {16, 128}) {
+    CaseSpec spec = base_mla(heads, 16);
+    spec.sm_scale = 4.0f;
+    spec.kv_lens = {700, heads == 16 ? 6000 : 3000, 33};
+    cases.push_back(spec);
+  }
   {
     CaseSpec spec = base_mla(16, 16);  // split and speculative rows together
     spec.kv_lens = {3000, 1200};
@@ -433,9 +441,13 @@ TEST(CudaMla, WorkspaceReusedAcrossSteps) {
 }
 
 // Captured into a CUDA graph on a stream and replayed twice: the same results as the reference.
-TEST(CudaMla, GraphReplay) {
+// Replays of one captured step (H 16: the split requests' fused merge, whose arrival counters must
+// be zero again for the next replay; H 64: the merge kernel).
+class CudaMlaGraph : public ::testing::TestWithParam<int32_t> {};
+
+TEST_P(CudaMlaGraph, Replay) {
   PA_REQUIRE_GPU();
-  CaseSpec spec = base_mla(64, 16);
+  CaseSpec spec = base_mla(GetParam(), 16);
   spec.kv_lens = {2500, 5, 300};
   const uint64_t seed = fresh_seed();
   const AttentionCase c(spec, seed);
@@ -452,6 +464,7 @@ TEST(CudaMla, GraphReplay) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   PA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  cuda_backend().plan(*workspace, d.op(), args.meta);  // a step: its partition, then the layer
   cuda_backend().run_mla(*workspace, args);
   PA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   PA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -467,6 +480,8 @@ TEST(CudaMla, GraphReplay) {
   PA_CUDA_CHECK(cudaGraphDestroy(graph));
   PA_CUDA_CHECK(cudaStreamDestroy(stream));
 }
+
+INSTANTIATE_TEST_SUITE_P(Heads, CudaMlaGraph, ::testing::Values(16, 64));
 
 // Bad input: an Error naming the argument, and nothing written.
 TEST(CudaMla, RejectsBadArguments) {

@@ -76,6 +76,11 @@ struct Smem {
   static_assert(kBytes <= 227 * 1024, "one CTA per SM must fit");
 };
 
+// Lazy online softmax (the sm_90a and H <= 16 kernels): a row's reference max moves only when the
+// tile's max passes it by more than this many log2 units, so O is rarely rescaled after the first
+// tiles; P stays below 2^kRescaleSlack, with the same relative precision in bf16 and f32.
+inline constexpr float kRescaleSlack = 8.0f;
+
 // The value, hidden from the optimiser: an address computed from it is not loop-invariant, so it
 // is not precomputed and kept in a register for the whole loop.
 __device__ __forceinline__ uint32_t opaque(uint32_t value) {

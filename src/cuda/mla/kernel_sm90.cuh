@@ -43,10 +43,6 @@ using prefill::sm90::wgmma_commit;
 using prefill::sm90::wgmma_fence;
 using prefill::sm90::wgmma_wait;
 
-// How far (log2 units) a row's max may pass the reference max of the online softmax before the
-// reference moves and O is rescaled.
-inline constexpr float kRescaleSlack = 8.0f;
-
 struct Tile {
   static constexpr int kThreads = 256;  // two warpgroups
   static constexpr int kRows = 64;
@@ -242,9 +238,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         for (int j = 0; j < 4; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        // Lazy rescale: the reference max moves only when the tile's max passes it by more than
-        // kRescaleSlack, so O is rarely rescaled after the first tiles; P stays below
-        // 2^kRescaleSlack, the same relative precision in bf16 and f32.
+        // Lazy rescale (kRescaleSlack, kernel.cuh).
         m *= p.scale_log2;
         if (!(m > row_max[h] + kRescaleSlack)) m = row_max[h];
         const float m_use = m == -INFINITY ? 0.0f : m;  // nothing seen yet

@@ -1,22 +1,27 @@
 // The CUDA MLA kernel for requests of at most 16 query rows (H <= 16 decode), bf16 cache: the
 // contract of kernel.cuh (one CTA per block of request rows and work item of the split-KV
-// partition, masking, partials of split requests), shaped for a read-bound step. There the
-// products are cheap (16 rows against each 1152-byte latent row) and the time goes to the cache
-// read, so what counts is the bytes in flight per SM: the 16-row Q takes 18 KiB, leaving room for
-// kStages = 5 stages of 32 tokens (36 KiB each, cp.async), so four tiles stream in while one is
-// used (144 KiB in flight per SM; the 64-row kernel double-buffers 72 KiB).
+// partition, masking, partials of split requests), shaped for a read-bound step. The products are
+// cheap there (16 rows against each 1152-byte latent row); what counts is keeping the cache read
+// going with few instructions and no CTA-wide barrier per tile.
 //
-// Per 32-token tile, 8 warps (mma.sync m16n8k16, bf16 in, f32 accumulate):
-//   S [16 x 32] = Q K^T   warp w: tokens (w % 4) * 8 .. + 8, columns (w / 4) * 288 .. + 288
-//                         (18 k16 steps); warps 4-7 hand their partial sums to warps 0-3 through
-//                         shared memory;
-//   softmax               warps 0-3 (online, base 2): row maxima of the four token groups meet in
-//                         shared memory; P (bf16) to shared memory, alpha per row with it;
-//   O [16 x 512] += P V   warp w: columns w * 64 .. + 64 (32 f32 accumulators per thread).
-// Rows are 16-byte-chunk XOR-swizzled (chunk ^ row % 8) as in kernel.cuh, so the ldmatrix reads are
-// conflict-free. Warp 4 translates the token positions of tile j + kStages into element offsets
-// while warps 0-3 run the softmax of tile j (their pages loaded a tile earlier still); tokens past
-// the range re-read the last one (real data, masked).
+// The 8 warps are 4 independent pairs. Pair q takes the 32-token tiles q, q + 4, q + 8, ... of the
+// CTA's range into a stage of its own (cp.async, 36 KiB; 64 threads, nine 16-byte copies per row
+// slice) and runs its own online softmax over them; the pairs meet once, at the end, where their
+// (O, max, sum) are combined through shared memory. Inside a pair (mma.sync m16n8k16, bf16 in, f32
+// accumulate), warp w of the pair:
+//   S [16 x 32] = Q K^T   the partial product over the k16 steps 18 w .. 18 w + 17 (4 token
+//                         tiles of 8: four independent accumulator chains); the two partials meet
+//                         through shared memory and both warps hold the whole S (a + b = b + a,
+//                         bit for bit), so both take the same softmax decisions,
+//   softmax               online, base 2, lazy: the reference max moves only when a row's max
+//                         passes it by more than 2^8 (O is rarely rescaled),
+//   O [16 x 256] += P V   output columns 256 w .. + 256 (128 f32 accumulators per thread), P from
+//                         the S registers (the accumulator layout is the A operand layout).
+// Three 64-thread barriers per tile (tile landed, partials written, stage read) and none across
+// pairs: while one pair computes, the others' tiles stream in (up to 4 x 36 KiB in flight per SM).
+// Rows are 16-byte-chunk XOR-swizzled (chunk ^ row % 8) so the ldmatrix reads are conflict-free.
+// Each thread gathers 4 token rows of its pair's tiles; their attention pages are loaded one tile
+// of the pair ahead. Tokens past the range re-read the last one (real data, masked).
 #pragma once
 
 #include "cuda/mla/kernel.cuh"
@@ -26,46 +31,31 @@ namespace pagedattn::cuda::mla::small {
 struct Tile {
   static constexpr int kRows = 16;
   static constexpr int kTokens = 32;
-  static constexpr int kStages = 5;
-  static constexpr int kChunks = kDimQk / 8;  // 72 16-byte chunks per row
-  static constexpr int kRowBytes = kDimQk * 2;
-  static constexpr int kPRowBytes = 128;  // P rows padded to 128 bytes (32 tokens used)
+  static constexpr int kPairs = kWarps / 2;
+  static constexpr int kPairThreads = 64;
+  static constexpr int kRowBytes = kDimQk * 2;  // 1152
   static constexpr int kStageBytes = kTokens * kRowBytes;
-  static constexpr int kQ = 0;                                       // [16][576] bf16
-  static constexpr int kKv = kQ + kRows * kRowBytes;                 // [stages][32][576] bf16
-  static constexpr int kP = kKv + kStages * kStageBytes;             // [16][64] bf16
-  static constexpr int kPart = kP + kRows * kPRowBytes;              // f32 [4 warps][32 lanes][4]
-  static constexpr int kOffsets = kPart + 4 * 32 * 16;               // int64 [stages][ckv|kpe][32]
-  static constexpr int kRed = kOffsets + kStages * 2 * kTokens * 8;  // f32 [4 groups][16]
-  static constexpr int kAlpha = kRed + 4 * kRows * 4;                // f32 [16]
-  static constexpr int kBytes = kAlpha + kRows * 4;
+  static constexpr int kSteps = kDimQk / 16 / 2;          // S k16 steps per warp
+  static constexpr int kRowsPerThread = kTokens * 8 / kPairThreads;  // token rows gathered: 4
+  static constexpr int kQ = 0;                                // [16][576] bf16
+  static constexpr int kKv = kQ + kRows * kRowBytes;          // [pairs][32][576] bf16
+  static constexpr int kExchange = kKv + kPairs * kStageBytes;  // f32 [pairs][2][4][32 lanes][4]
+  // f32 [pairs][max|sum][16], then the combined lse [16]
+  static constexpr int kStats = kExchange + kPairs * 2 * 4 * 32 * 16;
+  static constexpr int kBytes = kStats + (kPairs * 2 + 1) * kRows * 4;
+  // The combine at the end reuses the stages: f32 [pairs][16][512].
+  static_assert(kPairs * kRows * kRank * 4 <= kPairs * kStageBytes);
   static_assert(kBytes <= 227 * 1024, "one CTA per SM must fit");
-  static_assert(kTokens * kChunks % kThreads == 0);
 };
 
-// Gathers the 32 latent rows of a tile (bf16, offsets in elements) into a swizzled stage. Thread
-// t copies row t / 8, chunks 8 b + t % 8 (b = 0..8): with the chunk XOR row % 8 swizzle inside
-// each 128-byte run, the nine copies step by constants in both the cache and the stage.
-__device__ __forceinline__ void load_tile(uint32_t stage, const __nv_bfloat16* ckv,
-                                          const __nv_bfloat16* kpe, const int64_t* ckv_off,
-                                          const int64_t* kpe_off) {
-  static_assert(kThreads == 8 * Tile::kTokens);
-  const int row = static_cast<int>(threadIdx.x) >> 3;
-  const int part = static_cast<int>(threadIdx.x) & 7;
-  const uint32_t dst = stage + swz<Tile::kRowBytes>(row, part);
-  const __nv_bfloat16* src = ckv + ckv_off[row] + part * 8;
-#pragma unroll
-  for (int b = 0; b < kRank / 64; ++b) prefill::cp_async_16(dst + b * 128, src + b * 64);
-  prefill::cp_async_16(dst + kRank / 64 * 128, kpe + kpe_off[row] + part * 8);
+__device__ __forceinline__ void pair_barrier(int pair) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(pair + 1), "n"(Tile::kPairThreads) : "memory");
 }
 
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
-
-// The warp that translates token positions into cache offsets (a warp of the second S half).
-inline constexpr int kOffsetWarp = 4;
 
 __global__ void __launch_bounds__(kThreads, 1)
     mla_kernel_small(const __grid_constant__ MlaParams p) {
@@ -75,12 +65,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kRowBytes = T::kRowBytes;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s_q = smem_u32(smem + T::kQ);
-  const uint32_t s_kv = smem_u32(smem + T::kKv);
-  const uint32_t s_p = smem_u32(smem + T::kP);
-  float4* s_part = reinterpret_cast<float4*>(smem + T::kPart);
-  int64_t* s_off = reinterpret_cast<int64_t*>(smem + T::kOffsets);
-  float* s_red = reinterpret_cast<float*>(smem + T::kRed);
-  float* s_alpha = reinterpret_cast<float*>(smem + T::kAlpha);
+  float* s_stats = reinterpret_cast<float*>(smem + T::kStats);
 
   const int item = static_cast<int>(blockIdx.y);
   if (item >= p.partition.info->num_items) return;
@@ -104,21 +89,26 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5;
-  const int group = warp & 3;  // S: tokens group * 8 .. + 8
-  const int half = warp >> 2;  // S: k16 steps half * 18 .. + 18
+  const int pair = warp >> 1;
+  const int half = warp & 1;           // S: k16 steps 18 half ..; O: columns 256 half ..
+  const int pt = tid & 63;             // thread in the pair
+  const int gather_part = pt & 7;      // 16-byte chunk of each 128-byte run it copies
+  const int gather_row = pt >> 3;      // first of its token rows (then + 8, + 16, + 24)
   const auto* ckv = static_cast<const __nv_bfloat16*>(p.ckv);
   const auto* kpe = static_cast<const __nv_bfloat16*>(p.kpe);
   const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope);
   const auto* q_pe = static_cast<const __nv_bfloat16*>(p.q_pe);
-  auto stage_of = [&](int tile) -> uint32_t { return s_kv + (tile % T::kStages) * T::kStageBytes; };
-  auto offsets_of = [&](int tile) -> int64_t* { return s_off + (tile % T::kStages) * 2 * kN; };
+  const uint32_t stage = smem_u32(smem + T::kKv) + pair * T::kStageBytes;
+  float4* x_mine = reinterpret_cast<float4*>(smem + T::kExchange) + (pair * 2 + half) * 4 * 32;
+  const float4* x_other =
+      reinterpret_cast<const float4*>(smem + T::kExchange) + (pair * 2 + 1 - half) * 4 * 32;
 
-  // Per-lane ldmatrix offsets (kernel.cuh): Q x4 (16 rows x 2 chunks), K x2 (8 tokens x 2 chunks,
-  // lanes 0..15), V x4.trans, P x4.
+  // Per-lane ldmatrix offsets (kernel.cuh): Q x4 (16 rows x 2 chunks), K x4 (16 tokens x 2
+  // chunks: two 8-token tiles), V x4.trans (16 tokens x 2 chunks).
   const uint32_t q_lane = swz<kRowBytes>(lane & 15, lane >> 4);
-  const uint32_t k_lane = swz<kRowBytes>(group * 8 + (lane & 7), (lane >> 3) & 1);
+  const uint32_t k_lane = swz<kRowBytes>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
   const uint32_t v_lane = swz<kRowBytes>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
-  const uint32_t p_lane = swz<T::kPRowBytes>(lane & 15, lane >> 4);
+  const uint32_t gather_dst = stage + swz<kRowBytes>(gather_row, gather_part);
 
   for (int rb = static_cast<int>(blockIdx.x); rb * T::kRows < num_rows;
        rb += static_cast<int>(gridDim.x)) {
@@ -134,212 +124,353 @@ __global__ void __launch_bounds__(kThreads, 1)
         p.causal ? min(chunk_end, max(chunk_begin, pos_shift + last_row / H + 1)) : chunk_end;
     const int num_tiles = (block_end - chunk_begin + kN - 1) / kN;
 
-    float o[8][4];
+    // The pages of this thread's gather rows in tile t (t < num_tiles), and the copies of tile t
+    // into the pair's stage from them.
+    auto tile_pages = [&](int t, int (&pg)[T::kRowsPerThread]) {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+      for (int i = 0; i < T::kRowsPerThread; ++i) {
+        const int key = min(chunk_begin + t * kN + gather_row + 8 * i, block_end - 1);
+        pg[i] = __ldg(pages + page_slot(p, key));
+      }
+    };
+    auto load_tile = [&](int t, const int (&pg)[T::kRowsPerThread]) {
+#pragma unroll
+      for (int i = 0; i < T::kRowsPerThread; ++i) {
+        const int key = min(chunk_begin + t * kN + gather_row + 8 * i, block_end - 1);
+        int64_t alloc = pg[i];
+        int64_t token = key - page_slot(p, key) * p.page_size;
+        if (p.pages_per_alloc != 1) {
+          alloc = pg[i] / p.pages_per_alloc;
+          token += (pg[i] - alloc * p.pages_per_alloc) * p.page_size;
+        }
+        const __nv_bfloat16* src =
+            ckv + alloc * p.ckv_stride_page + token * p.ckv_stride_token + gather_part * 8;
+        const uint32_t dst = gather_dst + i * 8 * kRowBytes;
+#pragma unroll
+        for (int b = 0; b < kRank / 64; ++b) prefill::cp_async_16(dst + b * 128, src + b * 64);
+        prefill::cp_async_16(dst + kRank / 64 * 128, kpe + alloc * p.kpe_stride_page +
+                                                          token * p.kpe_stride_token +
+                                                          gather_part * 8);
+      }
+      prefill::cp_async_commit();
+    };
+
+    float o[32][4];
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
     }
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.0f, 0.0f};
-    int page_ahead = 0;  // warp kOffsetWarp: the page of its lane's token in tile + kStages
+    int pg_next[T::kRowsPerThread];  // pages of the pair's next tile
 
-    if (num_tiles > 0) {
-      // Q rows (zero past the request's rows); offsets of tiles 0 .. kStages - 1; tiles
-      // 0 .. kStages - 2, one cp.async group each (Q with tile 0).
-      for (int i = tid; i < T::kRows * T::kChunks; i += kThreads) {
-        const int r = i / T::kChunks;
-        const int c = i - r * T::kChunks;
-        const int row = row0 + r;
-        const bool valid = row < num_rows;
-        const int tok = valid ? row / H : 0;
-        const int head = valid ? row - tok * H : 0;
-        const __nv_bfloat16* src = c < kRank / 8
-                                       ? q_nope + (q_begin + tok) * p.q_nope_stride_token +
-                                             head * p.q_nope_stride_head + c * 8
-                                       : q_pe + (q_begin + tok) * p.q_pe_stride_token +
-                                             head * p.q_pe_stride_head + (c - kRank / 8) * 8;
-        prefill::cp_async_16(s_q + swz<kRowBytes>(r, c), valid ? src : q_nope, valid ? 16 : 0);
-      }
-      if (warp == kOffsetWarp) {
-#pragma unroll 1
-        for (int k = 0; k < T::kStages && k < num_tiles; ++k) {
-          token_offsets(p, pages, chunk_begin + k * kN, block_end, offsets_of(k),
-                        offsets_of(k) + kN, lane);
-        }
-        if (num_tiles > T::kStages) {
-          page_ahead = token_page(p, pages, chunk_begin + T::kStages * kN, block_end, lane);
-        }
-      }
-      __syncthreads();
-#pragma unroll 1
-      for (int k = 0; k + 1 < T::kStages; ++k) {
-        if (k < num_tiles) load_tile(stage_of(k), ckv, kpe, offsets_of(k), offsets_of(k) + kN);
-        prefill::cp_async_commit();
-      }
+    // Q rows (zero past the request's rows), the pair's first tile, the pages of its second.
+    for (int i = tid; i < T::kRows * (kDimQk / 8); i += kThreads) {
+      const int r = i / (kDimQk / 8);
+      const int c = i - r * (kDimQk / 8);
+      const int row = row0 + r;
+      const bool valid = row < num_rows;
+      const int tok = valid ? row / H : 0;
+      const int head = valid ? row - tok * H : 0;
+      const __nv_bfloat16* src = c < kRank / 8 ? q_nope + (q_begin + tok) * p.q_nope_stride_token +
+                                                     head * p.q_nope_stride_head + c * 8
+                                               : q_pe + (q_begin + tok) * p.q_pe_stride_token +
+                                                     head * p.q_pe_stride_head +
+                                                     (c - kRank / 8) * 8;
+      prefill::cp_async_16(s_q + swz<kRowBytes>(r, c), valid ? src : q_nope, valid ? 16 : 0);
     }
+    prefill::cp_async_commit();
+    if (pair < num_tiles) {
+      int pg[T::kRowsPerThread];
+      tile_pages(pair, pg);
+      load_tile(pair, pg);
+    }
+    if (pair + T::kPairs < num_tiles) tile_pages(pair + T::kPairs, pg_next);
+    cp_async_wait<0>();
+    __syncthreads();  // Q and every pair's first tile
 
-    for (int tile = 0; tile < num_tiles; ++tile) {
+    // Rounds of kPairs tiles; every pair runs every round's barriers (a pair past the last tile
+    // idles through them), so all threads pass the same barrier sequence.
+    const int rounds = (num_tiles + T::kPairs - 1) / T::kPairs;
+    for (int round = 0; round < rounds; ++round) {
+      const int tile = round * T::kPairs + pair;
+      const bool active = tile < num_tiles;
       const int n0 = chunk_begin + tile * kN;
-      const uint32_t stage = opaque(stage_of(tile));
-      cp_async_wait<T::kStages - 2>();  // every group but the newest kStages - 2: tile `tile`
-      __syncthreads();  // tile visible; everyone is done with tile - 1, whose stage refills now
-      if (tile + T::kStages - 1 < num_tiles) {
-        const int next = tile + T::kStages - 1;
-        load_tile(stage_of(next), ckv, kpe, offsets_of(next), offsets_of(next) + kN);
+      if (round > 0) {
+        cp_async_wait<0>();
+        pair_barrier(pair);  // the tile landed (both warps' copies)
       }
-      prefill::cp_async_commit();  // possibly empty: one group per tile keeps the count fixed
-
-      // ---- partial S: rows 0..15, tokens group * 8 .., k16 steps half * 18 .. (three
-      // independent accumulator chains of 6 steps, summed: a third of the MMA latency chain) ----
-      float acc[3][4] = {};
-      const uint32_t q_off = opaque(q_lane), k_off = opaque(k_lane);
+      // ---- partial S over this warp's 18 k16 steps, four 8-token chains ----
+      float s[4][4] = {};
+      if (active) {
 #pragma unroll
-      for (int ks = 0; ks < kDimQk / 32; ++ks) {
-        const int k = half * (kDimQk / 32) + ks;  // k16 step: chunk pair 2 (k % 4) of block k / 4
-        const uint32_t swizzle = (k & 3) << 5, column = (k >> 2) * 128;
-        uint32_t a[4], b[2];
-        ldmatrix_x4(a, s_q + (q_off ^ swizzle) + column);
-        ldmatrix_x2(b, stage + (k_off ^ swizzle) + column);
-        Bf16Mma::run(acc[ks % 3], a, b[0], b[1]);
-      }
-      float s[4];
+        for (int ks = 0; ks < T::kSteps; ++ks) {
+          const int k = half * T::kSteps + ks;  // chunk pair 2 (k % 4) of block k / 4
+          const uint32_t swizzle = (k & 3) << 5, column = (k >> 2) * 128;
+          uint32_t a[4];
+          ldmatrix_x4(a, s_q + (q_lane ^ swizzle) + column);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[e] = acc[0][e] + acc[1][e] + acc[2][e];
-      if (half == 1) s_part[group * 32 + lane] = make_float4(s[0], s[1], s[2], s[3]);
-      __syncthreads();
-
-      // ---- warp kOffsetWarp (idle while warps 0-3 mask and reduce): offsets of tile
-      // `tile` + kStages into the slot the load of tile `tile` read, kStages - 1 barriers ago ----
-      if (warp == kOffsetWarp && tile + T::kStages < num_tiles) {
-        const int next = tile + T::kStages;
-        token_offsets(p, page_ahead, n0 + T::kStages * kN, block_end, offsets_of(next),
-                      offsets_of(next) + kN, lane);
-        if (next + 1 < num_tiles) {
-          page_ahead = token_page(p, pages, n0 + (next + 1 - tile) * kN, block_end, lane);
-        }
-      }
-
-      // ---- warps 0-3: whole S, mask, this group's row maxima ----
-      if (half == 0) {
-        const float4 other = s_part[group * 32 + lane];
-        s[0] += other.x;
-        s[1] += other.y;
-        s[2] += other.z;
-        s[3] += other.w;
-        const bool needs_mask = n0 + kN > block_end || (p.causal && n0 + kN - 1 > limit[0]);
-        if (needs_mask) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = n0 + group * 8 + 2 * (lane & 3) + (e & 1);
-            if (key >= block_end || key > limit[e >> 1]) s[e] = -INFINITY;
+          for (int jj = 0; jj < 2; ++jj) {
+            uint32_t b[4];
+            ldmatrix_x4(b, stage + (k_lane ^ swizzle) + column + jj * 16 * kRowBytes);
+            Bf16Mma::run(s[2 * jj], a, b[0], b[1]);
+            Bf16Mma::run(s[2 * jj + 1], a, b[2], b[3]);
           }
         }
 #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          x_mine[j * 32 + lane] = make_float4(s[j][0], s[j][1], s[j][2], s[j][3]);
+        }
+      }
+      pair_barrier(pair);
+      if (active) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float4 v = x_other[j * 32 + lane];
+          s[j][0] += v.x;
+          s[j][1] += v.y;
+          s[j][2] += v.z;
+          s[j][3] += v.w;
+        }
+        // ---- mask, online softmax (lazy), P as A fragments ----
+        const bool needs_mask = n0 + kN > block_end || (p.causal && n0 + kN - 1 > limit[0]);
+        if (needs_mask) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = n0 + j * 8 + 2 * (lane & 3) + (e & 1);
+              if (key >= block_end || key > limit[e >> 1]) s[j][e] = -INFINITY;
+            }
+          }
+        }
+        bool moved = false;
+        float alpha[2];
+#pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float m = fmaxf(s[2 * h], s[2 * h + 1]);
+          float m = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+          m = fmaxf(m, fmaxf(fmaxf(s[2][2 * h], s[2][2 * h + 1]), fmaxf(s[3][2 * h], s[3][2 * h + 1])));
           m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
           m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-          if ((lane & 3) == 0) s_red[group * T::kRows + (lane >> 2) + 8 * h] = m * p.scale_log2;
+          m *= p.scale_log2;
+          if (!(m > row_max[h] + kRescaleSlack)) m = row_max[h];
+          const float m_use = m == -INFINITY ? 0.0f : m;  // nothing seen yet
+          alpha[h] = fast_exp2(row_max[h] - m_use);
+          moved |= m != row_max[h];
+          row_max[h] = m;
+          float sum = 0.0f;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            s[j][2 * h] = fast_exp2(fmaf(s[j][2 * h], p.scale_log2, -m_use));
+            s[j][2 * h + 1] = fast_exp2(fmaf(s[j][2 * h + 1], p.scale_log2, -m_use));
+            sum += s[j][2 * h] + s[j][2 * h + 1];
+          }
+          row_sum[h] = row_sum[h] * alpha[h] + sum;
+        }
+        if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+          for (int nt = 0; nt < 32; ++nt) {
+            o[nt][0] *= alpha[0];
+            o[nt][1] *= alpha[0];
+            o[nt][2] *= alpha[1];
+            o[nt][3] *= alpha[1];
+          }
+        }
+        // ---- O += P V over this warp's 256 columns (4 blocks of 64) ----
+#pragma unroll
+        for (int kk = 0; kk < kN / 16; ++kk) {
+          uint32_t a[4];
+          a[0] = Bf16Mma::pack(s[2 * kk][0], s[2 * kk][1]);
+          a[1] = Bf16Mma::pack(s[2 * kk][2], s[2 * kk][3]);
+          a[2] = Bf16Mma::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+          a[3] = Bf16Mma::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+          for (int blk = 0; blk < 4; ++blk) {
+#pragma unroll
+            for (int dp = 0; dp < 4; ++dp) {
+              uint32_t b[4];
+              ldmatrix_x4_trans(b, stage + kk * 16 * kRowBytes + (v_lane ^ (dp << 5)) +
+                                       (half * 4 + blk) * 128);
+              Bf16Mma::run(o[blk * 8 + 2 * dp], a, b[0], b[1]);
+              Bf16Mma::run(o[blk * 8 + 2 * dp + 1], a, b[2], b[3]);
+            }
+          }
         }
       }
-      __syncthreads();
-
-      // ---- warps 0-3: P = exp2(S * scale - max) to shared memory (bf16), alpha per row ----
-      if (half == 0) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = (lane >> 2) + 8 * h;
-          float m_new = row_max[h];
-#pragma unroll
-          for (int g = 0; g < 4; ++g) m_new = fmaxf(m_new, s_red[g * T::kRows + row]);
-          const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet
-          const float alpha = fast_exp2(row_max[h] - m_use);
-          row_max[h] = m_new;
-          const float p0 = fast_exp2(fmaf(s[2 * h], p.scale_log2, -m_use));
-          const float p1 = fast_exp2(fmaf(s[2 * h + 1], p.scale_log2, -m_use));
-          row_sum[h] = row_sum[h] * alpha + (p0 + p1);
-          *reinterpret_cast<uint32_t*>(smem + T::kP + swz<T::kPRowBytes>(row, group) +
-                                       4 * (lane & 3)) = Bf16Mma::pack(p0, p1);
-          if (group == 0 && (lane & 3) == 0) s_alpha[row] = alpha;
-        }
-      }
-      __syncthreads();
-
-      // ---- O = O * alpha + P V: rows 0..15, columns warp * 64 .. + 64 ----
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float alpha = s_alpha[(lane >> 2) + 8 * h];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          o[nt][2 * h] *= alpha;
-          o[nt][2 * h + 1] *= alpha;
-        }
-      }
-      const uint32_t p_off = opaque(p_lane), v_off = opaque(v_lane);
-#pragma unroll
-      for (int kk = 0; kk < kN / 16; ++kk) {
-        uint32_t a[4];
-        ldmatrix_x4(a, s_p + (p_off ^ (kk << 5)));
-#pragma unroll
-        for (int dp = 0; dp < 4; ++dp) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, stage + kk * 16 * kRowBytes + (v_off ^ (dp << 5)) + warp * 128);
-          Bf16Mma::run(o[2 * dp], a, b[0], b[1]);
-          Bf16Mma::run(o[2 * dp + 1], a, b[2], b[3]);
+      // ---- the stage is read: the pair's next tile streams in; the pages of the one after ----
+      if (round + 1 < rounds) {
+        pair_barrier(pair);  // both warps are done with the stage and the partials
+        const int next = tile + T::kPairs;
+        if (next < num_tiles) {
+          load_tile(next, pg_next);
+          if (next + T::kPairs < num_tiles) tile_pages(next + T::kPairs, pg_next);
         }
       }
     }
 
-    // ---- epilogue: row sums of the four token groups and the final max via shared memory ----
-    __syncthreads();  // every warp is done reading s_red / s_alpha of the last tile
-    if (half == 0) {
+    // ---- combine the pairs: max and sum per row, then O through shared memory ----
+    __syncthreads();  // every pair is done with its stage (reused below)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // a thread's sums cover 8 of each tile's 32 tokens: add the quad
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+    }
+    if (half == 0 && (lane & 3) == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float l = row_sum[h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int row = (lane >> 2) + 8 * h;
-        if ((lane & 3) == 0) {
-          s_red[group * T::kRows + row] = l;
-          if (group == 0) s_alpha[row] = row_max[h];
-        }
+        s_stats[(pair * 2) * T::kRows + (lane >> 2) + 8 * h] = row_max[h];
+        s_stats[(pair * 2 + 1) * T::kRows + (lane >> 2) + 8 * h] = row_sum[h];
       }
     }
     __syncthreads();
+    // Each pair scales its O by 2^(max_q - M) / L (M: the row's max over the pairs, L: the sum
+    // over the pairs at M) and stores it; then every thread adds the four for its outputs.
+    float* s_o = reinterpret_cast<float*>(smem + T::kKv);
+    float* s_lse = s_stats + T::kPairs * 2 * T::kRows;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = (lane >> 2) + 8 * h;
+      float big = -INFINITY;
+#pragma unroll
+      for (int q = 0; q < T::kPairs; ++q) big = fmaxf(big, s_stats[(q * 2) * T::kRows + r]);
+      float total = 0.0f;
+#pragma unroll
+      for (int q = 0; q < T::kPairs; ++q) {
+        const float m = s_stats[(q * 2) * T::kRows + r];
+        if (m != -INFINITY) total += fast_exp2(m - big) * s_stats[(q * 2 + 1) * T::kRows + r];
+      }
+      const float w =
+          row_max[h] != -INFINITY && total > 0.0f ? fast_exp2(row_max[h] - big) / total : 0.0f;
+      if (pair == 0 && half == 0 && (lane & 3) == 0) {
+        s_lse[r] = total > 0.0f ? (big + __log2f(total)) * kLn2 : -INFINITY;
+      }
+      float* dst = s_o + (pair * T::kRows + r) * kRank + half * 256 + 2 * (lane & 3);
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt) {
+        *reinterpret_cast<float2*>(dst + nt * 8) =
+            make_float2(o[nt][2 * h] * w, o[nt][2 * h + 1] * w);
+      }
+    }
+    __syncthreads();
+    // Thread t: float4 t, t + 256, ... of the [16 rows][512] block (consecutive threads,
+    // consecutive columns: conflict-free reads, coalesced writes).
+#pragma unroll
+    for (int v = 0; v < T::kRows * kRank / 4 / kThreads; ++v) {
+      const int idx = v * kThreads + tid;
+      const int r = idx / (kRank / 4);
+      const int col = (idx % (kRank / 4)) * 4;
       const int row = row0 + r;
       if (row >= num_rows || (split && row >= p.partial_rows)) continue;
-      float l = 0.0f;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-      for (int g = 0; g < 4; ++g) l += s_red[g * T::kRows + r];
-      const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
-      const float lse = l > 0.0f ? (s_alpha[r] + __log2f(l)) * kLn2 : -INFINITY;
+      for (int q = 0; q < T::kPairs; ++q) {
+        const float4 x = *reinterpret_cast<const float4*>(s_o + (q * T::kRows + r) * kRank + col);
+        acc.x += x.x;
+        acc.y += x.y;
+        acc.z += x.z;
+        acc.w += x.w;
+      }
+      acc.x *= p.out_scale;
+      acc.y *= p.out_scale;
+      acc.z *= p.out_scale;
+      acc.w *= p.out_scale;
       const int tok = row / H;
       const int head = row - tok * H;
-      const int col = warp * 64 + 2 * (lane & 3);
       if (!split) {
         __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
                              (q_begin + tok) * p.out_stride_token + head * p.out_stride_head + col;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          *reinterpret_cast<uint32_t*>(dst + nt * 8) =
-              Bf16Mma::pack(o[nt][2 * h] * inv, o[nt][2 * h + 1] * inv);
-        }
-        if (p.lse != nullptr && warp == 0 && (lane & 3) == 0) {
-          p.lse[(q_begin + tok) * p.lse_stride_token + head * p.lse_stride_head] = lse;
+        *reinterpret_cast<uint2*>(dst) =
+            make_uint2(Bf16Mma::pack(acc.x, acc.y), Bf16Mma::pack(acc.z, acc.w));
+        if (p.lse != nullptr && col == 0) {
+          p.lse[(q_begin + tok) * p.lse_stride_token + head * p.lse_stride_head] = s_lse[r];
         }
       } else {
         const int64_t slot = int64_t{item} * p.partial_rows + row;
-        float* dst = p.partial_out + slot * kRank + col;
+        *reinterpret_cast<float4*>(p.partial_out + slot * kRank + col) = acc;
+        if (col == 0) p.partial_lse[slot] = s_lse[r];
+      }
+    }
+
+    // ---- split request: the last of its items to finish merges them (fused merge) ----
+    //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
+    if (split && p.fused_merge) {
+      __shared__ int last_arrival;
+      const int merge_first = p.partition.merge_indptr[request];
+      const int merge_items = p.partition.merge_indptr[request + 1] - merge_first;
+      __threadfence();  // this CTA's partials are visible device-wide before it is counted
+      __syncthreads();
+      if (tid == 0) {
+        int* counter = p.merge_counters + request;
+        const int arrived = atomicAdd(counter, 1) + 1;
+        last_arrival = arrived == merge_items;
+        if (arrived == merge_items) *counter = 0;  // zero again for the next call (graph replays)
+      }
+      __syncthreads();
+      if (last_arrival) {
+        __threadfence();  // the other CTAs' partials: read with ld.cg (L2, never a stale L1)
+        const int rows = min(num_rows, p.partial_rows);
+        for (int r = warp; r < rows; r += kWarps) {  // one pass per row: (max, sum) per lane
+          const float* lse_of = p.partial_lse + int64_t{merge_first} * p.partial_rows + r;
+          float big = -INFINITY, sum = 0.0f;
+          for (int i = lane; i < merge_items; i += 32) {
+            const float x = __ldcg(lse_of + int64_t{i} * p.partial_rows);
+            if (x > big) {
+              sum = sum * __expf(big - x) + 1.0f;  // exp(-inf) = 0 on the first finite x
+              big = x;
+            } else if (x != -INFINITY) {
+              sum += __expf(x - big);
+            }
+          }
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          *reinterpret_cast<float2*>(dst + nt * 8) =
-              make_float2(o[nt][2 * h] * inv, o[nt][2 * h + 1] * inv);
+          for (int offset = 16; offset > 0; offset /= 2) {
+            const float other_big = __shfl_xor_sync(0xffffffffu, big, offset);
+            const float other_sum = __shfl_xor_sync(0xffffffffu, sum, offset);
+            const float new_big = fmaxf(big, other_big);
+            if (new_big != -INFINITY) {
+              sum = sum * __expf(big - new_big) + other_sum * __expf(other_big - new_big);
+            }
+            big = new_big;
+          }
+          const float total = sum > 0.0f ? big + __logf(sum) : -INFINITY;
+          if (lane == 0) {
+            s_lse[r] = total;
+            const int tok = (row0 + r) / H;
+            const int head = row0 + r - tok * H;
+            if (p.lse != nullptr) {
+              p.lse[(q_begin + tok) * p.lse_stride_token + head * p.lse_stride_head] = total;
+            }
+          }
         }
-        if (warp == 0 && (lane & 3) == 0) p.partial_lse[slot] = lse;
+        __syncthreads();
+#pragma unroll
+        for (int v = 0; v < T::kRows * kRank / 4 / kThreads; ++v) {
+          const int idx = v * kThreads + tid;
+          const int r = idx / (kRank / 4);
+          const int col = (idx % (kRank / 4)) * 4;
+          if (r >= rows) continue;
+          const float total = s_lse[r];
+          float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          if (total != -INFINITY) {
+#pragma unroll 4
+            for (int i = 0; i < merge_items; ++i) {
+              const int64_t slot = int64_t{merge_first + i} * p.partial_rows + r;
+              const float w = __expf(__ldcg(p.partial_lse + slot) - total);
+              const float4 part =
+                  __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kRank + col));
+              acc.x += w * part.x;
+              acc.y += w * part.y;
+              acc.z += w * part.z;
+              acc.w += w * part.w;
+            }
+          }
+          const int tok = (row0 + r) / H;
+          const int head = row0 + r - tok * H;
+          __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
+                               (q_begin + tok) * p.out_stride_token + head * p.out_stride_head + col;
+          *reinterpret_cast<uint2*>(dst) =
+              make_uint2(Bf16Mma::pack(acc.x, acc.y), Bf16Mma::pack(acc.z, acc.w));
+        }
       }
     }
     __syncthreads();  // shared memory is reused by the next row block

@@ -76,6 +76,7 @@ void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_i
                 int row_blocks, bool merge, int merge_rows, void* stream) {
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   const bool general = fp8_kv || mma_forced();
+  bool merged = false;  // the kernel merged split requests itself
   if (block_rows == 16) {
     if (fp8_kv) {
       launch_mma<__nv_fp8_e4m3, 16>(params, grid_items, row_blocks, cuda_stream);
@@ -83,6 +84,7 @@ void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_i
       launch_mma<__nv_bfloat16, 16>(params, grid_items, row_blocks, cuda_stream);
     } else {
       launch_small(params, grid_items, row_blocks, cuda_stream);
+      merged = params.fused_merge;
     }
   } else if (fp8_kv) {
     launch_mma<__nv_fp8_e4m3, 64>(params, grid_items, row_blocks, cuda_stream);
@@ -91,7 +93,7 @@ void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_i
   } else {
     launch_mma<__nv_bfloat16, 64>(params, grid_items, row_blocks, cuda_stream);
   }
-  if (merge) {
+  if (merge && !merged) {
     mla_merge_kernel<<<dim3(params.batch_size, merge_rows), kMergeThreads, 0, cuda_stream>>>(
         params);
     check_launch("mla_merge_kernel");
