@@ -12,8 +12,8 @@
 //      metadata carries max_q_len (every layer's run_mla reuses it), else by each run_mla;
 //   2. per run_mla, the MLA kernel over (row block, work item) CTAs; CTAs past the item count
 //      exit;
-//   3. the merge of split requests' f32 partials, [item, partial_rows, 512]: inside the H <= 16
-//      kernel (the last CTA of a request merges), else a merge kernel.
+//   3. the merge of split requests' f32 partials, [item, partial_rows, 512]: a merge kernel (or,
+//      with PAGEDATTN_MLA_MERGE=fused, inside the H <= 16 kernel: the last CTA of a request).
 // partial_rows bounds q_len * H of every request: H * meta.max_q_len when the planner gave it, else
 // H * T (q_len <= T always). If the partials of a split plan would not fit the workspace, the
 // partition is run without splitting (one item per request: correct, less parallel).
@@ -224,7 +224,7 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   const int64_t partial_rows = shape.partial_rows;
   const int block_rows = shape.block_rows;
   const int64_t row_blocks = shape.row_blocks;
-  const int grid_rows = static_cast<int>(std::min<int64_t>(row_blocks, 65535));
+  const int grid_rows = static_cast<int>(std::min<int64_t>(row_blocks, INT32_MAX));
   const SplitKvConfig& config = shape.config;
   const int64_t grid_items = shape.grid_items;
 
@@ -266,15 +266,15 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   p.partial_out = workspace.partial_out();
   p.partial_lse = workspace.partial_lse();
   p.partial_rows = static_cast<int32_t>(partial_rows);
-  // The H <= 16 kernel merges split requests itself (one row block per request);
-  // PAGEDATTN_MLA_MERGE=kernel keeps the merge kernel (side-by-side runs).
-  static const bool merge_kernel_forced = [] {
-    const char* env = std::getenv("PAGEDATTN_MLA_MERGE");
-    return env != nullptr && std::string_view(env) == "kernel";
-  }();
+  // PAGEDATTN_MLA_MERGE=fused: the H <= 16 kernel merges split requests itself (the last CTA of
+  // a request; one row block per request) instead of the merge kernel. Opt-in: on the H200 it was
+  // slower on the small steps (16 x 1024: 41.7 us against 19.0 us with the merge kernel), not yet
+  // understood. Read per call, so tests can switch.
+  const char* merge_env = std::getenv("PAGEDATTN_MLA_MERGE");
   p.merge_counters = workspace.merge_counters();
   p.fused_merge = config.enable && block_rows == mla::kSmallBlockM && row_blocks == 1 &&
-                  batch <= workspace.merge_counters_capacity() && !merge_kernel_forced;
+                  batch <= workspace.merge_counters_capacity() && merge_env != nullptr &&
+                  std::string_view(merge_env) == "fused";
 
   const int merge_rows = static_cast<int>(std::min<int64_t>(partial_rows, 65535));
   mla::launch_mla(p, op.kv_dtype == DType::kFP8E4M3, block_rows, static_cast<int>(grid_items),

@@ -5,8 +5,8 @@
 // pages larger than P, padding and empty requests, speculative decoding (q_len 1..4, causal),
 // extend (longer q_len, causal and not), no lse, explicit sm_scale, no max_q_len hint (split, and
 // the unsplit fallback), the single [pages, alloc, 576] buffer and separate ckv / kpe buffers,
-// CUDA-graph replay; the mma.sync kernel forced (PAGEDATTN_MLA_KERNEL=mma) where Hopper runs the
-// wgmma one. Outputs are poisoned (0xFF = NaN) before each run, every element is compared,
+// CUDA-graph replay; the mma.sync kernel (PAGEDATTN_MLA_KERNEL=mma) and the two-warpgroup wgmma
+// kernel (PAGEDATTN_MLA_SM90=split) forced where Hopper runs the warp-specialized one. Outputs are poisoned (0xFF = NaN) before each run, every element is compared,
 // and NaN never passes. Bad arguments throw an Error naming the argument and write nothing. Skips
 // where no GPU is usable.
 #include "cuda/mla.h"
@@ -369,15 +369,20 @@ TEST(CudaMla, WithoutMaxQLenHint) {
   }
 }
 
-// PAGEDATTN_MLA_KERNEL=mma: the general mma.sync kernel (the sm_80 path) on the bf16 blocks that
-// the wgmma kernel (64 rows, Hopper) and the read-bound kernel (16 rows) take otherwise: heads,
-// page sizes, speculative rows, extend, split.
-TEST(CudaMla, MmaKernelWhereWgmmaRuns) {
+// The other kernels where the default ones run, over heads, page sizes, speculative rows, extend,
+// split and peaked logits: PAGEDATTN_MLA_KERNEL=mma, the general mma.sync kernel (the sm_80 path)
+// on the bf16 blocks that the wgmma kernels (64 rows, Hopper) and the read-bound kernel (16 rows)
+// take otherwise; PAGEDATTN_MLA_SM90=split, the two-warpgroup wgmma kernel instead of the
+// warp-specialized one; PAGEDATTN_MLA_MERGE=fused, split H <= 16 requests merged by their last CTA.
+class CudaMlaOtherKernel : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(CudaMlaOtherKernel, MatchesReference) {
   PA_REQUIRE_GPU();
-  struct ForceMma {
-    ForceMma() { setenv("PAGEDATTN_MLA_KERNEL", "mma", 1); }
-    ~ForceMma() { unsetenv("PAGEDATTN_MLA_KERNEL"); }
-  } force;
+  struct Force {
+    const char* name;
+    Force(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+    ~Force() { unsetenv(name); }
+  } force(GetParam().first, GetParam().second);
   CaseSpec spec = base_mla(128, 16);
   spec.kv_lens = {3000, 17, 1, 64};
   spec.q_lens = {1, 3, 4, 2};
@@ -387,11 +392,20 @@ TEST(CudaMla, MmaKernelWhereWgmmaRuns) {
   extend.q_lens = {1, 15, 40};
   CaseSpec small = base_mla(16, 1);
   small.kv_lens = {3000, 1, 65, 0, 31};
-  for (const CaseSpec& s : {spec, extend, base_mla(64, 64), small}) {
+  CaseSpec peaked = base_mla(128, 16);
+  peaked.sm_scale = 4.0f;
+  peaked.kv_lens = {700, 3000};
+  for (const CaseSpec& s : {spec, extend, base_mla(64, 64), small, peaked}) {
     const std::string report = check_case(s);
-    EXPECT_TRUE(report.empty()) << report;
+    EXPECT_TRUE(report.empty()) << GetParam().first << "=" << GetParam().second << ": " << report;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaMlaOtherKernel,
+                         ::testing::Values(std::pair{"PAGEDATTN_MLA_KERNEL", "mma"},
+                                           std::pair{"PAGEDATTN_MLA_SM90", "split"},
+                                           std::pair{"PAGEDATTN_MLA_MERGE", "fused"}),
+                         [](const auto& info) { return std::string(info.param.second); });
 
 // The same logical KV with P = 1, 16 and 64 gives the same outputs (within rounding).
 TEST(CudaMla, PageSizeInvariance) {
@@ -441,13 +455,19 @@ TEST(CudaMla, WorkspaceReusedAcrossSteps) {
 }
 
 // Captured into a CUDA graph on a stream and replayed twice: the same results as the reference.
-// Replays of one captured step (H 16: the split requests' fused merge, whose arrival counters must
-// be zero again for the next replay; H 64: the merge kernel).
-class CudaMlaGraph : public ::testing::TestWithParam<int32_t> {};
+// Replays of one captured step: H 64 and H 16 with the merge kernel, H 16 with the fused merge
+// (PAGEDATTN_MLA_MERGE=fused; its arrival counters must be zero again for the next replay).
+class CudaMlaGraph : public ::testing::TestWithParam<std::pair<int32_t, bool>> {};
 
 TEST_P(CudaMlaGraph, Replay) {
   PA_REQUIRE_GPU();
-  CaseSpec spec = base_mla(GetParam(), 16);
+  struct Merge {
+    explicit Merge(bool fused) {
+      if (fused) setenv("PAGEDATTN_MLA_MERGE", "fused", 1);
+    }
+    ~Merge() { unsetenv("PAGEDATTN_MLA_MERGE"); }
+  } merge(GetParam().second);
+  CaseSpec spec = base_mla(GetParam().first, 16);
   spec.kv_lens = {2500, 5, 300};
   const uint64_t seed = fresh_seed();
   const AttentionCase c(spec, seed);
@@ -481,7 +501,13 @@ TEST_P(CudaMlaGraph, Replay) {
   PA_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-INSTANTIATE_TEST_SUITE_P(Heads, CudaMlaGraph, ::testing::Values(16, 64));
+INSTANTIATE_TEST_SUITE_P(Heads, CudaMlaGraph,
+                         ::testing::Values(std::pair{64, false}, std::pair{16, false},
+                                           std::pair{16, true}),
+                         [](const auto& info) {
+                           return "h" + std::to_string(info.param.first) +
+                                  (info.param.second ? "_fused" : "");
+                         });
 
 // Bad input: an Error naming the argument, and nothing written.
 TEST(CudaMla, RejectsBadArguments) {

@@ -64,17 +64,18 @@ struct MlaParams {
   float* partial_out = nullptr;
   float* partial_lse = nullptr;
   int32_t partial_rows = 0;  // rows per item in the partials
-  // Fused merge (the H <= 16 kernel, one row block per request): the last CTA of a split request
-  // to finish merges its partials; arrival counts per request in the workspace, zero between
+  // Fused merge (opt-in, the H <= 16 kernel, one row block per request): the last CTA of a split
+  // request to finish merges its partials; arrival counts per request in the workspace, zero between
   // calls (the merging CTA resets its request's).
   int32_t* merge_counters = nullptr;
   bool fused_merge = false;
 };
 
 // Enqueues the partition-driven MLA kernel for blocks of `block_rows` (kBlockM or kSmallBlockM)
-// rows on a grid of (row_blocks, grid_items <= 65535) CTAs (a CTA loops over row blocks
-// blockIdx.x, + row_blocks, ...), then, when `merge` is set and the kernel did not merge them
-// itself (MlaParams::fused_merge), the merge of split requests over (batch, merge_rows) CTAs. bf16 queries; the cache bf16, or fp8 e4m3 when `fp8_kv` (launch.cu).
+// rows on a grid of (row blocks, grid_items <= 65535) CTAs (past 65535 row blocks a CTA loops over
+// blockIdx.x, + 65535, ...), then, when `merge` is set and the kernel did not merge them itself
+// (MlaParams::fused_merge), the merge of split requests over (batch, merge_rows) CTAs. bf16
+// queries; the cache bf16, or fp8 e4m3 when `fp8_kv` (launch.cu).
 void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_items,
                 int row_blocks, bool merge, int merge_rows, void* stream);
 

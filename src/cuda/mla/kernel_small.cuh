@@ -443,33 +443,46 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         __syncthreads();
+        // Thread t: float4 t + 256 v (v < 8) of the [16 rows][512] block; items outer, so the
+        // eight partial reads of an item are in flight together.
+        constexpr int kPerThread = T::kRows * kRank / 4 / kThreads;
+        float4 acc[kPerThread];
+        float total[kPerThread];
 #pragma unroll
-        for (int v = 0; v < T::kRows * kRank / 4 / kThreads; ++v) {
+        for (int v = 0; v < kPerThread; ++v) {
+          acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          const int r = (v * kThreads + tid) / (kRank / 4);
+          total[v] = r < rows ? s_lse[r] : -INFINITY;
+        }
+        for (int i = 0; i < merge_items; ++i) {
+          const int64_t base = int64_t{merge_first + i} * p.partial_rows;
+#pragma unroll
+          for (int v = 0; v < kPerThread; ++v) {
+            const int idx = v * kThreads + tid;
+            const int r = idx / (kRank / 4);
+            const int col = (idx % (kRank / 4)) * 4;
+            if (total[v] == -INFINITY) continue;  // rows past the request, or nothing seen
+            const float w = __expf(__ldcg(p.partial_lse + base + r) - total[v]);
+            const float4 part =
+                __ldcg(reinterpret_cast<const float4*>(p.partial_out + (base + r) * kRank + col));
+            acc[v].x += w * part.x;
+            acc[v].y += w * part.y;
+            acc[v].z += w * part.z;
+            acc[v].w += w * part.w;
+          }
+        }
+#pragma unroll
+        for (int v = 0; v < kPerThread; ++v) {
           const int idx = v * kThreads + tid;
           const int r = idx / (kRank / 4);
           const int col = (idx % (kRank / 4)) * 4;
           if (r >= rows) continue;
-          const float total = s_lse[r];
-          float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          if (total != -INFINITY) {
-#pragma unroll 4
-            for (int i = 0; i < merge_items; ++i) {
-              const int64_t slot = int64_t{merge_first + i} * p.partial_rows + r;
-              const float w = __expf(__ldcg(p.partial_lse + slot) - total);
-              const float4 part =
-                  __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kRank + col));
-              acc.x += w * part.x;
-              acc.y += w * part.y;
-              acc.z += w * part.z;
-              acc.w += w * part.w;
-            }
-          }
           const int tok = (row0 + r) / H;
           const int head = row0 + r - tok * H;
           __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
                                (q_begin + tok) * p.out_stride_token + head * p.out_stride_head + col;
           *reinterpret_cast<uint2*>(dst) =
-              make_uint2(Bf16Mma::pack(acc.x, acc.y), Bf16Mma::pack(acc.z, acc.w));
+              make_uint2(Bf16Mma::pack(acc[v].x, acc[v].y), Bf16Mma::pack(acc[v].z, acc[v].w));
         }
       }
     }

@@ -1,0 +1,418 @@
+// The warp-specialized Hopper (sm_90a) MLA kernel for blocks of 64 request rows: the work split,
+// masking, gather and output contract of kernel.cuh (one CTA per row block and work item of the
+// split-KV partition, partials for split requests), bf16 cache, one row block per CTA.
+//
+// Three warpgroups with their own jobs, meeting only at mbarriers:
+//   WG 0 (softmax)   holds Q's latent part as wgmma A fragments in registers (64 rows x 512: 128
+//                    registers, loaded once; the rope part stays in shared memory), computes
+//                    S [64 x 32] = Q K^T of each 32-token tile (36 k16 steps, m64n32k16, 32 of
+//                    them with A from registers, so mostly only K is read from shared memory),
+//                    the online softmax (base 2, lazy rescale) and writes P (bf16) with each row's
+//                    rescale factor into one of two P buffers;
+//   WG 1, WG 2       each own 256 of the 512 output columns (128 f32 accumulators per thread):
+//   (output)         rescale O when a row's reference max moved, O += P V (m64n256k16, P and V
+//                    from shared memory), and gather the cache tiles (cp.async): WG 1 the blocks
+//                    it reads (columns 0..255) plus the rope block, WG 2 columns 256..511, each
+//                    refilling its part of a stage as soon as its own P V of that stage is done.
+// No exchange of partial products and no CTA-wide barrier per tile; the tensor cores see S of tile
+// t + 1 (WG 0) next to P V of tile t (WG 1, WG 2).
+//
+// Memory: five tile stages of 36 KiB (32 tokens x nine 64-column blocks of 128 bytes, wgmma's
+// 128-byte swizzle), two P buffers (64 rows x 128 bytes, 32 tokens used), Q's rope block, row
+// factors, mbarriers. Q's latent part passes through stages 3 and 4 on its way to WG 0's
+// registers. Registers: setmaxnreg moves the CTA's 3 x 168 per thread to 184 (WG 0) + 2 x 160. Barriers:
+//   full[s]   (256 arrivals, cp.async.mbarrier.arrive) stage s holds its tile,
+//   pfull[b]  (128: WG 0) P buffer b holds P of a tile and its row factors,
+//   pempty[b] (8: a lane of each output warp) both output warpgroups are done reading buffer b.
+// Each thread of WG 1 / WG 2 gathers 2 token rows of a tile (8 lanes per 128-byte run); their
+// attention pages are loaded one refill ahead. Tokens past the range re-read the last one (real
+// data, masked).
+#pragma once
+
+#include "cuda/mla/kernel.cuh"
+#include "cuda/mla/wgmma.cuh"
+#include "cuda/prefill/kernel_sm90.cuh"
+
+namespace pagedattn::cuda::mla::sm90ws {
+
+using prefill::sm90::descriptor;
+using prefill::sm90::fence_proxy_async;
+using prefill::sm90::fence_registers;
+using prefill::sm90::tile_offset;
+using prefill::sm90::wgmma_commit;
+using prefill::sm90::wgmma_fence;
+using prefill::sm90::wgmma_wait;
+using namespace pagedattn::cuda::mla::sm90;  // wgmma shapes, mbarriers, setmaxnreg
+
+struct Ws {
+  static constexpr int kThreads = 384;  // three warpgroups
+  static constexpr int kRows = 64;
+  static constexpr int kTokens = 32;
+  static constexpr int kStages = 5;
+  static constexpr int kBlocks = kDimQk / 64;          // 9 column blocks (8 ckv + 1 kpe)
+  static constexpr int kKvBlockBytes = kTokens * 128;  // one 64-column block of a tile
+  static constexpr int kStageBytes = kBlocks * kKvBlockBytes;
+  static constexpr int kQBlockBytes = kRows * 128;
+  static constexpr int kQBytes = kBlocks * kQBlockBytes;
+  static constexpr int kPBytes = kRows * 128;
+  static constexpr int kKv = 0;
+  static constexpr int kQStage = 3;  // Q lands in stages 3 and 4 before WG 0 takes it
+  static constexpr int kP = kKv + kStages * kStageBytes;
+  static constexpr int kQPe = kP + 2 * kPBytes;          // Q's rope block: 64 rows x 128 bytes
+  static constexpr int kAlpha = kQPe + kQBlockBytes;     // f32 [2][64]
+  static constexpr int kMoved = kAlpha + 2 * kRows * 4;  // int [2][4 warps]
+  static constexpr int kStats = kMoved + 2 * 4 * 4;      // f32 [max | sum][64]
+  static constexpr int kBars = kStats + 2 * kRows * 4;   // u64 full[5], pfull[2], pempty[2]
+  static constexpr int kBytes = kBars + (kStages + 4) * 8;
+  static constexpr int kSmemBytes = kBytes + 1024;  // aligned up to 1024 inside the kernel
+  static_assert(kQBytes <= (kStages - kQStage) * kStageBytes);
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
+  // setmaxnreg: the CTA's 3 x 168 registers per thread, moved to the softmax warpgroup.
+  static constexpr int kSoftmaxRegs = 184, kOutputRegs = 160;  // 184 + 2 x 160 = 3 x 168
+  // setmaxnreg.inc only takes what .dec released inside the CTA: the sum must not exceed the
+  // launch's 65536 / 384 registers per thread (168, a multiple of 8), or WG 0 waits forever.
+  static_assert(kSoftmaxRegs + 2 * kOutputRegs <= 3 * (65536 / kThreads / 8 * 8));
+};
+
+__global__ void __launch_bounds__(Ws::kThreads, 1)
+    mla_kernel_sm90_ws(const __grid_constant__ MlaParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using W = Ws;
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr int kN = W::kTokens;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (base - raw);
+  const uint32_t s_kv = base + W::kKv;
+  const uint32_t s_p = base + W::kP;
+  const uint32_t s_qpe = base + W::kQPe;
+  float* s_alpha = reinterpret_cast<float*>(smem + W::kAlpha);
+  int* s_moved = reinterpret_cast<int*>(smem + W::kMoved);
+  float* s_stats = reinterpret_cast<float*>(smem + W::kStats);
+  const uint32_t bar_full = base + W::kBars;          // + 8 s
+  const uint32_t bar_pfull = bar_full + W::kStages * 8;  // + 8 b
+  const uint32_t bar_pempty = bar_pfull + 2 * 8;         // + 8 b
+
+  const int item = static_cast<int>(blockIdx.y);
+  if (item >= p.partition.info->num_items) return;
+  const int request = p.partition.work_request[item];
+  const int chunk = p.partition.work_chunk[item];
+  const bool split = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request] > 1;
+  const int64_t chunk_tokens = int64_t{p.partition.info->chunk_pages} * p.page_size;
+
+  const int q_begin = p.qo_indptr[request];
+  const int q_len = p.qo_indptr[request + 1] - q_begin;
+  const int H = p.num_heads;
+  const int num_rows = q_len * H;
+  const int row0 = static_cast<int>(blockIdx.x) * W::kRows;
+  if (row0 >= num_rows) return;
+  const int page_begin = p.kv_indptr[request];
+  const int num_pages = p.kv_indptr[request + 1] - page_begin;
+  const int kv_len =
+      num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request] : 0;
+  const int32_t* pages = p.kv_indices + page_begin;
+  const int chunk_begin = static_cast<int>(min(int64_t{kv_len}, chunk * chunk_tokens));
+  const int chunk_end = static_cast<int>(min(int64_t{kv_len}, (chunk + 1) * chunk_tokens));
+  const int pos_shift = kv_len - q_len;
+  const int last_row = min(row0 + W::kRows, num_rows) - 1;
+  const int block_end =
+      p.causal ? min(chunk_end, max(chunk_begin, pos_shift + last_row / H + 1)) : chunk_end;
+  const int num_tiles = (block_end - chunk_begin + kN - 1) / kN;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = tid >> 7;
+  const int t_in_wg = tid & 127;
+  const int lane = tid & 31, warp = t_in_wg >> 5;  // warp in its warpgroup: rows 16 warp ..
+  auto stage_of = [&](int tile) -> uint32_t { return s_kv + (tile % W::kStages) * W::kStageBytes; };
+
+  if (tid == 0) {
+    for (int s = 0; s < W::kStages; ++s) mbarrier_init(bar_full + 8 * s, 256);
+    for (int b = 0; b < 2; ++b) {
+      mbarrier_init(bar_pfull + 8 * b, 128);
+      mbarrier_init(bar_pempty + 8 * b, 8);
+    }
+  }
+  __syncthreads();  // (0) the barriers are initialised
+  // Q rows (zero past the request's rows) into stages 3..4, every thread a share.
+  {
+    const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope);
+    const auto* q_pe = static_cast<const __nv_bfloat16*>(p.q_pe);
+    const uint32_t s_q = s_kv + W::kQStage * W::kStageBytes;
+    for (int i = tid; i < W::kRows * (kDimQk / 8); i += W::kThreads) {
+      const int r = i / (kDimQk / 8);
+      const int c = i - r * (kDimQk / 8);
+      const int row = row0 + r;
+      const bool valid = row < num_rows;
+      const int tok = valid ? row / H : 0;
+      const int head = valid ? row - tok * H : 0;
+      const __nv_bfloat16* src = c < kRank / 8 ? q_nope + (q_begin + tok) * p.q_nope_stride_token +
+                                                     head * p.q_nope_stride_head + c * 8
+                                               : q_pe + (q_begin + tok) * p.q_pe_stride_token +
+                                                     head * p.q_pe_stride_head +
+                                                     (c - kRank / 8) * 8;
+      const uint32_t dst = c < kRank / 8 ? s_q + tile_offset<W::kRows>(r, c)
+                                          : s_qpe + tile_offset<W::kRows>(r, c - kRank / 8);
+      prefill::cp_async_16(dst, valid ? src : q_nope, valid ? 16 : 0);
+    }
+    prefill::cp_async_commit();
+  }
+
+  if (wg == 0) {
+    // ================= softmax warpgroup =================
+    regs_increase<W::kSoftmaxRegs>();
+    int limit[2];  // rows 16 warp + lane / 4 (+ 8): last visible key
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = min(row0 + warp * 16 + (lane >> 2) + 8 * h, num_rows - 1);
+      limit[h] = p.causal ? pos_shift + row / H : kv_len - 1;
+    }
+    cp_async_wait<0>();
+    asm volatile("bar.sync 3, 384;\n" ::: "memory");  // (1) Q landed (every thread's copies)
+    // Q as A fragments: k16 step k of rows 16 warp .. + 16 (ldmatrix x4: rows lane % 16, chunk
+    // 2 (k % 4) + lane / 16 of block k / 4).
+    uint32_t qa[kRank / 16][4];
+    {
+      const uint32_t s_q = s_kv + W::kQStage * W::kStageBytes;
+      const int r = warp * 16 + (lane & 15);
+#pragma unroll
+      for (int k = 0; k < kRank / 16; ++k) {
+        ldmatrix_x4(qa[k], s_q + tile_offset<W::kRows>(r, 2 * k + (lane >> 4)));
+      }
+    }
+    asm volatile("bar.arrive 1, 384;\n" ::: "memory");  // (2) Q is in registers: stages 3, 4 free
+
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.0f, 0.0f};
+    for (int t = 0; t < num_tiles; ++t) {
+      const int n0 = chunk_begin + t * kN;
+      mbarrier_wait(bar_full + 8 * (t % W::kStages), (t / W::kStages) & 1);
+      fence_proxy_async();  // the gathered tile, visible to the tensor cores
+      float s[16];
+      const uint64_t b0 = descriptor(stage_of(t), 16, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kRank / 16; ++k) {  // the latent part: Q from registers
+        const uint32_t kb = (k >> 2) * W::kKvBlockBytes + (k & 3) * 32;
+        rs_m64n32k16_bf16(s, qa[k], b0 + (kb >> 4), k > 0 ? 1 : 0);
+      }
+      const uint64_t a_pe = descriptor(s_qpe, 16, 1024);
+#pragma unroll
+      for (int k = kRank / 16; k < kDimQk / 16; ++k) {  // the rope part: Q from shared memory
+        const uint32_t kb = (k >> 2) * W::kKvBlockBytes + (k & 3) * 32;
+        ss_m64n32k16_bf16(s, a_pe + (((k & 3) * 32) >> 4), b0 + (kb >> 4), 1);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(s);
+
+      const bool needs_mask = n0 + kN > block_end || (p.causal && n0 + kN - 1 > limit[0]);
+      if (needs_mask) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int key = n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
+          if (key >= block_end || key > limit[(i >> 1) & 1]) s[i] = -INFINITY;
+        }
+      }
+      bool moved = false;
+      float alpha[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = s[2 * h];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        m *= p.scale_log2;
+        if (!(m > row_max[h] + kRescaleSlack)) m = row_max[h];
+        const float m_use = m == -INFINITY ? 0.0f : m;  // nothing seen yet
+        alpha[h] = fast_exp2(row_max[h] - m_use);
+        moved |= m != row_max[h];
+        row_max[h] = m;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], p.scale_log2, -m_use));
+          s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], p.scale_log2, -m_use));
+          sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+        }
+        row_sum[h] = row_sum[h] * alpha[h] + sum;
+      }
+      const bool warp_moved = __any_sync(0xffffffffu, moved);
+      // P (bf16) and the row factors into buffer t % 2, once P V of tile t - 2 is done with it.
+      const int b = t & 1;
+      if (t >= 2) mbarrier_wait(bar_pempty + 8 * b, ((t - 2) >> 1) & 1);
+      const uint32_t pbuf = s_p + b * W::kPBytes;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = warp * 16 + (lane >> 2) + 8 * h;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t addr = pbuf + r * 128 + ((j ^ (r & 7)) << 4) + 4 * (lane & 3);
+          const uint32_t v = Bf16Mma::pack(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+        }
+        if ((lane & 3) == 0) s_alpha[b * W::kRows + r] = alpha[h];
+      }
+      if (lane == 0) s_moved[b * 4 + warp] = warp_moved ? 1 : 0;
+      fence_proxy_async();  // P, for the tensor cores of the output warpgroups
+      mbarrier_arrive(bar_pfull + 8 * b);
+    }
+    // Row statistics for the output warpgroups' epilogue; this warpgroup writes lse.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int r = warp * 16 + (lane >> 2) + 8 * h;
+      if ((lane & 3) == 0) {
+        s_stats[r] = row_max[h];
+        s_stats[W::kRows + r] = l;
+      }
+      const int row = row0 + r;
+      if ((lane & 3) == 0 && row < num_rows && !(split && row >= p.partial_rows)) {
+        const float lse = l > 0.0f ? (row_max[h] + __log2f(l)) * kLn2 : -INFINITY;
+        if (!split) {
+          if (p.lse != nullptr) {
+            const int tok = row / H;
+            const int head = row - tok * H;
+            p.lse[(q_begin + tok) * p.lse_stride_token + head * p.lse_stride_head] = lse;
+          }
+        } else {
+          p.partial_lse[int64_t{item} * p.partial_rows + row] = lse;
+        }
+      }
+    }
+    asm volatile("bar.arrive 2, 384;\n" ::: "memory");  // (3) statistics written
+  } else {
+    // ================= output warpgroups =================
+    regs_decrease<W::kOutputRegs>();
+    const int half = wg - 1;  // output columns 256 half ..; gathers blocks 4 half .. (+ rope)
+    const auto* ckv = static_cast<const __nv_bfloat16*>(p.ckv);
+    const auto* kpe = static_cast<const __nv_bfloat16*>(p.kpe);
+    const int gather_part = t_in_wg & 7;
+    const int gather_row = t_in_wg >> 3;  // and gather_row + 16
+    // The pages of this thread's gather rows in tile t, and the copies of its blocks of tile t.
+    auto tile_pages = [&](int t, int (&pg)[2]) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int key = min(chunk_begin + t * kN + gather_row + 16 * i, block_end - 1);
+        pg[i] = __ldg(pages + page_slot(p, key));
+      }
+    };
+    auto load_tile = [&](int t, const int (&pg)[2]) {
+      const uint32_t stage = stage_of(t);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = gather_row + 16 * i;
+        const int key = min(chunk_begin + t * kN + row, block_end - 1);
+        int64_t alloc = pg[i];
+        int64_t token = key - page_slot(p, key) * p.page_size;
+        if (p.pages_per_alloc != 1) {
+          alloc = pg[i] / p.pages_per_alloc;
+          token += (pg[i] - alloc * p.pages_per_alloc) * p.page_size;
+        }
+        const uint32_t dst = stage + tile_offset<W::kTokens>(row, gather_part) +
+                             half * 4 * W::kKvBlockBytes;
+        const __nv_bfloat16* src = ckv + alloc * p.ckv_stride_page + token * p.ckv_stride_token +
+                                   half * 256 + gather_part * 8;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          prefill::cp_async_16(dst + b * W::kKvBlockBytes, src + b * 64);
+        }
+        if (half == 0) {
+          prefill::cp_async_16(
+              stage + 8 * W::kKvBlockBytes + tile_offset<W::kTokens>(row, gather_part),
+              kpe + alloc * p.kpe_stride_page + token * p.kpe_stride_token + gather_part * 8);
+        }
+      }
+      mbarrier_arrive_cp_async(bar_full + 8 * (t % W::kStages));
+    };
+
+    int pg_next[2] = {0, 0};  // pages of the next tile to load
+    // Tiles 0..2 into stages 0..2 now; 3 and 4 once WG 0 has taken Q out of their stages.
+    const int first_loads = min(num_tiles, W::kQStage);
+    if (num_tiles > 0) tile_pages(0, pg_next);
+    for (int t = 0; t < first_loads; ++t) {
+      int pg[2] = {pg_next[0], pg_next[1]};
+      if (t + 1 < num_tiles) tile_pages(t + 1, pg_next);
+      load_tile(t, pg);
+    }
+    // Q's copies were committed as a group before these (which are tracked by the mbarriers, in
+    // no group): wait_group 0 waits for Q alone.
+    cp_async_wait<0>();
+    asm volatile("bar.sync 3, 384;\n" ::: "memory");  // (1) Q landed (every thread's copies)
+    asm volatile("bar.sync 1, 384;\n" ::: "memory");  // (2) stages 3, 4 free
+    for (int t = W::kQStage; t < min(num_tiles, W::kStages); ++t) {
+      int pg[2] = {pg_next[0], pg_next[1]};
+      if (t + 1 < num_tiles) tile_pages(t + 1, pg_next);
+      load_tile(t, pg);
+    }
+
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    for (int t = 0; t < num_tiles; ++t) {
+      const int b = t & 1;
+      mbarrier_wait(bar_pfull + 8 * b, (t >> 1) & 1);  // P of tile t (its S read the stage)
+      if (s_moved[b * 4 + warp] != 0) {
+        const float a0 = s_alpha[b * W::kRows + warp * 16 + (lane >> 2)];
+        const float a1 = s_alpha[b * W::kRows + warp * 16 + (lane >> 2) + 8];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? a1 : a0;
+      }
+      const uint64_t a_desc = descriptor(s_p + b * W::kPBytes, 16, 1024);
+      const uint64_t v_desc =
+          descriptor(stage_of(t) + half * 4 * W::kKvBlockBytes, W::kKvBlockBytes, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        ss_m64n256k16_bf16(o, a_desc + ((kk * 32) >> 4), v_desc + ((kk * 16 * 128) >> 4));
+      }
+      wgmma_commit();
+      wgmma_wait<0>();  // P V of tile t: P buffer t % 2 and this warpgroup's part of the stage
+      fence_registers(o);
+      if (lane == 0) mbarrier_arrive(bar_pempty + 8 * b);
+      const int next = t + W::kStages;  // into the stage of tile t
+      if (next < num_tiles) {
+        int pg[2] = {pg_next[0], pg_next[1]};
+        if (next + 1 < num_tiles) tile_pages(next + 1, pg_next);
+        load_tile(next, pg);
+      }
+    }
+    asm volatile("bar.sync 2, 384;\n" ::: "memory");  // (3) WG 0's statistics
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp * 16 + (lane >> 2) + 8 * h;
+      const int row = row0 + r;
+      if (row >= num_rows || (split && row >= p.partial_rows)) continue;
+      const float l = s_stats[W::kRows + r];
+      const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
+      const int tok = row / H;
+      const int head = row - tok * H;
+      const int col = half * 256 + 2 * (lane & 3);
+      if (!split) {
+        __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
+                             (q_begin + tok) * p.out_stride_token + head * p.out_stride_head + col;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          *reinterpret_cast<uint32_t*>(dst + j * 8) =
+              Bf16Mma::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        }
+      } else {
+        const int64_t slot = int64_t{item} * p.partial_rows + row;
+        float* dst = p.partial_out + slot * kRank + col;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          *reinterpret_cast<float2*>(dst + j * 8) =
+              make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        }
+      }
+    }
+  }
+#else
+  __trap();  // launched only where the sm_90a code exists (see launch.cu)
+#endif
+}
+
+}  // namespace pagedattn::cuda::mla::sm90ws
