@@ -467,32 +467,11 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   __syncthreads();
   if (!last_arrival) return;
   __threadfence();  // the other CTAs' partials: read below with ld.cg (L2, never a stale L1)
-  // Row statistics, one warp per row, one pass: each lane folds its items into (max, sum), then
-  // the lanes' pairs are combined.
+  // Row statistics, one warp per row (warp_logsumexp_cg).
   float* total_lse = combine_m;  // [heads]
   for (int row = warp; row < heads; row += C::kWarps) {
     const float* lse_of = p.partial_lse + int64_t{merge_first} * p.num_qo_heads + qo_head0 + row;
-    float row_max = -INFINITY, sum = 0.0f;
-    for (int i = lane; i < merge_items; i += 32) {
-      const float x = __ldcg(lse_of + int64_t{i} * p.num_qo_heads);
-      if (x > row_max) {
-        sum = sum * __expf(row_max - x) + 1.0f;  // exp(-inf) = 0 on the first finite x
-        row_max = x;
-      } else if (x != -INFINITY) {
-        sum += __expf(x - row_max);
-      }
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float other_max = __shfl_xor_sync(0xffffffffu, row_max, offset);
-      const float other_sum = __shfl_xor_sync(0xffffffffu, sum, offset);
-      const float new_max = fmaxf(row_max, other_max);
-      if (new_max != -INFINITY) {
-        sum = sum * __expf(row_max - new_max) + other_sum * __expf(other_max - new_max);
-      }
-      row_max = new_max;
-    }
-    const float total = sum > 0.0f ? row_max + __logf(sum) : -INFINITY;
+    const float total = warp_logsumexp_cg(lse_of, merge_items, p.num_qo_heads, lane);
     if (lane == 0) {
       total_lse[row] = total;
       if (p.lse != nullptr) {

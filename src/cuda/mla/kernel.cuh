@@ -129,6 +129,97 @@ __device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t*
   token_offsets(p, token_page(p, pages, n0, end, index), n0, end, ckv_off, kpe_off, index);
 }
 
+// The online softmax (base 2, lazy rescale: kRescaleSlack) of one thread's part of a 16-row x
+// 32-key S tile in the accumulator layout of mma m16n8k16 / wgmma m64n32 (element 4 j + 2 h + e:
+// row h (lane / 4, + 8), key 8 j + 2 (lane % 4) + e; a row's keys spread over the lane quad).
+// Masked keys hold -inf. S becomes P = 2^(S scale_log2 - max); per row, the reference max and the
+// running sum move on, and alpha is the rescale of O. Returns whether some reference max moved.
+__device__ __forceinline__ bool online_softmax(float (&s)[16], float scale_log2,
+                                               float (&row_max)[2], float (&row_sum)[2],
+                                               float (&alpha)[2]) {
+  bool moved = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float m = s[2 * h];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    m *= scale_log2;
+    if (!(m > row_max[h] + kRescaleSlack)) m = row_max[h];
+    const float m_use = m == -INFINITY ? 0.0f : m;  // nothing seen yet
+    alpha[h] = fast_exp2(row_max[h] - m_use);
+    moved |= m != row_max[h];
+    row_max[h] = m;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -m_use));
+      s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_use));
+      sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+    }
+    row_sum[h] = row_sum[h] * alpha[h] + sum;
+  }
+  return moved;
+}
+
+// A CTA's work: the request and KV chunk of its partition item (blockIdx.y), and the request's
+// geometry. Keys [chunk_begin, chunk_end) of the request's kv_len; query token t of the request
+// sits at position pos_shift + t; rows are its q_len * H (token, head) pairs.
+struct ItemWork {
+  int item = 0, request = 0;
+  bool split = false;  // the request has more than one item: partials, merged after
+  int q_begin = 0, q_len = 0, num_rows = 0;
+  int kv_len = 0, chunk_begin = 0, chunk_end = 0, pos_shift = 0;
+  const int32_t* pages = nullptr;  // the request's attention pages
+};
+
+// The work of this CTA; false when its item is past the partition's count (nothing to do).
+__device__ __forceinline__ bool item_work(const MlaParams& p, ItemWork& w) {
+  w.item = static_cast<int>(blockIdx.y);
+  if (w.item >= p.partition.info->num_items) return false;
+  w.request = p.partition.work_request[w.item];
+  const int chunk = p.partition.work_chunk[w.item];
+  w.split = p.partition.merge_indptr[w.request + 1] - p.partition.merge_indptr[w.request] > 1;
+  const int64_t chunk_tokens = int64_t{p.partition.info->chunk_pages} * p.page_size;
+  w.q_begin = p.qo_indptr[w.request];
+  w.q_len = p.qo_indptr[w.request + 1] - w.q_begin;
+  w.num_rows = w.q_len * p.num_heads;
+  const int page_begin = p.kv_indptr[w.request];
+  const int num_pages = p.kv_indptr[w.request + 1] - page_begin;
+  w.kv_len = num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[w.request] : 0;
+  w.pages = p.kv_indices + page_begin;
+  w.chunk_begin = static_cast<int>(min(int64_t{w.kv_len}, chunk * chunk_tokens));
+  w.chunk_end = static_cast<int>(min(int64_t{w.kv_len}, (chunk + 1) * chunk_tokens));
+  w.pos_shift = w.kv_len - w.q_len;
+  return true;
+}
+
+// Chunk c (16 bytes: 64 of q_nope, then 8 of q_pe) of request row `row` as a cp.async source, with
+// its byte count: 16, or 0 past the request's rows (the copy then zero-fills and reads nothing).
+__device__ __forceinline__ const __nv_bfloat16* q_chunk(const MlaParams& p, const ItemWork& w,
+                                                         int row, int c, int& bytes) {
+  const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope);
+  const auto* q_pe = static_cast<const __nv_bfloat16*>(p.q_pe);
+  bytes = row < w.num_rows ? 16 : 0;
+  if (bytes == 0) return q_nope;
+  const int t = row / p.num_heads;
+  const int head = row - t * p.num_heads;
+  return c < kRank / 8 ? q_nope + (w.q_begin + t) * p.q_nope_stride_token +
+                             head * p.q_nope_stride_head + c * 8
+                       : q_pe + (w.q_begin + t) * p.q_pe_stride_token + head * p.q_pe_stride_head +
+                             (c - kRank / 8) * 8;
+}
+
+// The end of the keys a block of rows [row0, row0 + rows) sees in its chunk (causal: up to the
+// position of its last row).
+__device__ __forceinline__ int row_block_end(const MlaParams& p, const ItemWork& w, int row0,
+                                             int rows) {
+  const int last_row = min(row0 + rows, w.num_rows) - 1;
+  return p.causal ? min(w.chunk_end, max(w.chunk_begin, w.pos_shift + last_row / p.num_heads + 1))
+                  : w.chunk_end;
+}
+
 __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
@@ -207,25 +298,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
   float* s_red = reinterpret_cast<float*>(smem + Smem::kRed);
   float* s_alpha = reinterpret_cast<float*>(smem + Smem::kAlpha);
 
-  const int item = static_cast<int>(blockIdx.y);
-  if (item >= p.partition.info->num_items) return;
-  const int request = p.partition.work_request[item];
-  const int chunk = p.partition.work_chunk[item];
-  const bool split = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request] > 1;
-  const int64_t chunk_tokens = int64_t{p.partition.info->chunk_pages} * p.page_size;
-
-  const int q_begin = p.qo_indptr[request];
-  const int q_len = p.qo_indptr[request + 1] - q_begin;
+  ItemWork work;
+  if (!item_work(p, work)) return;
+  const auto [item, request, split, q_begin, q_len, num_rows, kv_len, chunk_begin, chunk_end,
+              pos_shift, pages] = work;
   const int H = p.num_heads;
-  const int num_rows = q_len * H;
-  const int page_begin = p.kv_indptr[request];
-  const int num_pages = p.kv_indptr[request + 1] - page_begin;
-  const int kv_len =
-      num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request] : 0;
-  const int32_t* pages = p.kv_indices + page_begin;
-  const int chunk_begin = static_cast<int>(min(int64_t{kv_len}, chunk * chunk_tokens));
-  const int chunk_end = static_cast<int>(min(int64_t{kv_len}, (chunk + 1) * chunk_tokens));
-  const int pos_shift = kv_len - q_len;  // query token t sits at position pos_shift + t
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5;
@@ -238,8 +315,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
     return kFp8 ? s_kv + Smem::kStageBytes + (t & 1) * kRawBytes
                 : s_kv + (t & 1) * Smem::kStageBytes;
   };
-  const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope);
-  const auto* q_pe = static_cast<const __nv_bfloat16*>(p.q_pe);
 
   // Per-lane ldmatrix offsets (see prefill/kernel.cuh). A lane reads chunk 8 j + 2 c + b of its
   // row (b: a lane bit, c < 4): rows are multiples of 128 bytes, so the swizzled offset is
@@ -262,9 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
       const int row = min(row0 + mw * 16 + (lane >> 2) + 8 * h, num_rows - 1);
       limit[h] = p.causal ? pos_shift + row / H : kv_len - 1;
     }
-    const int last_row = min(row0 + kRows, num_rows) - 1;
-    const int block_end =
-        p.causal ? min(chunk_end, max(chunk_begin, pos_shift + last_row / H + 1)) : chunk_end;
+    const int block_end = row_block_end(p, work, row0, kRows);
     const int num_tiles = (block_end - chunk_begin + kBlockN - 1) / kBlockN;
 
     float o[R::kMTiles][8][4];
@@ -286,16 +359,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
       for (int i = tid; i < kRows * kChunks; i += kThreads) {
         const int r = i / kChunks;
         const int c = i - r * kChunks;
-        const int row = row0 + r;
-        const bool valid = row < num_rows;
-        const int t = valid ? row / H : 0;
-        const int head = valid ? row - t * H : 0;
-        const __nv_bfloat16* src = c < kRank / 8
-                                       ? q_nope + (q_begin + t) * p.q_nope_stride_token +
-                                             head * p.q_nope_stride_head + c * 8
-                                       : q_pe + (q_begin + t) * p.q_pe_stride_token +
-                                             head * p.q_pe_stride_head + (c - kRank / 8) * 8;
-        prefill::cp_async_16(s_q + swz<kRowBytes>(r, c), valid ? src : q_nope, valid ? 16 : 0);
+        int bytes;
+        const __nv_bfloat16* src = q_chunk(p, work, row0 + r, c, bytes);
+        prefill::cp_async_16(s_q + swz<kRowBytes>(r, c), src, bytes);
       }
       if (tid < kBlockN) {
         token_offsets(p, pages, chunk_begin, block_end, s_off, s_off + kBlockN);

@@ -94,30 +94,14 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
   const uint32_t bar_pfull = bar_full + W::kStages * 8;  // + 8 b
   const uint32_t bar_pempty = bar_pfull + 2 * 8;         // + 8 b
 
-  const int item = static_cast<int>(blockIdx.y);
-  if (item >= p.partition.info->num_items) return;
-  const int request = p.partition.work_request[item];
-  const int chunk = p.partition.work_chunk[item];
-  const bool split = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request] > 1;
-  const int64_t chunk_tokens = int64_t{p.partition.info->chunk_pages} * p.page_size;
-
-  const int q_begin = p.qo_indptr[request];
-  const int q_len = p.qo_indptr[request + 1] - q_begin;
+  ItemWork work;
+  if (!item_work(p, work)) return;
+  const auto [item, request, split, q_begin, q_len, num_rows, kv_len, chunk_begin, chunk_end,
+              pos_shift, pages] = work;
   const int H = p.num_heads;
-  const int num_rows = q_len * H;
   const int row0 = static_cast<int>(blockIdx.x) * W::kRows;
   if (row0 >= num_rows) return;
-  const int page_begin = p.kv_indptr[request];
-  const int num_pages = p.kv_indptr[request + 1] - page_begin;
-  const int kv_len =
-      num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request] : 0;
-  const int32_t* pages = p.kv_indices + page_begin;
-  const int chunk_begin = static_cast<int>(min(int64_t{kv_len}, chunk * chunk_tokens));
-  const int chunk_end = static_cast<int>(min(int64_t{kv_len}, (chunk + 1) * chunk_tokens));
-  const int pos_shift = kv_len - q_len;
-  const int last_row = min(row0 + W::kRows, num_rows) - 1;
-  const int block_end =
-      p.causal ? min(chunk_end, max(chunk_begin, pos_shift + last_row / H + 1)) : chunk_end;
+  const int block_end = row_block_end(p, work, row0, W::kRows);
   const int num_tiles = (block_end - chunk_begin + kN - 1) / kN;
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -136,24 +120,15 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
   __syncthreads();  // (0) the barriers are initialised
   // Q rows (zero past the request's rows) into stages 3..4, every thread a share.
   {
-    const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope);
-    const auto* q_pe = static_cast<const __nv_bfloat16*>(p.q_pe);
     const uint32_t s_q = s_kv + W::kQStage * W::kStageBytes;
     for (int i = tid; i < W::kRows * (kDimQk / 8); i += W::kThreads) {
       const int r = i / (kDimQk / 8);
       const int c = i - r * (kDimQk / 8);
-      const int row = row0 + r;
-      const bool valid = row < num_rows;
-      const int tok = valid ? row / H : 0;
-      const int head = valid ? row - tok * H : 0;
-      const __nv_bfloat16* src = c < kRank / 8 ? q_nope + (q_begin + tok) * p.q_nope_stride_token +
-                                                     head * p.q_nope_stride_head + c * 8
-                                               : q_pe + (q_begin + tok) * p.q_pe_stride_token +
-                                                     head * p.q_pe_stride_head +
-                                                     (c - kRank / 8) * 8;
+      int bytes;
+      const __nv_bfloat16* src = q_chunk(p, work, row0 + r, c, bytes);
       const uint32_t dst = c < kRank / 8 ? s_q + tile_offset<W::kRows>(r, c)
                                           : s_qpe + tile_offset<W::kRows>(r, c - kRank / 8);
-      prefill::cp_async_16(dst, valid ? src : q_nope, valid ? 16 : 0);
+      prefill::cp_async_16(dst, src, bytes);
     }
     prefill::cp_async_commit();
   }
@@ -214,30 +189,8 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
           if (key >= block_end || key > limit[(i >> 1) & 1]) s[i] = -INFINITY;
         }
       }
-      bool moved = false;
       float alpha[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float m = s[2 * h];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        m *= p.scale_log2;
-        if (!(m > row_max[h] + kRescaleSlack)) m = row_max[h];
-        const float m_use = m == -INFINITY ? 0.0f : m;  // nothing seen yet
-        alpha[h] = fast_exp2(row_max[h] - m_use);
-        moved |= m != row_max[h];
-        row_max[h] = m;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], p.scale_log2, -m_use));
-          s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], p.scale_log2, -m_use));
-          sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
-        }
-        row_sum[h] = row_sum[h] * alpha[h] + sum;
-      }
+      const bool moved = online_softmax(s, p.scale_log2, row_max, row_sum, alpha);
       const bool warp_moved = __any_sync(0xffffffffu, moved);
       // P (bf16) and the row factors into buffer t % 2, once P V of tile t - 2 is done with it.
       const int b = t & 1;

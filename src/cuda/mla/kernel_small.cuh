@@ -67,25 +67,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t s_q = smem_u32(smem + T::kQ);
   float* s_stats = reinterpret_cast<float*>(smem + T::kStats);
 
-  const int item = static_cast<int>(blockIdx.y);
-  if (item >= p.partition.info->num_items) return;
-  const int request = p.partition.work_request[item];
-  const int chunk = p.partition.work_chunk[item];
-  const bool split = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request] > 1;
-  const int64_t chunk_tokens = int64_t{p.partition.info->chunk_pages} * p.page_size;
-
-  const int q_begin = p.qo_indptr[request];
-  const int q_len = p.qo_indptr[request + 1] - q_begin;
+  ItemWork work;
+  if (!item_work(p, work)) return;
+  const auto [item, request, split, q_begin, q_len, num_rows, kv_len, chunk_begin, chunk_end,
+              pos_shift, pages] = work;
   const int H = p.num_heads;
-  const int num_rows = q_len * H;
-  const int page_begin = p.kv_indptr[request];
-  const int num_pages = p.kv_indptr[request + 1] - page_begin;
-  const int kv_len =
-      num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request] : 0;
-  const int32_t* pages = p.kv_indices + page_begin;
-  const int chunk_begin = static_cast<int>(min(int64_t{kv_len}, chunk * chunk_tokens));
-  const int chunk_end = static_cast<int>(min(int64_t{kv_len}, (chunk + 1) * chunk_tokens));
-  const int pos_shift = kv_len - q_len;
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5;
@@ -96,8 +82,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int gather_row = pt >> 3;      // first of its token rows (then + 8, + 16, + 24)
   const auto* ckv = static_cast<const __nv_bfloat16*>(p.ckv);
   const auto* kpe = static_cast<const __nv_bfloat16*>(p.kpe);
-  const auto* q_nope = static_cast<const __nv_bfloat16*>(p.q_nope);
-  const auto* q_pe = static_cast<const __nv_bfloat16*>(p.q_pe);
   const uint32_t stage = smem_u32(smem + T::kKv) + pair * T::kStageBytes;
   float4* x_mine = reinterpret_cast<float4*>(smem + T::kExchange) + (pair * 2 + half) * 4 * 32;
   const float4* x_other =
@@ -119,9 +103,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int row = min(row0 + (lane >> 2) + 8 * h, num_rows - 1);
       limit[h] = p.causal ? pos_shift + row / H : kv_len - 1;
     }
-    const int last_row = min(row0 + T::kRows, num_rows) - 1;
-    const int block_end =
-        p.causal ? min(chunk_end, max(chunk_begin, pos_shift + last_row / H + 1)) : chunk_end;
+    const int block_end = row_block_end(p, work, row0, T::kRows);
     const int num_tiles = (block_end - chunk_begin + kN - 1) / kN;
 
     // The pages of this thread's gather rows in tile t (t < num_tiles), and the copies of tile t
@@ -169,16 +151,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = tid; i < T::kRows * (kDimQk / 8); i += kThreads) {
       const int r = i / (kDimQk / 8);
       const int c = i - r * (kDimQk / 8);
-      const int row = row0 + r;
-      const bool valid = row < num_rows;
-      const int tok = valid ? row / H : 0;
-      const int head = valid ? row - tok * H : 0;
-      const __nv_bfloat16* src = c < kRank / 8 ? q_nope + (q_begin + tok) * p.q_nope_stride_token +
-                                                     head * p.q_nope_stride_head + c * 8
-                                               : q_pe + (q_begin + tok) * p.q_pe_stride_token +
-                                                     head * p.q_pe_stride_head +
-                                                     (c - kRank / 8) * 8;
-      prefill::cp_async_16(s_q + swz<kRowBytes>(r, c), valid ? src : q_nope, valid ? 16 : 0);
+      int bytes;
+      const __nv_bfloat16* src = q_chunk(p, work, row0 + r, c, bytes);
+      prefill::cp_async_16(s_q + swz<kRowBytes>(r, c), src, bytes);
     }
     prefill::cp_async_commit();
     if (pair < num_tiles) {
@@ -245,29 +220,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         }
-        bool moved = false;
         float alpha[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float m = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
-          m = fmaxf(m, fmaxf(fmaxf(s[2][2 * h], s[2][2 * h + 1]), fmaxf(s[3][2 * h], s[3][2 * h + 1])));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-          m *= p.scale_log2;
-          if (!(m > row_max[h] + kRescaleSlack)) m = row_max[h];
-          const float m_use = m == -INFINITY ? 0.0f : m;  // nothing seen yet
-          alpha[h] = fast_exp2(row_max[h] - m_use);
-          moved |= m != row_max[h];
-          row_max[h] = m;
-          float sum = 0.0f;
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            s[j][2 * h] = fast_exp2(fmaf(s[j][2 * h], p.scale_log2, -m_use));
-            s[j][2 * h + 1] = fast_exp2(fmaf(s[j][2 * h + 1], p.scale_log2, -m_use));
-            sum += s[j][2 * h] + s[j][2 * h + 1];
-          }
-          row_sum[h] = row_sum[h] * alpha[h] + sum;
-        }
+        const bool moved = online_softmax(reinterpret_cast<float(&)[16]>(s), p.scale_log2,
+                                          row_max, row_sum, alpha);
         if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
           for (int nt = 0; nt < 32; ++nt) {
@@ -410,29 +365,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (last_arrival) {
         __threadfence();  // the other CTAs' partials: read with ld.cg (L2, never a stale L1)
         const int rows = min(num_rows, p.partial_rows);
-        for (int r = warp; r < rows; r += kWarps) {  // one pass per row: (max, sum) per lane
+        for (int r = warp; r < rows; r += kWarps) {  // a warp per row
           const float* lse_of = p.partial_lse + int64_t{merge_first} * p.partial_rows + r;
-          float big = -INFINITY, sum = 0.0f;
-          for (int i = lane; i < merge_items; i += 32) {
-            const float x = __ldcg(lse_of + int64_t{i} * p.partial_rows);
-            if (x > big) {
-              sum = sum * __expf(big - x) + 1.0f;  // exp(-inf) = 0 on the first finite x
-              big = x;
-            } else if (x != -INFINITY) {
-              sum += __expf(x - big);
-            }
-          }
-#pragma unroll
-          for (int offset = 16; offset > 0; offset /= 2) {
-            const float other_big = __shfl_xor_sync(0xffffffffu, big, offset);
-            const float other_sum = __shfl_xor_sync(0xffffffffu, sum, offset);
-            const float new_big = fmaxf(big, other_big);
-            if (new_big != -INFINITY) {
-              sum = sum * __expf(big - new_big) + other_sum * __expf(other_big - new_big);
-            }
-            big = new_big;
-          }
-          const float total = sum > 0.0f ? big + __logf(sum) : -INFINITY;
+          const float total = warp_logsumexp_cg(lse_of, merge_items, p.partial_rows, lane);
           if (lane == 0) {
             s_lse[r] = total;
             const int tok = (row0 + r) / H;
