@@ -30,18 +30,8 @@
 
 #include "cuda/mla/kernel.cuh"
 #include "cuda/mla/wgmma.cuh"
-#include "cuda/prefill/kernel_sm90.cuh"
 
 namespace pagedattn::cuda::mla::sm90 {
-
-using prefill::sm90::descriptor;
-using prefill::sm90::fence_proxy_async;
-using prefill::sm90::fence_registers;
-using prefill::sm90::rs_m64n256k16_bf16;
-using prefill::sm90::tile_offset;
-using prefill::sm90::wgmma_commit;
-using prefill::sm90::wgmma_fence;
-using prefill::sm90::wgmma_wait;
 
 struct Tile {
   static constexpr int kThreads = 256;  // two warpgroups

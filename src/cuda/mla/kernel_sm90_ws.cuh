@@ -31,18 +31,10 @@
 
 #include "cuda/mla/kernel.cuh"
 #include "cuda/mla/wgmma.cuh"
-#include "cuda/prefill/kernel_sm90.cuh"
 
 namespace pagedattn::cuda::mla::sm90ws {
 
-using prefill::sm90::descriptor;
-using prefill::sm90::fence_proxy_async;
-using prefill::sm90::fence_registers;
-using prefill::sm90::tile_offset;
-using prefill::sm90::wgmma_commit;
-using prefill::sm90::wgmma_fence;
-using prefill::sm90::wgmma_wait;
-using namespace pagedattn::cuda::mla::sm90;  // wgmma shapes, mbarriers, setmaxnreg
+using namespace pagedattn::cuda::mla::sm90;  // wgmma.cuh: shapes, mbarriers, setmaxnreg
 
 struct Ws {
   static constexpr int kThreads = 384;  // three warpgroups

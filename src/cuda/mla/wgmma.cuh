@@ -8,7 +8,19 @@
 
 #include <cstdint>
 
+#include "cuda/prefill/kernel_sm90.cuh"
+
 namespace pagedattn::cuda::mla::sm90 {
+
+// The Hopper helpers of the prefill kernel that both MLA kernels use.
+using prefill::sm90::descriptor;
+using prefill::sm90::fence_proxy_async;
+using prefill::sm90::fence_registers;
+using prefill::sm90::rs_m64n256k16_bf16;
+using prefill::sm90::tile_offset;
+using prefill::sm90::wgmma_commit;
+using prefill::sm90::wgmma_fence;
+using prefill::sm90::wgmma_wait;
 
 __device__ __forceinline__ void ss_m64n32k16_bf16(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
                                                   int scale_d) {
