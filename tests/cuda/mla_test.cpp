@@ -556,6 +556,12 @@ TEST(CudaMla, RejectsBadArguments) {
   bad = args;
   bad.q_nope.dtype = DType::kF16;  // f16 queries: not served
   expect_error(bad, "dtype");
+  cudaStream_t other = nullptr;  // plan() ran the partition on the workspace's stream
+  PA_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  bad = args;
+  bad.stream = other;
+  expect_error(bad, "stream");
+  PA_CUDA_CHECK(cudaStreamDestroy(other));
   PA_CUDA_CHECK(cudaDeviceSynchronize());
   const Outputs outputs = fetch(d);
   for (double value : outputs.out) ASSERT_TRUE(std::isnan(value)) << "out was written";
