@@ -21,7 +21,10 @@
 // pairs: while one pair computes, the others' tiles stream in (up to 4 x 36 KiB in flight per SM).
 // Rows are 16-byte-chunk XOR-swizzled (chunk ^ row % 8) so the ldmatrix reads are conflict-free.
 // Each thread gathers 4 token rows of its pair's tiles; their attention pages are loaded one tile
-// of the pair ahead. Tokens past the range re-read the last one (real data, masked).
+// of the pair ahead. Tokens past the range re-read the last one (real data, masked). Every pair
+// runs every round's barriers, idle or not, so all threads pass the same barrier sequence.
+// Split requests: partials, merged by the merge kernel, or with MlaParams::fused_merge
+// (PAGEDATTN_MLA_MERGE=fused) by the last CTA of the request to finish.
 #pragma once
 
 #include "cuda/mla/kernel.cuh"
@@ -347,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
 
-    // ---- split request: the last of its items to finish merges them (fused merge) ----
+    // ---- fused merge (opt-in): the last item of a split request to finish merges them ----
     //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
     if (split && p.fused_merge) {
       __shared__ int last_arrival;
