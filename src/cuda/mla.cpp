@@ -57,31 +57,15 @@ void check_rows16(std::string_view name, const TensorView& view) {
   }
 }
 
-// The launch shape of a step: row blocks, split-KV target and work items, for query rows per
-// request bounded by `max_q_len` (rows of the query tensor or the planner's hint).
+// The launch shape of a step (mla_launch_shape, workspace.h) for query rows per request bounded by
+// `max_q_len` (rows of the query tensor or the planner's hint), checked against the grid.
 MlaShape mla_shape(const CudaWorkspace& workspace, int32_t heads, int32_t page_size, int32_t batch,
                    int64_t max_q_len) {
-  MlaShape shape;
-  shape.partial_rows = max_q_len * heads;
-  shape.block_rows = shape.partial_rows <= mla::kSmallBlockM ? mla::kSmallBlockM : mla::kBlockM;
-  shape.row_blocks = (shape.partial_rows + shape.block_rows - 1) / shape.block_rows;
-  // One CTA per SM: aim at one wave of CTAs. The partition gives chunks of
-  // ceil(total / target_items) pages; with target_items a multiple k of the batch, requests of one
-  // length get exactly k chunks each (a target of SMs / row blocks itself would round up to k + 1
-  // chunks per request and spill a short second wave).
-  const int64_t ctas_per_request =
-      std::max<int64_t>(1, workspace.num_sms() / std::max<int64_t>(1, shape.row_blocks * batch));
-  shape.config.enable = true;
-  shape.config.target_items =
-      static_cast<int32_t>(std::min<int64_t>(INT32_MAX, ctas_per_request * std::max(1, batch)));
-  shape.config.min_chunk_pages = std::max(1, 128 / page_size);  // >= 2 KV tiles per item
-  shape.grid_items =
-      std::min<int64_t>(workspace.max_items(), int64_t{batch} + shape.config.target_items);
-  if (shape.grid_items * shape.partial_rows * mla::kRank > workspace.partial_out_capacity() ||
-      shape.grid_items * shape.partial_rows > workspace.partial_lse_capacity()) {
-    shape.config.enable = false;  // no partials needed: one item per request
-    shape.grid_items = batch;
-  }
+  static_assert(mla::kSmallBlockM == 16 && mla::kBlockM == 64 && mla::kRank == 512,
+                "mla_launch_shape (workspace.cpp) assumes these");
+  const MlaCapacity capacity{workspace.num_sms(), workspace.max_items(),
+                             workspace.partial_out_capacity(), workspace.partial_lse_capacity()};
+  const MlaShape shape = mla_launch_shape(capacity, heads, page_size, batch, max_q_len);
   PA_CHECK(shape.grid_items <= 65535, "run_mla: {} work items exceed the grid's 65535",
            shape.grid_items);
   PA_CHECK(shape.grid_items <= workspace.max_items(),

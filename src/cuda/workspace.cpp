@@ -7,6 +7,7 @@
 #include "cuda/workspace.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "core/check.h"
@@ -85,6 +86,29 @@ int32_t decode_split_target(int32_t num_sms, int32_t num_qo_heads, int32_t num_k
       kv_heads * ((group + kDecodeMaxGroupPerCta - 1) / kDecodeMaxGroupPerCta);
   const int32_t slots = std::max(1, num_sms * kDecodeCtasPerSm / ctas_per_item);
   return batch > 0 && batch < slots ? slots / batch * batch : slots;
+}
+
+MlaShape mla_launch_shape(const MlaCapacity& capacity, int32_t heads, int32_t page_size,
+                          int32_t batch, int64_t max_q_len) {
+  constexpr int kSmallBlockRows = 16, kBlockRows = 64, kRank = 512;  // mla/config.h
+  MlaShape shape;
+  shape.partial_rows = max_q_len * heads;
+  shape.block_rows = shape.partial_rows <= kSmallBlockRows ? kSmallBlockRows : kBlockRows;
+  shape.row_blocks = (shape.partial_rows + shape.block_rows - 1) / shape.block_rows;
+  const int64_t ctas_per_request = std::max<int64_t>(
+      1, capacity.num_sms / std::max<int64_t>(1, shape.row_blocks * batch));
+  shape.config.enable = true;
+  shape.config.target_items = static_cast<int32_t>(
+      std::min<int64_t>(INT32_MAX, ctas_per_request * std::max(1, batch)));
+  shape.config.min_chunk_pages = std::max(1, 128 / std::max(1, page_size));
+  shape.grid_items =
+      std::min<int64_t>(capacity.max_items, int64_t{batch} + shape.config.target_items);
+  if (shape.grid_items * shape.partial_rows * kRank > capacity.partial_out ||
+      shape.grid_items * shape.partial_rows > capacity.partial_lse) {
+    shape.config.enable = false;
+    shape.grid_items = batch;
+  }
+  return shape;
 }
 
 SplitKvConfig CudaWorkspace::split_config(const OpDesc& op, int32_t batch) const {

@@ -150,4 +150,21 @@ inline constexpr int kDecodeMaxGroupPerCta = 16;
 int32_t decode_split_target(int32_t num_sms, int32_t num_qo_heads, int32_t num_kv_heads,
                             int32_t batch);
 
+// What an MLA launch shape depends on besides the step: the device's SMs and the workspace's
+// item and partial capacities.
+struct MlaCapacity {
+  int32_t num_sms = 0;
+  int32_t max_items = 0;
+  int64_t partial_out = 0;  // f32 elements
+  int64_t partial_lse = 0;
+};
+
+// The MLA launch shape (host arithmetic, unit-tested without a device): rows per request bounded by
+// max_q_len * heads; 16-row blocks when that is at most 16, else 64; one CTA per SM, so the
+// split-KV target is batch * max(1, SMs / (batch * row blocks)) items (a multiple of the batch:
+// requests of one length get equal chunks); chunks of at least 128 tokens; no split (one item per
+// request) when the partials would not fit the capacities.
+MlaShape mla_launch_shape(const MlaCapacity& capacity, int32_t heads, int32_t page_size,
+                          int32_t batch, int64_t max_q_len);
+
 }  // namespace pagedattn::cuda

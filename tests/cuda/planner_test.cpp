@@ -191,6 +191,50 @@ TEST(DecodeSplitTarget, FillsOneWaveWithEqualChunks) {
   }
 }
 
+// The MLA launch shape: 16-row blocks up to 16 rows per request (else 64), one wave of one-CTA
+// items with the split target a multiple of the batch, chunks of at least 128 tokens, the grid
+// bounded by the workspace's items, and no split when the partials do not fit.
+TEST(MlaLaunchShape, RowBlocksSplitTargetAndCapacity) {
+  const cuda::MlaCapacity big{132, 4096, int64_t{1} << 34, int64_t{1} << 30};
+  struct Case {
+    int32_t heads, page, batch;
+    int64_t q_len;
+    int block_rows;
+    int64_t row_blocks;
+    int32_t target, min_chunk_pages;
+    int64_t grid_items;
+  };
+  for (const Case& c : {
+           Case{128, 64, 64, 1, 64, 2, 64, 2, 128},  // 132 / (2 x 64): one CTA a request
+           Case{128, 16, 1, 1, 64, 2, 66, 8, 67},
+           Case{16, 64, 16, 1, 16, 1, 128, 2, 144},  // 132 / 16 = 8 a request
+           Case{16, 1, 1, 1, 16, 1, 132, 128, 133},
+           Case{16, 16, 128, 1, 16, 1, 128, 8, 256},  // more requests than SMs
+           Case{8, 16, 4, 2, 16, 1, 132, 8, 136},     // 2 tokens x 8 heads: the small block
+           Case{16, 16, 4, 4, 64, 1, 132, 8, 136},    // speculative, 64 rows
+           Case{128, 256, 2, 2, 64, 4, 32, 1, 34},
+       }) {
+    const cuda::MlaShape shape = cuda::mla_launch_shape(big, c.heads, c.page, c.batch, c.q_len);
+    const std::string what = std::to_string(c.heads) + " heads, P " + std::to_string(c.page) +
+                             ", batch " + std::to_string(c.batch) + ", q_len " +
+                             std::to_string(c.q_len);
+    EXPECT_EQ(shape.partial_rows, c.q_len * c.heads) << what;
+    EXPECT_EQ(shape.block_rows, c.block_rows) << what;
+    EXPECT_EQ(shape.row_blocks, c.row_blocks) << what;
+    EXPECT_TRUE(shape.config.enable) << what;
+    EXPECT_EQ(shape.config.target_items, c.target) << what;
+    EXPECT_EQ(shape.config.min_chunk_pages, c.min_chunk_pages) << what;
+    EXPECT_EQ(shape.grid_items, c.grid_items) << what;
+  }
+  // The grid stops at the workspace's items; partials that do not fit mean one item a request.
+  EXPECT_EQ(cuda::mla_launch_shape({132, 100, int64_t{1} << 34, int64_t{1} << 30}, 16, 16, 16, 1)
+                .grid_items,
+            100);
+  const cuda::MlaShape tight = cuda::mla_launch_shape({132, 4096, 1000, 1000}, 16, 16, 16, 1);
+  EXPECT_FALSE(tight.config.enable);
+  EXPECT_EQ(tight.grid_items, 16);
+}
+
 TEST(GpuPlanner, ReportsBadTables) {
   PA_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
