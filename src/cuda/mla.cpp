@@ -61,8 +61,6 @@ void check_rows16(std::string_view name, const TensorView& view) {
 // `max_q_len` (rows of the query tensor or the planner's hint), checked against the grid.
 MlaShape mla_shape(const CudaWorkspace& workspace, int32_t heads, int32_t page_size, int32_t batch,
                    int64_t max_q_len) {
-  static_assert(mla::kSmallBlockM == 16 && mla::kBlockM == 64 && mla::kRank == 512,
-                "mla_launch_shape (workspace.cpp) assumes these");
   const MlaCapacity capacity{workspace.num_sms(), workspace.max_items(),
                              workspace.partial_out_capacity(), workspace.partial_lse_capacity()};
   const MlaShape shape = mla_launch_shape(capacity, heads, page_size, batch, max_q_len);
@@ -205,12 +203,6 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
     shape = mla_shape(workspace, heads, args.kv.page_size, batch, max_q_len);
     launch_partition(workspace, meta, shape, args.stream);
   }
-  const int64_t partial_rows = shape.partial_rows;
-  const int block_rows = shape.block_rows;
-  const int64_t row_blocks = shape.row_blocks;
-  const int grid_rows = static_cast<int>(std::min<int64_t>(row_blocks, INT32_MAX));
-  const SplitKvConfig& config = shape.config;
-  const int64_t grid_items = shape.grid_items;
 
   mla::MlaParams p;
   p.q_nope = args.q_nope.data;
@@ -249,20 +241,23 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   p.partition = workspace.partition();
   p.partial_out = workspace.partial_out();
   p.partial_lse = workspace.partial_lse();
-  p.partial_rows = static_cast<int32_t>(partial_rows);
+  p.partial_rows = static_cast<int32_t>(shape.partial_rows);
   // PAGEDATTN_MLA_MERGE=fused: the H <= 16 kernel merges split requests itself (the last CTA of
   // a request; one row block per request) instead of the merge kernel. Opt-in: on the H200 it was
   // slower on the small steps (16 x 1024: 41.7 us against 19.0 us with the merge kernel), not yet
   // understood. Read per call, so tests can switch.
   const char* merge_env = std::getenv("PAGEDATTN_MLA_MERGE");
   p.merge_counters = workspace.merge_counters();
-  p.fused_merge = config.enable && block_rows == mla::kSmallBlockM && row_blocks == 1 &&
+  p.fused_merge = shape.config.enable && shape.block_rows == mla::kSmallBlockM &&
+                  shape.row_blocks == 1 &&
                   batch <= workspace.merge_counters_capacity() && merge_env != nullptr &&
                   std::string_view(merge_env) == "fused";
 
-  const int merge_rows = static_cast<int>(std::min<int64_t>(partial_rows, 65535));
-  mla::launch_mla(p, op.kv_dtype == DType::kFP8E4M3, block_rows, static_cast<int>(grid_items),
-                  grid_rows, config.enable, merge_rows, args.stream);
+  const int merge_rows = static_cast<int>(std::min<int64_t>(shape.partial_rows, 65535));
+  mla::launch_mla(p, op.kv_dtype == DType::kFP8E4M3, shape.block_rows,
+                  static_cast<int>(shape.grid_items),
+                  static_cast<int>(std::min<int64_t>(shape.row_blocks, INT32_MAX)),
+                  shape.config.enable, merge_rows, args.stream);
 }
 
 }  // namespace pagedattn::cuda

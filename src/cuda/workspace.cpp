@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "cuda/cuda_check.h"
+#include "cuda/mla/config.h"
 
 namespace pagedattn::cuda {
 
@@ -90,10 +91,9 @@ int32_t decode_split_target(int32_t num_sms, int32_t num_qo_heads, int32_t num_k
 
 MlaShape mla_launch_shape(const MlaCapacity& capacity, int32_t heads, int32_t page_size,
                           int32_t batch, int64_t max_q_len) {
-  constexpr int kSmallBlockRows = 16, kBlockRows = 64, kRank = 512;  // mla/config.h
   MlaShape shape;
   shape.partial_rows = max_q_len * heads;
-  shape.block_rows = shape.partial_rows <= kSmallBlockRows ? kSmallBlockRows : kBlockRows;
+  shape.block_rows = shape.partial_rows <= mla::kSmallBlockM ? mla::kSmallBlockM : mla::kBlockM;
   shape.row_blocks = (shape.partial_rows + shape.block_rows - 1) / shape.block_rows;
   const int64_t ctas_per_request = std::max<int64_t>(
       1, capacity.num_sms / std::max<int64_t>(1, shape.row_blocks * batch));
@@ -103,7 +103,7 @@ MlaShape mla_launch_shape(const MlaCapacity& capacity, int32_t heads, int32_t pa
   shape.config.min_chunk_pages = std::max(1, 128 / std::max(1, page_size));
   shape.grid_items =
       std::min<int64_t>(capacity.max_items, int64_t{batch} + shape.config.target_items);
-  if (shape.grid_items * shape.partial_rows * kRank > capacity.partial_out ||
+  if (shape.grid_items * shape.partial_rows * mla::kRank > capacity.partial_out ||
       shape.grid_items * shape.partial_rows > capacity.partial_lse) {
     shape.config.enable = false;
     shape.grid_items = batch;

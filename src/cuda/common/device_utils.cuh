@@ -113,6 +113,8 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // ---- math ----
+inline constexpr float kLn2 = 0.6931471805599453f;  // ln 2: base-2 lse to natural
+
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -292,7 +292,6 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
   }
   if (pv_slice != 0) return;
 
-  constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
   for (int j = 0; j < C::kMaxHeadsPerLane; ++j) {
     const int h = pv_head + j * C::kLanes;

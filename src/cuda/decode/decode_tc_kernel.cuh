@@ -154,7 +154,6 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   constexpr int kNTiles = kStep / 8;      // n8 tiles of S per step
   constexpr int kKSteps = kHeadDim / 16;  // k16 steps of QK
   constexpr int kOTiles = kHeadDim / 8;   // n8 tiles of O
-  constexpr float kLn2 = 0.6931471805599453f;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* ring_base = reinterpret_cast<T*>(smem_raw);
   T* q_smem = reinterpret_cast<T*>(smem_raw + C::kRingBytes);  // [16][D], swizzled

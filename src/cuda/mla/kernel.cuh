@@ -110,18 +110,24 @@ __device__ __forceinline__ int token_page(const MlaParams& p, const int32_t* pag
 
 // Element offsets of token n0 + index (on attention page `page`) in ckv / kpe, into entry `index`
 // of ckv_off / kpe_off; tokens at or past `end` take token end - 1.
-__device__ __forceinline__ void token_offsets(const MlaParams& p, int page, int n0, int end,
-                                              int64_t* ckv_off, int64_t* kpe_off,
-                                              int index = static_cast<int>(threadIdx.x)) {
-  const int key = min(n0 + index, end - 1);
+// Element offsets of token `key` of the request (on attention page `page`) in ckv and kpe:
+// attention page -> allocation page + token slot (kv_cache.h).
+__device__ __forceinline__ void latent_offsets(const MlaParams& p, int page, int key,
+                                               int64_t& ckv_off, int64_t& kpe_off) {
   int64_t alloc = page;
   int64_t token = key - page_slot(p, key) * p.page_size;
   if (p.pages_per_alloc != 1) {
     alloc = page / p.pages_per_alloc;
     token += (page - alloc * p.pages_per_alloc) * p.page_size;
   }
-  ckv_off[index] = alloc * p.ckv_stride_page + token * p.ckv_stride_token;
-  kpe_off[index] = alloc * p.kpe_stride_page + token * p.kpe_stride_token;
+  ckv_off = alloc * p.ckv_stride_page + token * p.ckv_stride_token;
+  kpe_off = alloc * p.kpe_stride_page + token * p.kpe_stride_token;
+}
+
+__device__ __forceinline__ void token_offsets(const MlaParams& p, int page, int n0, int end,
+                                              int64_t* ckv_off, int64_t* kpe_off,
+                                              int index = static_cast<int>(threadIdx.x)) {
+  latent_offsets(p, page, min(n0 + index, end - 1), ckv_off[index], kpe_off[index]);
 }
 __device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t* pages, int n0,
                                               int end, int64_t* ckv_off, int64_t* kpe_off,
@@ -287,7 +293,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
   // fp8: one bf16 stage fed by two raw fp8 stages (the same bytes as two bf16 stages).
   constexpr bool kFp8 = sizeof(KVT) == 1;
   constexpr int kRawBytes = kBlockN * kDimQk;
-  constexpr float kLn2 = 0.6931471805599453f;
   constexpr int kRowBytes = Smem::kRowBytes;
   constexpr int kChunks = kDimQk / 8;
   extern __shared__ __align__(128) unsigned char smem[];

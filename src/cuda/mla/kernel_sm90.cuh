@@ -78,12 +78,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     mla_kernel_sm90(const __grid_constant__ MlaParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile;
-  constexpr float kLn2 = 0.6931471805599453f;
   constexpr int kN = T::kTokens;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  unsigned char* smem = smem_raw + (base - raw);
+  unsigned char* smem = nullptr;
+  const uint32_t base = aligned_smem(smem_raw, smem);
   const uint32_t s_q = base + T::kQ;
   const uint32_t s_kv = base + T::kKv;
   float4* s_x = reinterpret_cast<float4*>(smem + T::kExchange);

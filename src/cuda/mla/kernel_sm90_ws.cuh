@@ -70,12 +70,10 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
     mla_kernel_sm90_ws(const __grid_constant__ MlaParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using W = Ws;
-  constexpr float kLn2 = 0.6931471805599453f;
   constexpr int kN = W::kTokens;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  unsigned char* smem = smem_raw + (base - raw);
+  unsigned char* smem = nullptr;
+  const uint32_t base = aligned_smem(smem_raw, smem);
   const uint32_t s_kv = base + W::kKv;
   const uint32_t s_p = base + W::kP;
   const uint32_t s_qpe = base + W::kQPe;
@@ -251,16 +249,11 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
       for (int i = 0; i < 2; ++i) {
         const int row = gather_row + 16 * i;
         const int key = min(chunk_begin + t * kN + row, block_end - 1);
-        int64_t alloc = pg[i];
-        int64_t token = key - page_slot(p, key) * p.page_size;
-        if (p.pages_per_alloc != 1) {
-          alloc = pg[i] / p.pages_per_alloc;
-          token += (pg[i] - alloc * p.pages_per_alloc) * p.page_size;
-        }
+        int64_t ckv_off, kpe_off;
+        latent_offsets(p, pg[i], key, ckv_off, kpe_off);
         const uint32_t dst = stage + tile_offset<W::kTokens>(row, gather_part) +
                              half * 4 * W::kKvBlockBytes;
-        const __nv_bfloat16* src = ckv + alloc * p.ckv_stride_page + token * p.ckv_stride_token +
-                                   half * 256 + gather_part * 8;
+        const __nv_bfloat16* src = ckv + ckv_off + half * 256 + gather_part * 8;
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
           prefill::cp_async_16(dst + b * W::kKvBlockBytes, src + b * 64);
@@ -268,7 +261,7 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
         if (half == 0) {
           prefill::cp_async_16(
               stage + 8 * W::kKvBlockBytes + tile_offset<W::kTokens>(row, gather_part),
-              kpe + alloc * p.kpe_stride_page + token * p.kpe_stride_token + gather_part * 8);
+              kpe + kpe_off + gather_part * 8);
         }
       }
       mbarrier_arrive_cp_async(bar_full + 8 * (t % W::kStages));

@@ -55,15 +55,9 @@ __device__ __forceinline__ void pair_barrier(int pair) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(pair + 1), "n"(Tile::kPairThreads) : "memory");
 }
 
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 __global__ void __launch_bounds__(kThreads, 1)
     mla_kernel_small(const __grid_constant__ MlaParams p) {
   using T = Tile;
-  constexpr float kLn2 = 0.6931471805599453f;
   constexpr int kN = T::kTokens;
   constexpr int kRowBytes = T::kRowBytes;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -122,20 +116,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < T::kRowsPerThread; ++i) {
         const int key = min(chunk_begin + t * kN + gather_row + 8 * i, block_end - 1);
-        int64_t alloc = pg[i];
-        int64_t token = key - page_slot(p, key) * p.page_size;
-        if (p.pages_per_alloc != 1) {
-          alloc = pg[i] / p.pages_per_alloc;
-          token += (pg[i] - alloc * p.pages_per_alloc) * p.page_size;
-        }
-        const __nv_bfloat16* src =
-            ckv + alloc * p.ckv_stride_page + token * p.ckv_stride_token + gather_part * 8;
+        int64_t ckv_off, kpe_off;
+        latent_offsets(p, pg[i], key, ckv_off, kpe_off);
+        const __nv_bfloat16* src = ckv + ckv_off + gather_part * 8;
         const uint32_t dst = gather_dst + i * 8 * kRowBytes;
 #pragma unroll
         for (int b = 0; b < kRank / 64; ++b) prefill::cp_async_16(dst + b * 128, src + b * 64);
-        prefill::cp_async_16(dst + kRank / 64 * 128, kpe + alloc * p.kpe_stride_page +
-                                                          token * p.kpe_stride_token +
-                                                          gather_part * 8);
+        prefill::cp_async_16(dst + kRank / 64 * 128, kpe + kpe_off + gather_part * 8);
       }
       prefill::cp_async_commit();
     };

@@ -62,6 +62,16 @@ __device__ __forceinline__ void ss_m64n256k16_bf16(float (&d)[128], uint64_t des
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
+// The dynamic shared memory aligned up to 1024 bytes (the 128-byte swizzle pattern repeats every
+// 1024, and descriptors assume it starts there): its shared-window address and a generic pointer
+// (callers ask for 1024 bytes more than they use).
+__device__ __forceinline__ uint32_t aligned_smem(unsigned char* raw_smem, unsigned char*& smem) {
+  const uint32_t raw = prefill::smem_u32(raw_smem);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  smem = raw_smem + (base - raw);
+  return base;
+}
+
 // ---- mbarriers (shared::cta, 64-bit) ----
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -100,12 +110,6 @@ __device__ __forceinline__ void regs_increase() {
 template <int kRegs>
 __device__ __forceinline__ void regs_decrease() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-
-// Waits until at most kPending cp.async groups of this thread are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 }  // namespace pagedattn::cuda::mla::sm90
