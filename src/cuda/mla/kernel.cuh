@@ -144,15 +144,29 @@ __device__ __forceinline__ bool online_softmax(float (&s)[16], float scale_log2,
                                                float (&row_max)[2], float (&row_sum)[2],
                                                float (&alpha)[2]) {
   bool moved = false;
+  // This thread's maxima; the row maxima (over the quad) only where one of them passes its
+  // reference by the slack somewhere in the warp: otherwise no reference moves, and the shuffles
+  // are skipped (the decisions are the same either way).
+  float m_local[2];
+  bool passes = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float m = s[2 * h];
 #pragma unroll
     for (int j = 0; j < 4; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    m *= scale_log2;
-    if (!(m > row_max[h] + kRescaleSlack)) m = row_max[h];
+    m_local[h] = m * scale_log2;
+    passes |= m_local[h] > row_max[h] + kRescaleSlack;
+  }
+  const bool any_passes = __any_sync(0xffffffffu, passes);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float m = row_max[h];
+    if (any_passes) {
+      m = m_local[h];
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      if (!(m > row_max[h] + kRescaleSlack)) m = row_max[h];
+    }
     const float m_use = m == -INFINITY ? 0.0f : m;  // nothing seen yet
     alpha[h] = fast_exp2(row_max[h] - m_use);
     moved |= m != row_max[h];
@@ -183,9 +197,14 @@ struct ItemWork {
 // The work of this CTA; false when its item is past the partition's count (nothing to do).
 __device__ __forceinline__ bool item_work(const MlaParams& p, ItemWork& w) {
   w.item = static_cast<int>(blockIdx.y);
-  if (w.item >= p.partition.info->num_items) return false;
-  w.request = p.partition.work_request[w.item];
+  // The three loads go out together (one memory latency, not two, before the request's): the
+  // grid never exceeds the partition arrays' capacity (run_mla checks grid <= max_items), and
+  // an entry past the count is read but not used.
+  const int num_items = p.partition.info->num_items;
+  const int request = p.partition.work_request[w.item];
   const int chunk = p.partition.work_chunk[w.item];
+  if (w.item >= num_items) return false;
+  w.request = request;
   w.split = p.partition.merge_indptr[w.request + 1] - p.partition.merge_indptr[w.request] > 1;
   const int64_t chunk_tokens = int64_t{p.partition.info->chunk_pages} * p.page_size;
   w.q_begin = p.qo_indptr[w.request];

@@ -3,24 +3,27 @@
 // split-KV partition, partials for split requests), bf16 cache, one row block per CTA.
 //
 // Three warpgroups with their own jobs, meeting only at mbarriers:
-//   WG 0 (softmax)   holds Q's latent part as wgmma A fragments in registers (64 rows x 512: 128
-//                    registers, loaded once; the rope part stays in shared memory), computes
-//                    S [64 x 32] = Q K^T of each 32-token tile (36 k16 steps, m64n32k16, 32 of
-//                    them with A from registers, so mostly only K is read from shared memory),
-//                    the online softmax (base 2, lazy rescale) and writes P (bf16) with each row's
-//                    rescale factor into one of two P buffers;
+//   WG 0 (softmax)   holds Q's latent blocks 0..6 as wgmma A fragments in registers (64 rows x
+//                    448: 112 registers, loaded once; latent block 7 and the rope block stay in
+//                    shared memory), computes S [64 x 32] = Q K^T of each 32-token tile (36 k16
+//                    steps, m64n32k16, 28 of them with A from registers, so mostly only K is read
+//                    from shared memory) into one of two accumulator sets, so that S of tile
+//                    t + 1 runs on the tensor cores during the softmax of tile t; then the online
+//                    softmax (base 2, lazy rescale) writes P (bf16) with each row's rescale
+//                    factor into one of two P buffers;
 //   WG 1, WG 2       each own 256 of the 512 output columns (128 f32 accumulators per thread):
 //   (output)         rescale O when a row's reference max moved, O += P V (m64n256k16, P and V
 //                    from shared memory), and gather the cache tiles (cp.async): WG 1 the blocks
 //                    it reads (columns 0..255) plus the rope block, WG 2 columns 256..511, each
 //                    refilling its part of a stage as soon as its own P V of that stage is done.
 // No exchange of partial products and no CTA-wide barrier per tile; the tensor cores see S of tile
-// t + 1 (WG 0) next to P V of tile t (WG 1, WG 2).
+// t + 1 (WG 0) next to P V of tile t (WG 1, WG 2), and during the softmax of tile t.
 //
 // Memory: five tile stages of 36 KiB (32 tokens x nine 64-column blocks of 128 bytes, wgmma's
-// 128-byte swizzle), two P buffers (64 rows x 128 bytes, 32 tokens used), Q's rope block, row
-// factors, mbarriers. Q's latent part passes through stages 3 and 4 on its way to WG 0's
-// registers. Registers: setmaxnreg moves the CTA's 3 x 168 per thread to 184 (WG 0) + 2 x 160. Barriers:
+// 128-byte swizzle), two P buffers (64 rows x 128 bytes, 32 tokens used), Q's last latent block
+// and its rope block, row factors, mbarriers. Q's latent blocks 0..6 pass through stages 3 and 4
+// on their way to WG 0's registers. Registers: setmaxnreg moves the CTA's 3 x 168 per thread to
+// 184 (WG 0) + 2 x 160. Barriers:
 //   full[s]   (256 arrivals, cp.async.mbarrier.arrive) stage s holds its tile,
 //   pfull[b]  (128: WG 0) P buffer b holds P of a tile and its row factors,
 //   pempty[b] (8: a lane of each output warp) both output warpgroups are done reading buffer b.
@@ -50,8 +53,13 @@ struct Ws {
   static constexpr int kKv = 0;
   static constexpr int kQStage = 3;  // Q lands in stages 3 and 4 before WG 0 takes it
   static constexpr int kP = kKv + kStages * kStageBytes;
-  static constexpr int kQPe = kP + 2 * kPBytes;          // Q's rope block: 64 rows x 128 bytes
-  static constexpr int kAlpha = kQPe + kQBlockBytes;     // f32 [2][64]
+  // S's k16 steps with A from WG 0's registers (Q's latent blocks 0..6); the last latent block and
+  // the rope block are read from shared memory (A of steps kRegSteps .. 35). One latent block
+  // less in registers pays for WG 0's second set of S accumulators.
+  static constexpr int kRegSteps = 28;
+  static constexpr int kSmemQChunk = kRegSteps * 2;     // Q's first 16-byte chunk kept in smem
+  static constexpr int kQSmem = kP + 2 * kPBytes;       // [2 blocks][64 rows][128 bytes]
+  static constexpr int kAlpha = kQSmem + (kDimQk / 16 - kRegSteps) / 4 * kQBlockBytes;  // f32 [2][64]
   static constexpr int kMoved = kAlpha + 2 * kRows * 4;  // int [2][4 warps]
   static constexpr int kStats = kMoved + 2 * 4 * 4;      // f32 [max | sum][64]
   static constexpr int kBars = kStats + 2 * kRows * 4;   // u64 full[5], pfull[2], pempty[2]
@@ -76,7 +84,7 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
   const uint32_t base = aligned_smem(smem_raw, smem);
   const uint32_t s_kv = base + W::kKv;
   const uint32_t s_p = base + W::kP;
-  const uint32_t s_qpe = base + W::kQPe;
+  const uint32_t s_qsmem = base + W::kQSmem;
   float* s_alpha = reinterpret_cast<float*>(smem + W::kAlpha);
   int* s_moved = reinterpret_cast<int*>(smem + W::kMoved);
   float* s_stats = reinterpret_cast<float*>(smem + W::kStats);
@@ -116,8 +124,9 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
       const int c = i - r * (kDimQk / 8);
       int bytes;
       const __nv_bfloat16* src = q_chunk(p, work, row0 + r, c, bytes);
-      const uint32_t dst = c < kRank / 8 ? s_q + tile_offset<W::kRows>(r, c)
-                                          : s_qpe + tile_offset<W::kRows>(r, c - kRank / 8);
+      const uint32_t dst = c < W::kSmemQChunk
+                               ? s_q + tile_offset<W::kRows>(r, c)
+                               : s_qsmem + tile_offset<W::kRows>(r, c - W::kSmemQChunk);
       prefill::cp_async_16(dst, src, bytes);
     }
     prefill::cp_async_commit();
@@ -133,44 +142,53 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
       limit[h] = p.causal ? pos_shift + row / H : kv_len - 1;
     }
     cp_async_wait<0>();
-    asm volatile("bar.sync 3, 384;\n" ::: "memory");  // (1) Q landed (every thread's copies)
+    named_barrier_sync(3, W::kThreads);  // (1) Q landed (every thread's copies)
     // Q as A fragments: k16 step k of rows 16 warp .. + 16 (ldmatrix x4: rows lane % 16, chunk
     // 2 (k % 4) + lane / 16 of block k / 4).
-    uint32_t qa[kRank / 16][4];
+    uint32_t qa[W::kRegSteps][4];
     {
       const uint32_t s_q = s_kv + W::kQStage * W::kStageBytes;
       const int r = warp * 16 + (lane & 15);
 #pragma unroll
-      for (int k = 0; k < kRank / 16; ++k) {
+      for (int k = 0; k < W::kRegSteps; ++k) {
         ldmatrix_x4(qa[k], s_q + tile_offset<W::kRows>(r, 2 * k + (lane >> 4)));
       }
     }
-    asm volatile("bar.arrive 1, 384;\n" ::: "memory");  // (2) Q is in registers: stages 3, 4 free
+    named_barrier_arrive(1, W::kThreads);  // (2) Q is in registers: stages 3, 4 free
 
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.0f, 0.0f};
-    for (int t = 0; t < num_tiles; ++t) {
-      const int n0 = chunk_begin + t * kN;
+    const uint64_t a_smem = descriptor(s_qsmem, 16, 1024);
+    // S of tile t into `s`, issued and committed as one wgmma group (not waited for).
+    auto issue_s = [&](float (&s)[16], int t) {
       mbarrier_wait(bar_full + 8 * (t % W::kStages), (t / W::kStages) & 1);
       fence_proxy_async();  // the gathered tile, visible to the tensor cores
-      float s[16];
       const uint64_t b0 = descriptor(stage_of(t), 16, 1024);
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < kRank / 16; ++k) {  // the latent part: Q from registers
+      for (int k = 0; k < W::kRegSteps; ++k) {  // Q from registers
         const uint32_t kb = (k >> 2) * W::kKvBlockBytes + (k & 3) * 32;
         rs_m64n32k16_bf16(s, qa[k], b0 + (kb >> 4), k > 0 ? 1 : 0);
       }
-      const uint64_t a_pe = descriptor(s_qpe, 16, 1024);
 #pragma unroll
-      for (int k = kRank / 16; k < kDimQk / 16; ++k) {  // the rope part: Q from shared memory
+      for (int k = W::kRegSteps; k < kDimQk / 16; ++k) {  // Q from shared memory
         const uint32_t kb = (k >> 2) * W::kKvBlockBytes + (k & 3) * 32;
-        ss_m64n32k16_bf16(s, a_pe + (((k & 3) * 32) >> 4), b0 + (kb >> 4), 1);
+        const uint32_t qb = ((k - W::kRegSteps) >> 2) * W::kQBlockBytes + (k & 3) * 32;
+        ss_m64n32k16_bf16(s, a_smem + (qb >> 4), b0 + (kb >> 4), 1);
       }
       wgmma_commit();
-      wgmma_wait<0>();
-      fence_registers(s);
-
+    };
+    // Tile t's S (complete) -> mask, online softmax, P and the row factors into P buffer t % 2.
+    // Its pfull arrival is left to the caller (see below).
+    auto emit_p = [&](float (&acc)[16], int t) {
+      fence_registers(acc);
+      // The softmax works on a copy: S of the next tile is in flight into the other set, and
+      // while any wgmma is, ptxas wants no other instruction to write registers that wgmmas
+      // accumulate into (else it serializes every wgmma of the kernel).
+      float s[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s[i] = acc[i];
+      const int n0 = chunk_begin + t * kN;
       const bool needs_mask = n0 + kN > block_end || (p.causal && n0 + kN - 1 > limit[0]);
       if (needs_mask) {
 #pragma unroll
@@ -182,7 +200,7 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
       float alpha[2];
       const bool moved = online_softmax(s, p.scale_log2, row_max, row_sum, alpha);
       const bool warp_moved = __any_sync(0xffffffffu, moved);
-      // P (bf16) and the row factors into buffer t % 2, once P V of tile t - 2 is done with it.
+      // Once P V of tile t - 2 is done with the buffer.
       const int b = t & 1;
       if (t >= 2) mbarrier_wait(bar_pempty + 8 * b, ((t - 2) >> 1) & 1);
       const uint32_t pbuf = s_p + b * W::kPBytes;
@@ -199,8 +217,31 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
       }
       if (lane == 0) s_moved[b * 4 + warp] = warp_moved ? 1 : 0;
       fence_proxy_async();  // P, for the tensor cores of the output warpgroups
-      mbarrier_arrive(bar_pfull + 8 * b);
+    };
+    auto publish_p = [&](int t) { mbarrier_arrive(bar_pfull + 8 * (t & 1)); };
+    // Two sets of S accumulators (the loop is unrolled by two so that each stays in registers):
+    // S of tile t + 1 is issued before the softmax of tile t and waited for after it. No wgmma
+    // is in flight across the loop's edges (ptxas serializes all the kernel's wgmmas when one is).
+    // P of tile t - 1 is published (pfull) only once S of tile t + 1 is issued: the output
+    // warpgroups' P V then queues behind that S on the tensor cores instead of ahead of it, and
+    // runs during the softmax of tile t rather than holding up WG 0's next wgmma issue.
+    float s0[16], s1[16];
+    if (num_tiles > 0) {
+      issue_s(s0, 0);
+      wgmma_wait<0>();
     }
+    for (int t = 0; t < num_tiles; t += 2) {
+      if (t + 1 < num_tiles) issue_s(s1, t + 1);
+      if (t > 0) publish_p(t - 1);
+      emit_p(s0, t);
+      wgmma_wait<0>();
+      if (t + 1 >= num_tiles) break;
+      if (t + 2 < num_tiles) issue_s(s0, t + 2);
+      publish_p(t);
+      emit_p(s1, t + 1);
+      wgmma_wait<0>();
+    }
+    if (num_tiles > 0) publish_p(num_tiles - 1);
     // Row statistics for the output warpgroups' epilogue; this warpgroup writes lse.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -226,7 +267,7 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
         }
       }
     }
-    asm volatile("bar.arrive 2, 384;\n" ::: "memory");  // (3) statistics written
+    named_barrier_arrive(2, W::kThreads);  // (3) statistics written
   } else {
     // ================= output warpgroups =================
     regs_decrease<W::kOutputRegs>();
@@ -279,8 +320,8 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
     // Q's copies were committed as a group before these (which are tracked by the mbarriers, in
     // no group): wait_group 0 waits for Q alone.
     cp_async_wait<0>();
-    asm volatile("bar.sync 3, 384;\n" ::: "memory");  // (1) Q landed (every thread's copies)
-    asm volatile("bar.sync 1, 384;\n" ::: "memory");  // (2) stages 3, 4 free
+    named_barrier_sync(3, W::kThreads);  // (1) Q landed (every thread's copies)
+    named_barrier_sync(1, W::kThreads);  // (2) stages 3, 4 free
     for (int t = W::kQStage; t < min(num_tiles, W::kStages); ++t) {
       int pg[2] = {pg_next[0], pg_next[1]};
       if (t + 1 < num_tiles) tile_pages(t + 1, pg_next);
@@ -310,6 +351,8 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
       wgmma_commit();
       wgmma_wait<0>();  // P V of tile t: P buffer t % 2 and this warpgroup's part of the stage
       fence_registers(o);
+      // Lane 0 arrives for its warp: every lane's reads of the row factors come first.
+      __syncwarp();
       if (lane == 0) mbarrier_arrive(bar_pempty + 8 * b);
       const int next = t + W::kStages;  // into the stage of tile t
       if (next < num_tiles) {
@@ -318,7 +361,7 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
         load_tile(next, pg);
       }
     }
-    asm volatile("bar.sync 2, 384;\n" ::: "memory");  // (3) WG 0's statistics
+    named_barrier_sync(2, W::kThreads);  // (3) WG 0's statistics
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = warp * 16 + (lane >> 2) + 8 * h;

@@ -46,8 +46,11 @@ struct Tile {
   // f32 [pairs][max|sum][16], then the combined lse [16]
   static constexpr int kStats = kExchange + kPairs * 2 * 4 * 32 * 16;
   static constexpr int kBytes = kStats + (kPairs * 2 + 1) * kRows * 4;
-  // The combine at the end reuses the stages: f32 [pairs][16][512].
-  static_assert(kPairs * kRows * kRank * 4 <= kPairs * kStageBytes);
+  // The combine at the end reuses the stages: f32 [pairs][16][kORowFloats]. Rows are padded by 8
+  // floats so that the eight rows a warp's float2 stores touch start in different banks (with
+  // 512 they all start in bank 0: 8-way conflicts).
+  static constexpr int kORowFloats = kRank + 8;
+  static_assert(kPairs * kRows * kORowFloats * 4 <= kPairs * kStageBytes);
   static_assert(kBytes <= 227 * 1024, "one CTA per SM must fit");
 };
 
@@ -290,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (pair == 0 && half == 0 && (lane & 3) == 0) {
         s_lse[r] = total > 0.0f ? (big + __log2f(total)) * kLn2 : -INFINITY;
       }
-      float* dst = s_o + (pair * T::kRows + r) * kRank + half * 256 + 2 * (lane & 3);
+      float* dst = s_o + (pair * T::kRows + r) * T::kORowFloats + half * 256 + 2 * (lane & 3);
 #pragma unroll
       for (int nt = 0; nt < 32; ++nt) {
         *reinterpret_cast<float2*>(dst + nt * 8) =
@@ -310,7 +313,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
       for (int q = 0; q < T::kPairs; ++q) {
-        const float4 x = *reinterpret_cast<const float4*>(s_o + (q * T::kRows + r) * kRank + col);
+        const float4 x =
+            *reinterpret_cast<const float4*>(s_o + (q * T::kRows + r) * T::kORowFloats + col);
         acc.x += x.x;
         acc.y += x.y;
         acc.z += x.z;

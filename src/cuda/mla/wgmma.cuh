@@ -72,6 +72,18 @@ __device__ __forceinline__ uint32_t aligned_smem(unsigned char* raw_smem, unsign
   return base;
 }
 
+// ---- named barriers between warpgroups that sit at different places in the code ----
+// bar.sync / bar.arrive are the .aligned forms: PTX requires every thread of the CTA to reach the
+// same instruction, which warp-specialized roles do not (compute-sanitizer's synccheck reports
+// them). barrier.sync / barrier.arrive without .aligned allow it. `count` counts threads and is
+// a multiple of the warp size.
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 // ---- mbarriers (shared::cta, 64-bit) ----
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
