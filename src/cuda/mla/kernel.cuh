@@ -139,47 +139,71 @@ __device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t*
 // 32-key S tile in the accumulator layout of mma m16n8k16 / wgmma m64n32 (element 4 j + 2 h + e:
 // row h (lane / 4, + 8), key 8 j + 2 (lane % 4) + e; a row's keys spread over the lane quad).
 // Masked keys hold -inf. S becomes P = 2^(S scale_log2 - max); per row, the reference max and the
-// running sum move on, and alpha is the rescale of O. Returns whether some reference max moved.
+// running sum move on, and alpha is the rescale of O. In three phases, which the warp-specialized
+// kernel interleaves with its wgmma issue; online_softmax runs them in a row.
+//
+// Phase 1: this thread's row maxima, scaled (scale_log2 > 0 keeps the order).
+__device__ __forceinline__ void softmax_local_max(const float (&s)[16], float scale_log2,
+                                                  float (&m)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float x = s[2 * h];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    m[h] = x * scale_log2;
+  }
+}
+// Phase 2: the rows' maxima over the quad; a reference max moves only where it is passed by more
+// than the slack. m_use is the max P is taken against, alpha the rescale of O and of the sum.
+// Returns whether one of this thread's references moved.
+__device__ __forceinline__ bool softmax_move_reference(const float (&m)[2], float (&row_max)[2],
+                                                       float (&m_use)[2], float (&alpha)[2]) {
+  bool moved = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float x = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 1));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    if (!(x > row_max[h] + kRescaleSlack)) x = row_max[h];
+    m_use[h] = x == -INFINITY ? 0.0f : x;  // nothing seen yet
+    alpha[h] = fast_exp2(row_max[h] - m_use[h]);
+    moved |= x != row_max[h];
+    row_max[h] = x;
+  }
+  return moved;
+}
+// Phase 3: P, and the running sums.
+__device__ __forceinline__ void softmax_exp(float (&s)[16], float scale_log2,
+                                            const float (&m_use)[2], const float (&alpha)[2],
+                                            float (&row_sum)[2]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) s[i] = fast_exp2(fmaf(s[i], scale_log2, -m_use[(i >> 1) & 1]));
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+    row_sum[h] = row_sum[h] * alpha[h] + sum;
+  }
+}
+// The three phases; the quad shuffles of phase 2 are skipped when no thread of the warp has a
+// maximum past its reference by the slack (no reference can move: the same decisions).
 __device__ __forceinline__ bool online_softmax(float (&s)[16], float scale_log2,
                                                float (&row_max)[2], float (&row_sum)[2],
                                                float (&alpha)[2]) {
+  float m[2], m_use[2];
+  softmax_local_max(s, scale_log2, m);
+  const bool passes = m[0] > row_max[0] + kRescaleSlack || m[1] > row_max[1] + kRescaleSlack;
   bool moved = false;
-  // This thread's maxima; the row maxima (over the quad) only where one of them passes its
-  // reference by the slack somewhere in the warp: otherwise no reference moves, and the shuffles
-  // are skipped (the decisions are the same either way).
-  float m_local[2];
-  bool passes = false;
+  if (__any_sync(0xffffffffu, passes)) {
+    moved = softmax_move_reference(m, row_max, m_use, alpha);
+  } else {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float m = s[2 * h];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-    m_local[h] = m * scale_log2;
-    passes |= m_local[h] > row_max[h] + kRescaleSlack;
-  }
-  const bool any_passes = __any_sync(0xffffffffu, passes);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float m = row_max[h];
-    if (any_passes) {
-      m = m_local[h];
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      if (!(m > row_max[h] + kRescaleSlack)) m = row_max[h];
+    for (int h = 0; h < 2; ++h) {
+      m_use[h] = row_max[h] == -INFINITY ? 0.0f : row_max[h];
+      alpha[h] = fast_exp2(row_max[h] - m_use[h]);
     }
-    const float m_use = m == -INFINITY ? 0.0f : m;  // nothing seen yet
-    alpha[h] = fast_exp2(row_max[h] - m_use);
-    moved |= m != row_max[h];
-    row_max[h] = m;
-    float sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -m_use));
-      s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_use));
-      sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
-    }
-    row_sum[h] = row_sum[h] * alpha[h] + sum;
   }
+  softmax_exp(s, scale_log2, m_use, alpha, row_sum);
   return moved;
 }
 

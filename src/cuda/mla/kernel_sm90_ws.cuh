@@ -26,7 +26,7 @@
 // 184 (WG 0) + 2 x 160. Barriers:
 //   full[s]   (256 arrivals, cp.async.mbarrier.arrive) stage s holds its tile,
 //   pfull[b]  (128: WG 0) P buffer b holds P of a tile and its row factors,
-//   pempty[b] (8: a lane of each output warp) both output warpgroups are done reading buffer b.
+//   pempty[b] (256: WG 1, WG 2) both output warpgroups are done reading buffer b.
 // Each thread of WG 1 / WG 2 gathers 2 token rows of a tile (8 lanes per 128-byte run); their
 // attention pages are loaded one refill ahead. Tokens past the range re-read the last one (real
 // data, masked).
@@ -74,6 +74,23 @@ struct Ws {
   static_assert(kSoftmaxRegs + 2 * kOutputRegs <= 3 * (65536 / kThreads / 8 * 8));
 };
 
+// S k16 steps [K0, K1) of a 32-token tile into d (stage descriptor b0): A from WG 0's registers
+// below Ws::kRegSteps, else from shared memory (a_smem: Q's last latent block, then rope).
+template <int K0, int K1>
+__device__ __forceinline__ void issue_s_steps(float (&d)[16], const uint32_t (&qa)[Ws::kRegSteps][4],
+                                              uint64_t a_smem, uint64_t b0) {
+#pragma unroll
+  for (int k = K0; k < K1; ++k) {
+    const uint32_t kb = (k >> 2) * Ws::kKvBlockBytes + (k & 3) * 32;
+    if (k < Ws::kRegSteps) {
+      rs_m64n32k16_bf16(d, qa[k < Ws::kRegSteps ? k : 0], b0 + (kb >> 4), k > 0 ? 1 : 0);
+    } else {
+      const uint32_t qb = ((k - Ws::kRegSteps) >> 2) * Ws::kQBlockBytes + (k & 3) * 32;
+      ss_m64n32k16_bf16(d, a_smem + (qb >> 4), b0 + (kb >> 4), 1);
+    }
+  }
+}
+
 __global__ void __launch_bounds__(Ws::kThreads, 1)
     mla_kernel_sm90_ws(const __grid_constant__ MlaParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -112,7 +129,7 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
     for (int s = 0; s < W::kStages; ++s) mbarrier_init(bar_full + 8 * s, 256);
     for (int b = 0; b < 2; ++b) {
       mbarrier_init(bar_pfull + 8 * b, 128);
-      mbarrier_init(bar_pempty + 8 * b, 8);
+      mbarrier_init(bar_pempty + 8 * b, 256);
     }
   }
   __syncthreads();  // (0) the barriers are initialised
@@ -159,32 +176,22 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.0f, 0.0f};
     const uint64_t a_smem = descriptor(s_qsmem, 16, 1024);
-    // S of tile t into `s`, issued and committed as one wgmma group (not waited for).
-    auto issue_s = [&](float (&s)[16], int t) {
+    auto stage_ready = [&](int t) {  // tile t landed, visible to the tensor cores
       mbarrier_wait(bar_full + 8 * (t % W::kStages), (t / W::kStages) & 1);
-      fence_proxy_async();  // the gathered tile, visible to the tensor cores
-      const uint64_t b0 = descriptor(stage_of(t), 16, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < W::kRegSteps; ++k) {  // Q from registers
-        const uint32_t kb = (k >> 2) * W::kKvBlockBytes + (k & 3) * 32;
-        rs_m64n32k16_bf16(s, qa[k], b0 + (kb >> 4), k > 0 ? 1 : 0);
-      }
-#pragma unroll
-      for (int k = W::kRegSteps; k < kDimQk / 16; ++k) {  // Q from shared memory
-        const uint32_t kb = (k >> 2) * W::kKvBlockBytes + (k & 3) * 32;
-        const uint32_t qb = ((k - W::kRegSteps) >> 2) * W::kQBlockBytes + (k & 3) * 32;
-        ss_m64n32k16_bf16(s, a_smem + (qb >> 4), b0 + (kb >> 4), 1);
-      }
-      wgmma_commit();
+      fence_proxy_async();
     };
-    // Tile t's S (complete) -> mask, online softmax, P and the row factors into P buffer t % 2.
-    // Its pfull arrival is left to the caller (see below).
-    auto emit_p = [&](float (&acc)[16], int t) {
+    constexpr int kSteps = kDimQk / 16;
+    // One tile: S of tile t is complete in `acc`; its softmax runs while S of tile t + 1 is
+    // issued into `next` (kIssue), in four slices between the softmax's phases, so that WG 0's
+    // instruction stream has independent work beside each wgmma (an RS wgmma holds its warp for
+    // tens of cycles). P and the row factors go into P buffer t % 2; the pfull arrival is left to
+    // the caller (see the loop).
+    auto publish_p = [&](int t) { mbarrier_arrive(bar_pfull + 8 * (t & 1)); };
+    auto step = [&]<bool kIssue>(float (&acc)[16], float (&next)[16], int t) {
       fence_registers(acc);
-      // The softmax works on a copy: S of the next tile is in flight into the other set, and
-      // while any wgmma is, ptxas wants no other instruction to write registers that wgmmas
-      // accumulate into (else it serializes every wgmma of the kernel).
+      // The softmax works on a copy: while a wgmma is in flight, ptxas wants no other
+      // instruction to write registers that wgmmas accumulate into (else it serializes every
+      // wgmma of the kernel).
       float s[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) s[i] = acc[i];
@@ -197,8 +204,25 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
           if (key >= block_end || key > limit[(i >> 1) & 1]) s[i] = -INFINITY;
         }
       }
-      float alpha[2];
-      const bool moved = online_softmax(s, p.scale_log2, row_max, row_sum, alpha);
+      uint64_t b0 = 0;
+      if constexpr (kIssue) {
+        stage_ready(t + 1);
+        b0 = descriptor(stage_of(t + 1), 16, 1024);
+        wgmma_fence();
+        issue_s_steps<0, 9>(next, qa, a_smem, b0);
+      }
+      if (t > 0) publish_p(t - 1);  // once S of tile t + 1 is under way
+      // The online softmax (kernel.cuh) in its three phases, between the slices.
+      float m[2], m_use[2], alpha[2];
+      softmax_local_max(s, p.scale_log2, m);
+      if constexpr (kIssue) issue_s_steps<9, 18>(next, qa, a_smem, b0);
+      const bool moved = softmax_move_reference(m, row_max, m_use, alpha);
+      if constexpr (kIssue) issue_s_steps<18, 27>(next, qa, a_smem, b0);
+      softmax_exp(s, p.scale_log2, m_use, alpha, row_sum);
+      if constexpr (kIssue) {
+        issue_s_steps<27, kSteps>(next, qa, a_smem, b0);
+        wgmma_commit();
+      }
       const bool warp_moved = __any_sync(0xffffffffu, moved);
       // Once P V of tile t - 2 is done with the buffer.
       const int b = t & 1;
@@ -218,27 +242,34 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
       if (lane == 0) s_moved[b * 4 + warp] = warp_moved ? 1 : 0;
       fence_proxy_async();  // P, for the tensor cores of the output warpgroups
     };
-    auto publish_p = [&](int t) { mbarrier_arrive(bar_pfull + 8 * (t & 1)); };
     // Two sets of S accumulators (the loop is unrolled by two so that each stays in registers):
-    // S of tile t + 1 is issued before the softmax of tile t and waited for after it. No wgmma
+    // S of tile t + 1 is issued during the softmax of tile t and waited for after it. No wgmma
     // is in flight across the loop's edges (ptxas serializes all the kernel's wgmmas when one is).
-    // P of tile t - 1 is published (pfull) only once S of tile t + 1 is issued: the output
+    // P of tile t - 1 is published (pfull) only once S of tile t + 1 is under way: the output
     // warpgroups' P V then queues behind that S on the tensor cores instead of ahead of it, and
     // runs during the softmax of tile t rather than holding up WG 0's next wgmma issue.
     float s0[16], s1[16];
     if (num_tiles > 0) {
-      issue_s(s0, 0);
+      stage_ready(0);
+      const uint64_t b0 = descriptor(stage_of(0), 16, 1024);
+      wgmma_fence();
+      issue_s_steps<0, kSteps>(s0, qa, a_smem, b0);
+      wgmma_commit();
       wgmma_wait<0>();
     }
     for (int t = 0; t < num_tiles; t += 2) {
-      if (t + 1 < num_tiles) issue_s(s1, t + 1);
-      if (t > 0) publish_p(t - 1);
-      emit_p(s0, t);
+      if (t + 1 < num_tiles) {
+        step.template operator()<true>(s0, s1, t);
+      } else {
+        step.template operator()<false>(s0, s1, t);
+      }
       wgmma_wait<0>();
       if (t + 1 >= num_tiles) break;
-      if (t + 2 < num_tiles) issue_s(s0, t + 2);
-      publish_p(t);
-      emit_p(s1, t + 1);
+      if (t + 2 < num_tiles) {
+        step.template operator()<true>(s1, s0, t + 1);
+      } else {
+        step.template operator()<false>(s1, s0, t + 1);
+      }
       wgmma_wait<0>();
     }
     if (num_tiles > 0) publish_p(num_tiles - 1);
@@ -351,9 +382,9 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
       wgmma_commit();
       wgmma_wait<0>();  // P V of tile t: P buffer t % 2 and this warpgroup's part of the stage
       fence_registers(o);
-      // Lane 0 arrives for its warp: every lane's reads of the row factors come first.
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(bar_pempty + 8 * b);
+      // Every thread arrives (its reads of the row factors are done): one lane per warp after a
+      // __syncwarp would be enough, but racecheck orders only each arriving thread's accesses.
+      mbarrier_arrive(bar_pempty + 8 * b);
       const int next = t + W::kStages;  // into the stage of tile t
       if (next < num_tiles) {
         int pg[2] = {pg_next[0], pg_next[1]};

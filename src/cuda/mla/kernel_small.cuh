@@ -372,8 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         __syncthreads();
-        // Thread t: float4 t + 256 v (v < 8) of the [16 rows][512] block; items outer, so the
-        // eight partial reads of an item are in flight together.
+        // Thread t: float4 t + 256 v (v < 8) of the [16 rows][512] block.
         constexpr int kPerThread = T::kRows * kRank / 4 / kThreads;
         float4 acc[kPerThread];
         float total[kPerThread];
@@ -383,21 +382,29 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int r = (v * kThreads + tid) / (kRank / 4);
           total[v] = r < rows ? s_lse[r] : -INFINITY;
         }
+        // Each item's reads are all issued before any is used (rows past the request re-read
+        // its last row and are dropped), so one L2 round trip per item, not one per read.
         for (int i = 0; i < merge_items; ++i) {
           const int64_t base = int64_t{merge_first + i} * p.partial_rows;
+          float lse_i[kPerThread];
+          float4 part[kPerThread];
 #pragma unroll
           for (int v = 0; v < kPerThread; ++v) {
             const int idx = v * kThreads + tid;
-            const int r = idx / (kRank / 4);
+            const int r = max(0, min(idx / (kRank / 4), rows - 1));
             const int col = (idx % (kRank / 4)) * 4;
-            if (total[v] == -INFINITY) continue;  // rows past the request, or nothing seen
-            const float w = __expf(__ldcg(p.partial_lse + base + r) - total[v]);
-            const float4 part =
+            lse_i[v] = __ldcg(p.partial_lse + base + r);
+            part[v] =
                 __ldcg(reinterpret_cast<const float4*>(p.partial_out + (base + r) * kRank + col));
-            acc[v].x += w * part.x;
-            acc[v].y += w * part.y;
-            acc[v].z += w * part.z;
-            acc[v].w += w * part.w;
+          }
+#pragma unroll
+          for (int v = 0; v < kPerThread; ++v) {
+            if (total[v] == -INFINITY) continue;  // rows past the request, or nothing seen
+            const float w = __expf(lse_i[v] - total[v]);
+            acc[v].x += w * part[v].x;
+            acc[v].y += w * part[v].y;
+            acc[v].z += w * part[v].z;
+            acc[v].w += w * part[v].w;
           }
         }
 #pragma unroll
