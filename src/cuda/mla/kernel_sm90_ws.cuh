@@ -182,10 +182,10 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
     };
     constexpr int kSteps = kDimQk / 16;
     // One tile: S of tile t is complete in `acc`; its softmax runs while S of tile t + 1 is
-    // issued into `next` (kIssue), in four slices between the softmax's phases, so that WG 0's
-    // instruction stream has independent work beside each wgmma (an RS wgmma holds its warp for
-    // tens of cycles). P and the row factors go into P buffer t % 2; the pfull arrival is left to
-    // the caller (see the loop).
+    // issued into `next` (kIssue), in four slices between the softmax's phases. (An RS wgmma
+    // holds its warp for ~25 cycles at issue; the slices were meant to fill that time, but
+    // measured the same as issuing all 36 first: bench/RESULTS.md, session 5, run 4.) P and the
+    // row factors go into P buffer t % 2; the pfull arrival is left to the caller (see the loop).
     auto publish_p = [&](int t) { mbarrier_arrive(bar_pfull + 8 * (t & 1)); };
     auto step = [&]<bool kIssue>(float (&acc)[16], float (&next)[16], int t) {
       fence_registers(acc);
