@@ -97,6 +97,9 @@ struct MlaRowsConfig {
 std::vector<BatchLen> default_mla_rows(int32_t heads);
 nlohmann::json bench_mla_rows(const MlaRowsConfig& config, const CudaCeilings& ceilings,
                               void* stream);
+// The tensor-core instruction rates behind the sm_90a MLA kernels (cuda/mla/wgmma_probe.h),
+// printed as a table; [] where the device or binary has no sm_90a.
+nlohmann::json bench_wgmma_rates(void* stream);
 
 // ---- issue 4: host planner vs GPU planner on the same table ----
 struct PlannerBenchConfig {

@@ -22,6 +22,7 @@
 
 #include "core/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/mla/wgmma_probe.h"
 #include "tools/bench_cuda_device.h"
 
 namespace pagedattn::tools {
@@ -157,6 +158,36 @@ nlohmann::json bench_mla_rows(const MlaRowsConfig& config, const CudaCeilings& c
     }
   }
   return rows;
+}
+
+nlohmann::json bench_wgmma_rates(void* stream) {
+  const std::vector<cuda::mla::WgmmaRate> rates = cuda::mla::probe_wgmma_rates(stream);
+  nlohmann::json out = nlohmann::json::array();
+  if (rates.empty()) {
+    fmt::print(
+        "\ntensor-core rates: not measured (needs a compute capability 9.x device and the "
+        "binary's sm_90a code)\n");
+    return out;
+  }
+  fmt::print(
+      "\ntensor-core rates of the MLA kernels' wgmma sequences on this device: one CTA per SM,\n"
+      "  each warpgroup issuing groups of the sequence back to back (fence, wgmmas, commit, "
+      "wait);\n  cycles per group (SM clocks, median over the SMs of the slowest warpgroup) "
+      "against\n  the FLOPs at 4096 dense bf16 FLOP per SM clock\n"
+      "{:<26} {:<44} {:>6} {:>9} {:>9} {:>6}\n",
+      "sequence", "as", "wgmma", "cycles", "ideal", "ideal/");
+  for (const cuda::mla::WgmmaRate& r : rates) {
+    fmt::print("{:<26} {:<44} {:>6} {:>9.0f} {:>9.0f} {:>6.2f}\n", r.name, r.role, r.wgmmas,
+               r.cycles, r.ideal_cycles, r.ideal_cycles / r.cycles);
+    out.push_back({{"sequence", r.name},
+                   {"role", r.role},
+                   {"wgmmas", r.wgmmas},
+                   {"flops", r.flops},
+                   {"cycles", r.cycles},
+                   {"ideal_cycles", r.ideal_cycles}});
+  }
+  std::fflush(stdout);
+  return out;
 }
 
 }  // namespace pagedattn::tools

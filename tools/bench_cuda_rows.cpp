@@ -111,6 +111,7 @@ CudaRowsStatus run_cuda_rows(const CudaRowsOptions& o) {
       document["byte_count"] = "kv_len * 576 * 2 per request";
       document["reps"] = config.reps;
       document["rows"] = bench_mla_rows(config, ceilings, stream);
+      document["wgmma_rates"] = bench_wgmma_rates(stream);
       break;
     }
     case CudaBench::kPlan: {

@@ -61,6 +61,14 @@ TEST_P(CliBenchCuda, RunsOrSaysWhyNot) {
       EXPECT_GT(row["gpu_us"].get<double>(), 0.0);
     }
   }
+  // bench mla: the wgmma rates (an empty list off sm_90a); no sequence beats the tensor cores'
+  // dense rate by more than the clock reading's slack.
+  if (doc.contains("wgmma_rates")) {
+    for (const auto& rate : doc["wgmma_rates"]) {
+      EXPECT_GT(rate["cycles"].get<double>(), 0.9 * rate["ideal_cycles"].get<double>())
+          << rate.dump();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
