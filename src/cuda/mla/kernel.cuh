@@ -260,6 +260,41 @@ __device__ __forceinline__ const __nv_bfloat16* q_chunk(const MlaParams& p, cons
                              (c - kRank / 8) * 8;
 }
 
+// Where request row `row` of a CTA's work puts its lse: the output's lse (null when there is none)
+// or, for a split request, the item's partial lse. Rows past the request's, and past
+// partial_rows, have no place: callers skip them (also for store_row).
+__device__ __forceinline__ float* lse_slot(const MlaParams& p, const ItemWork& w, int row) {
+  if (w.split) return p.partial_lse + int64_t{w.item} * p.partial_rows + row;
+  if (p.lse == nullptr) return nullptr;
+  const int tok = row / p.num_heads;
+  const int head = row - tok * p.num_heads;
+  return p.lse + (w.q_begin + tok) * p.lse_stride_token + head * p.lse_stride_head;
+}
+// Stores accumulator pairs of request row `row`: columns col + 8 j and + 1 (j < kTiles) get
+// pair(j) * inv, in the output row (bf16) or, for a split request, the item's partial row (f32).
+template <int kTiles, class Pair>
+__device__ __forceinline__ void store_row(const MlaParams& p, const ItemWork& w, int row, int col,
+                                          float inv, Pair pair) {
+  if (!w.split) {
+    const int tok = row / p.num_heads;
+    const int head = row - tok * p.num_heads;
+    __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
+                         (w.q_begin + tok) * p.out_stride_token + head * p.out_stride_head + col;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const float2 v = pair(j);
+      *reinterpret_cast<uint32_t*>(dst + j * 8) = Bf16Mma::pack(v.x * inv, v.y * inv);
+    }
+  } else {
+    float* dst = p.partial_out + (int64_t{w.item} * p.partial_rows + row) * kRank + col;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const float2 v = pair(j);
+      *reinterpret_cast<float2*>(dst + j * 8) = make_float2(v.x * inv, v.y * inv);
+    }
+  }
+}
+
 // The end of the keys a block of rows [row0, row0 + rows) sees in its chunk (causal: up to the
 // position of its last row).
 __device__ __forceinline__ int row_block_end(const MlaParams& p, const ItemWork& w, int row0,
@@ -590,29 +625,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
         for (int g = 0; g < R::kTokenGroups; ++g) l += s_red[g * kRows + r];
         const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
         const float lse = l > 0.0f ? (s_alpha[r] + __log2f(l)) * kLn2 : -INFINITY;
-        const int t = row / H;
-        const int head = row - t * H;
-        const int col = warp * 64 + 2 * (lane & 3);
-        if (!split) {
-          __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
-                               (q_begin + t) * p.out_stride_token + head * p.out_stride_head + col;
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-            *reinterpret_cast<uint32_t*>(dst + nt * 8) =
-                Bf16Mma::pack(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
-          }
-          if (p.lse != nullptr && warp == 0 && (lane & 3) == 0) {
-            p.lse[(q_begin + t) * p.lse_stride_token + head * p.lse_stride_head] = lse;
-          }
-        } else {
-          const int64_t slot = int64_t{item} * p.partial_rows + row;
-          float* dst = p.partial_out + slot * kRank + col;
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-            *reinterpret_cast<float2*>(dst + nt * 8) =
-                make_float2(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
-          }
-          if (warp == 0 && (lane & 3) == 0) p.partial_lse[slot] = lse;
+        store_row<8>(p, work, row, warp * 64 + 2 * (lane & 3), inv,
+                     [&](int nt) { return make_float2(o[mt][nt][2 * h], o[mt][nt][2 * h + 1]); });
+        if (warp == 0 && (lane & 3) == 0) {
+          if (float* slot = lse_slot(p, work, row)) *slot = lse;
         }
       }
     }

@@ -288,29 +288,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       if (row >= num_rows || (split && row >= p.partial_rows)) continue;
       const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
       const float lse = l > 0.0f ? (row_max[h] + __log2f(l)) * kLn2 : -INFINITY;
-      const int tok = row / H;
-      const int head = row - tok * H;
-      const int col = wg * 256 + 2 * (lane & 3);
-      if (!split) {
-        __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
-                             (q_begin + tok) * p.out_stride_token + head * p.out_stride_head + col;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          *reinterpret_cast<uint32_t*>(dst + j * 8) =
-              Bf16Mma::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-        }
-        if (p.lse != nullptr && wg == 0 && (lane & 3) == 0) {
-          p.lse[(q_begin + tok) * p.lse_stride_token + head * p.lse_stride_head] = lse;
-        }
-      } else {
-        const int64_t slot = int64_t{item} * p.partial_rows + row;
-        float* dst = p.partial_out + slot * kRank + col;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          *reinterpret_cast<float2*>(dst + j * 8) =
-              make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-        }
-        if (wg == 0 && (lane & 3) == 0) p.partial_lse[slot] = lse;
+      store_row<32>(p, work, row, wg * 256 + 2 * (lane & 3), inv,
+                    [&](int j) { return make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]); });
+      if (wg == 0 && (lane & 3) == 0) {
+        if (float* slot = lse_slot(p, work, row)) *slot = lse;
       }
     }
     __syncthreads();  // shared memory is reused by the next row block

@@ -33,51 +33,18 @@
 #pragma once
 
 #include "cuda/mla/kernel.cuh"
+#include "cuda/mla/sm90_ws.h"
 #include "cuda/mla/wgmma.cuh"
 
 namespace pagedattn::cuda::mla::sm90ws {
 
 using namespace pagedattn::cuda::mla::sm90;  // wgmma.cuh: shapes, mbarriers, setmaxnreg
 
-struct Ws {
-  static constexpr int kThreads = 384;  // three warpgroups
-  static constexpr int kRows = 64;
-  static constexpr int kTokens = 32;
-  static constexpr int kStages = 5;
-  static constexpr int kBlocks = kDimQk / 64;          // 9 column blocks (8 ckv + 1 kpe)
-  static constexpr int kKvBlockBytes = kTokens * 128;  // one 64-column block of a tile
-  static constexpr int kStageBytes = kBlocks * kKvBlockBytes;
-  static constexpr int kQBlockBytes = kRows * 128;
-  static constexpr int kQBytes = kBlocks * kQBlockBytes;
-  static constexpr int kPBytes = kRows * 128;
-  static constexpr int kKv = 0;
-  static constexpr int kQStage = 3;  // Q lands in stages 3 and 4 before WG 0 takes it
-  static constexpr int kP = kKv + kStages * kStageBytes;
-  // S's k16 steps with A from WG 0's registers (Q's latent blocks 0..6); the last latent block and
-  // the rope block are read from shared memory (A of steps kRegSteps .. 35). One latent block
-  // less in registers pays for WG 0's second set of S accumulators.
-  static constexpr int kRegSteps = 28;
-  static constexpr int kSmemQChunk = kRegSteps * 2;     // Q's first 16-byte chunk kept in smem
-  static constexpr int kQSmem = kP + 2 * kPBytes;       // [2 blocks][64 rows][128 bytes]
-  static constexpr int kAlpha = kQSmem + (kDimQk / 16 - kRegSteps) / 4 * kQBlockBytes;  // f32 [2][64]
-  static constexpr int kMoved = kAlpha + 2 * kRows * 4;  // int [2][4 warps]
-  static constexpr int kStats = kMoved + 2 * 4 * 4;      // f32 [max | sum][64]
-  static constexpr int kBars = kStats + 2 * kRows * 4;   // u64 full[5], pfull[2], pempty[2]
-  static constexpr int kBytes = kBars + (kStages + 4) * 8;
-  static constexpr int kSmemBytes = kBytes + 1024;  // aligned up to 1024 inside the kernel
-  static_assert(kQBytes <= (kStages - kQStage) * kStageBytes);
-  static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
-  // setmaxnreg: the CTA's 3 x 168 registers per thread, moved to the softmax warpgroup.
-  static constexpr int kSoftmaxRegs = 184, kOutputRegs = 160;  // 184 + 2 x 160 = 3 x 168
-  // setmaxnreg.inc only takes what .dec released inside the CTA: the sum must not exceed the
-  // launch's 65536 / 384 registers per thread (168, a multiple of 8), or WG 0 waits forever.
-  static_assert(kSoftmaxRegs + 2 * kOutputRegs <= 3 * (65536 / kThreads / 8 * 8));
-};
-
 // S k16 steps [K0, K1) of a 32-token tile into d (stage descriptor b0): A from WG 0's registers
 // below Ws::kRegSteps, else from shared memory (a_smem: Q's last latent block, then rope).
 template <int K0, int K1>
-__device__ __forceinline__ void issue_s_steps(float (&d)[16], const uint32_t (&qa)[Ws::kRegSteps][4],
+__device__ __forceinline__ void issue_s_steps(float (&d)[16],
+                                              const uint32_t (&qa)[Ws::kRegSteps][4],
                                               uint64_t a_smem, uint64_t b0) {
 #pragma unroll
   for (int k = K0; k < K1; ++k) {
@@ -286,15 +253,8 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
       }
       const int row = row0 + r;
       if ((lane & 3) == 0 && row < num_rows && !(split && row >= p.partial_rows)) {
-        const float lse = l > 0.0f ? (row_max[h] + __log2f(l)) * kLn2 : -INFINITY;
-        if (!split) {
-          if (p.lse != nullptr) {
-            const int tok = row / H;
-            const int head = row - tok * H;
-            p.lse[(q_begin + tok) * p.lse_stride_token + head * p.lse_stride_head] = lse;
-          }
-        } else {
-          p.partial_lse[int64_t{item} * p.partial_rows + row] = lse;
+        if (float* slot = lse_slot(p, work, row)) {
+          *slot = l > 0.0f ? (row_max[h] + __log2f(l)) * kLn2 : -INFINITY;
         }
       }
     }
@@ -400,26 +360,8 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
       if (row >= num_rows || (split && row >= p.partial_rows)) continue;
       const float l = s_stats[W::kRows + r];
       const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
-      const int tok = row / H;
-      const int head = row - tok * H;
-      const int col = half * 256 + 2 * (lane & 3);
-      if (!split) {
-        __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
-                             (q_begin + tok) * p.out_stride_token + head * p.out_stride_head + col;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          *reinterpret_cast<uint32_t*>(dst + j * 8) =
-              Bf16Mma::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-        }
-      } else {
-        const int64_t slot = int64_t{item} * p.partial_rows + row;
-        float* dst = p.partial_out + slot * kRank + col;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          *reinterpret_cast<float2*>(dst + j * 8) =
-              make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-        }
-      }
+      store_row<32>(p, work, row, half * 256 + 2 * (lane & 3), inv,
+                    [&](int j) { return make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]); });
     }
   }
 #else

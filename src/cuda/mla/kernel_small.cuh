@@ -324,20 +324,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       acc.y *= p.out_scale;
       acc.z *= p.out_scale;
       acc.w *= p.out_scale;
-      const int tok = row / H;
-      const int head = row - tok * H;
       if (!split) {
+        const int tok = row / H;
+        const int head = row - tok * H;
         __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
                              (q_begin + tok) * p.out_stride_token + head * p.out_stride_head + col;
         *reinterpret_cast<uint2*>(dst) =
             make_uint2(Bf16Mma::pack(acc.x, acc.y), Bf16Mma::pack(acc.z, acc.w));
-        if (p.lse != nullptr && col == 0) {
-          p.lse[(q_begin + tok) * p.lse_stride_token + head * p.lse_stride_head] = s_lse[r];
-        }
       } else {
         const int64_t slot = int64_t{item} * p.partial_rows + row;
         *reinterpret_cast<float4*>(p.partial_out + slot * kRank + col) = acc;
-        if (col == 0) p.partial_lse[slot] = s_lse[r];
+      }
+      if (col == 0) {
+        if (float* slot = lse_slot(p, work, row)) *slot = s_lse[r];
       }
     }
 

@@ -12,6 +12,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/mla/config.h"
+#include "cuda/mla/sm90_ws.h"
 #include "cuda/mla/wgmma.cuh"
 #include "cuda/mla/wgmma_probe.h"
 #include "cuda/workspace.h"
@@ -23,9 +24,10 @@ using namespace sm90;  // NOLINT: the wgmma wrappers
 using prefill::sm90::rs_m64n64k16_bf16;
 using prefill::sm90::ss_m64n64k16_bf16;
 
-constexpr int kProbeThreads = 384;
+using sm90ws::Ws;
+constexpr int kProbeThreads = Ws::kThreads;  // the ws kernel's three warpgroups
 constexpr int kProbeSmemBytes = 64 * 1024;
-constexpr int kRegSteps = 28;  // as kernel_sm90_ws.cuh: A of the first 28 of 36 steps in registers
+constexpr int kRegSteps = Ws::kRegSteps;  // S steps with A from registers, as in the ws kernel
 // With 64-token tiles S takes 32 accumulators instead of 16: 20 steps' A fit beside them.
 constexpr int kN64RegSteps = 20;
 
@@ -41,6 +43,20 @@ enum Sequence : int {
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// One S k16 step into 16 (n32) or 32 (n64) accumulators, A from registers (rs) or shared memory.
+__device__ __forceinline__ void rs_step(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
+  rs_m64n32k16_bf16(d, a, b, 1);
+}
+__device__ __forceinline__ void rs_step(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  rs_m64n64k16_bf16(d, a, b);
+}
+__device__ __forceinline__ void ss_step(float (&d)[16], uint64_t a, uint64_t b) {
+  ss_m64n32k16_bf16(d, a, b, 1);
+}
+__device__ __forceinline__ void ss_step(float (&d)[32], uint64_t a, uint64_t b) {
+  ss_m64n64k16_bf16(d, a, b, 1);
+}
+
 // `groups` groups of S over one tile of kN tokens (36 k16 steps, the first kRs with A from
 // registers); returns the sum of the accumulators (zero) so that nothing is elided.
 template <int kN, int kRs>
@@ -53,18 +69,10 @@ __device__ __forceinline__ float s_groups(int groups, const uint32_t (&qa)[kRegS
     for (int k = 0; k < kDimQk / 16; ++k) {
       const uint32_t kb = ((k >> 2) & (kN == 32 ? 3 : 1)) * (kN * 128) + (k & 3) * 32;
       const uint32_t qb = ((k >> 2) & 1) * 8192 + (k & 3) * 32;
-      if constexpr (kN == 32) {
-        if (k < kRs) {
-          rs_m64n32k16_bf16(s, qa[k < kRegSteps ? k : 0], b0 + (kb >> 4), 1);
-        } else {
-          ss_m64n32k16_bf16(s, a0 + (qb >> 4), b0 + (kb >> 4), 1);
-        }
+      if (k < kRs) {
+        rs_step(s, qa[k < kRegSteps ? k : 0], b0 + (kb >> 4));
       } else {
-        if (k < kRs) {
-          rs_m64n64k16_bf16(s, qa[k < kRegSteps ? k : 0], b0 + (kb >> 4));
-        } else {
-          ss_m64n64k16_bf16(s, a0 + (qb >> 4), b0 + (kb >> 4), 1);
-        }
+        ss_step(s, a0 + (qb >> 4), b0 + (kb >> 4));
       }
     }
     wgmma_commit();
@@ -111,11 +119,11 @@ __global__ void __launch_bounds__(kProbeThreads, 1)
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const bool s_role = wg == 0 && sequence != kPv32;
   const bool pv_role = wg > 0 && (sequence == kPv32 || sequence == kMix32 || sequence == kMix64);
-  // The ws kernel's register split (184 for WG 0, 160 for the others: 3 x 168 in all).
+  // The ws kernel's register split.
   if (wg == 0) {
-    regs_increase<184>();
+    regs_increase<Ws::kSoftmaxRegs>();
   } else {
-    regs_decrease<160>();
+    regs_decrease<Ws::kOutputRegs>();
   }
   float sink = 0.0f;
   long long start = clock64();
