@@ -639,34 +639,59 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
 // Combines the partials of split requests: one CTA per (request, row stripe), 128 threads x 4
 // columns; requests served by one item exit at once.
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
+// The items of a row are taken kMergeBatch at a time with every load of a batch issued before any
+// is used (an item past the last re-reads the last one and weighs 0): one memory latency per
+// batch, not two per item. Across batches M moves on as in an online softmax.
 inline constexpr int kMergeThreads = kRank / 4;
+inline constexpr int kMergeBatch = 8;
 
 __global__ void __launch_bounds__(kMergeThreads)
     mla_merge_kernel(const __grid_constant__ MlaParams p) {
   const int request = static_cast<int>(blockIdx.x);
+  // The request's item range and rows, loaded together.
   const int first = p.partition.merge_indptr[request];
   const int last = p.partition.merge_indptr[request + 1];
-  if (last - first <= 1) return;
   const int q_begin = p.qo_indptr[request];
-  const int num_rows = min((p.qo_indptr[request + 1] - q_begin) * p.num_heads, p.partial_rows);
+  const int q_end = p.qo_indptr[request + 1];
+  if (last - first <= 1) return;
+  const int num_rows = min((q_end - q_begin) * p.num_heads, p.partial_rows);
   const int col = 4 * static_cast<int>(threadIdx.x);
   for (int row = static_cast<int>(blockIdx.y); row < num_rows; row += static_cast<int>(gridDim.y)) {
-    float max_lse = -INFINITY;
-    for (int i = first; i < last; ++i) {
-      max_lse = fmaxf(max_lse, p.partial_lse[int64_t{i} * p.partial_rows + row]);
-    }
-    float weight_sum = 0.0f;
+    float max_lse = -INFINITY, weight_sum = 0.0f;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (max_lse != -INFINITY) {
-      for (int i = first; i < last; ++i) {
-        const int64_t slot = int64_t{i} * p.partial_rows + row;
-        const float weight = __expf(p.partial_lse[slot] - max_lse);
+    for (int i0 = first; i0 < last; i0 += kMergeBatch) {
+      float lse[kMergeBatch];
+      float4 part[kMergeBatch];
+#pragma unroll
+      for (int j = 0; j < kMergeBatch; ++j) {
+        const int64_t slot = int64_t{min(i0 + j, last - 1)} * p.partial_rows + row;
+        lse[j] = p.partial_lse[slot];
+        part[j] = *reinterpret_cast<const float4*>(p.partial_out + slot * kRank + col);
+      }
+      float batch_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kMergeBatch; ++j) {
+        if (i0 + j >= last) lse[j] = -INFINITY;
+        batch_max = fmaxf(batch_max, lse[j]);
+      }
+      if (batch_max == -INFINITY) continue;  // nothing seen by this batch's items
+      if (batch_max > max_lse) {  // rescale what the earlier batches added (0 before the first)
+        const float scale = __expf(max_lse - batch_max);
+        weight_sum *= scale;
+        acc.x *= scale;
+        acc.y *= scale;
+        acc.z *= scale;
+        acc.w *= scale;
+        max_lse = batch_max;
+      }
+#pragma unroll
+      for (int j = 0; j < kMergeBatch; ++j) {
+        const float weight = lse[j] == -INFINITY ? 0.0f : __expf(lse[j] - max_lse);
         weight_sum += weight;
-        const float4 part = *reinterpret_cast<const float4*>(p.partial_out + slot * kRank + col);
-        acc.x += weight * part.x;
-        acc.y += weight * part.y;
-        acc.z += weight * part.z;
-        acc.w += weight * part.w;
+        acc.x += weight * part[j].x;
+        acc.y += weight * part[j].y;
+        acc.z += weight * part[j].z;
+        acc.w += weight * part[j].w;
       }
     }
     const float inv = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
