@@ -11,7 +11,8 @@
 //      blocks per request)): about one wave of CTAs. Run once per step by plan() when the
 //      metadata carries max_q_len (every layer's run_mla reuses it), else by each run_mla;
 //   2. per run_mla, the MLA kernel over (row block, work item) CTAs; CTAs past the item count
-//      exit;
+//      exit. 16-row blocks may take a cluster of CTAs per item (mla_launch_shape,
+//      mla_cluster_limit), which then replaces the split of a request;
 //   3. the merge of split requests' f32 partials, [item, partial_rows, 512]: a merge kernel (or,
 //      with PAGEDATTN_MLA_MERGE=fused, inside the H <= 16 kernel: the last CTA of a request).
 // partial_rows bounds q_len * H of every request: H * meta.max_q_len when the planner gave it, else
@@ -59,13 +60,16 @@ void check_rows16(std::string_view name, const TensorView& view) {
 
 // The launch shape of a step (mla_launch_shape, workspace.h) for query rows per request bounded by
 // `max_q_len` (rows of the query tensor or the planner's hint), checked against the grid.
-MlaShape mla_shape(const CudaWorkspace& workspace, int32_t heads, int32_t page_size, int32_t batch,
+MlaShape mla_shape(const CudaWorkspace& workspace, const OpDesc& op, int32_t batch,
                    int64_t max_q_len) {
   const MlaCapacity capacity{workspace.num_sms(), workspace.max_items(),
-                             workspace.partial_out_capacity(), workspace.partial_lse_capacity()};
-  const MlaShape shape = mla_launch_shape(capacity, heads, page_size, batch, max_q_len);
-  PA_CHECK(shape.grid_items <= 65535, "run_mla: {} work items exceed the grid's 65535",
-           shape.grid_items);
+                             workspace.partial_out_capacity(), workspace.partial_lse_capacity(),
+                             mla::mla_cluster_limit(op.kv_dtype == DType::kFP8E4M3)};
+  const MlaShape shape =
+      mla_launch_shape(capacity, op.num_qo_heads, op.page_size, batch, max_q_len);
+  PA_CHECK(shape.grid_items * shape.cluster <= 65535,
+           "run_mla: {} work items x {} CTAs exceed the grid's 65535", shape.grid_items,
+           shape.cluster);
   PA_CHECK(shape.grid_items <= workspace.max_items(),
            "run_mla: batch {} exceeds the workspace's {} work items", batch,
            workspace.max_items());
@@ -95,7 +99,7 @@ void plan_mla(CudaWorkspace& workspace, const OpDesc& op, const StepMetadata& me
   if (batch == 0 || meta.max_q_len == 0 || op.num_qo_heads < 1 || op.page_size < 1) return;
   check_meta_i32("kv_indptr", meta.kv_indptr, int64_t{batch} + 1,
                  Device::cuda(workspace.device()));
-  workspace.mla_shape = mla_shape(workspace, op.num_qo_heads, op.page_size, batch, meta.max_q_len);
+  workspace.mla_shape = mla_shape(workspace, op, batch, meta.max_q_len);
   launch_partition(workspace, meta, workspace.mla_shape, workspace.stream);
   workspace.mla_partitioned = true;
 }
@@ -190,7 +194,8 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
                             workspace.planned_meta.batch_size == batch &&
                             workspace.planned_meta.max_q_len == meta.max_q_len &&
                             workspace.planned_op.num_qo_heads == heads &&
-                            workspace.planned_op.page_size == args.kv.page_size;
+                            workspace.planned_op.page_size == args.kv.page_size &&
+                            workspace.planned_op.kv_dtype == op.kv_dtype;
   MlaShape shape;
   if (planned_here) {
     PA_CHECK(workspace.stream == args.stream,
@@ -200,7 +205,7 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   } else {
     const int64_t max_q_len =
         meta.max_q_len > 0 ? std::min<int64_t>(meta.max_q_len, rows) : rows;
-    shape = mla_shape(workspace, heads, args.kv.page_size, batch, max_q_len);
+    shape = mla_shape(workspace, op, batch, max_q_len);
     launch_partition(workspace, meta, shape, args.stream);
   }
 
@@ -248,8 +253,9 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   // understood. Read per call, so tests can switch.
   const char* merge_env = std::getenv("PAGEDATTN_MLA_MERGE");
   p.merge_counters = workspace.merge_counters();
+  p.cluster = shape.cluster;
   p.fused_merge = shape.config.enable && shape.block_rows == mla::kSmallBlockM &&
-                  shape.row_blocks == 1 &&
+                  shape.row_blocks == 1 && shape.cluster == 1 &&
                   batch <= workspace.merge_counters_capacity() && merge_env != nullptr &&
                   std::string_view(merge_env) == "fused";
 

@@ -7,6 +7,7 @@
 #include "cuda/workspace.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <utility>
 
@@ -97,10 +98,15 @@ MlaShape mla_launch_shape(const MlaCapacity& capacity, int32_t heads, int32_t pa
   shape.row_blocks = (shape.partial_rows + shape.block_rows - 1) / shape.block_rows;
   const int64_t ctas_per_request = std::max<int64_t>(
       1, capacity.num_sms / std::max<int64_t>(1, shape.row_blocks * batch));
+  // A cluster replaces the split of a request only where it takes all of the request's CTAs.
+  if (shape.block_rows == mla::kSmallBlockM && ctas_per_request <= capacity.max_cluster &&
+      std::has_single_bit(static_cast<uint64_t>(ctas_per_request))) {
+    shape.cluster = static_cast<int>(ctas_per_request);
+  }
   shape.config.enable = true;
   shape.config.target_items = static_cast<int32_t>(
-      std::min<int64_t>(INT32_MAX, ctas_per_request * std::max(1, batch)));
-  shape.config.min_chunk_pages = std::max(1, 128 / std::max(1, page_size));
+      std::min<int64_t>(INT32_MAX, ctas_per_request / shape.cluster * std::max(1, batch)));
+  shape.config.min_chunk_pages = std::max(1, 128 * shape.cluster / std::max(1, page_size));
   shape.grid_items =
       std::min<int64_t>(capacity.max_items, int64_t{batch} + shape.config.target_items);
   if (shape.grid_items * shape.partial_rows * mla::kRank > capacity.partial_out ||

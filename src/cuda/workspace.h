@@ -72,7 +72,8 @@ struct MlaShape {
   int block_rows = 0;
   int64_t row_blocks = 0;
   SplitKvConfig config;
-  int64_t grid_items = 0;
+  int64_t grid_items = 0;  // work items the grid covers (grid.y = grid_items * cluster)
+  int cluster = 1;         // CTAs per work item (mla::MlaParams::cluster)
 };
 
 class CudaWorkspace final : public Workspace {
@@ -157,13 +158,16 @@ struct MlaCapacity {
   int32_t max_items = 0;
   int64_t partial_out = 0;  // f32 elements
   int64_t partial_lse = 0;
+  int32_t max_cluster = 1;  // CTAs per item the 16-row kernel takes (mla_cluster_limit)
 };
 
 // The MLA launch shape (host arithmetic, unit-tested without a device): rows per request bounded by
-// max_q_len * heads; 16-row blocks when that is at most 16, else 64; one CTA per SM, so the
-// split-KV target is batch * max(1, SMs / (batch * row blocks)) items (a multiple of the batch:
-// requests of one length get equal chunks); chunks of at least 128 tokens; no split (one item per
-// request) when the partials would not fit the capacities.
+// max_q_len * heads; 16-row blocks when that is at most 16, else 64; one CTA per SM, so
+// c = max(1, SMs / (batch * row blocks)) CTAs per request. 16-row blocks take a cluster of C = c
+// CTAs per item when c is a power of two <= max_cluster (one item a request: the cluster replaces
+// the split), else none (C = 1); the split-KV target is batch * (c / C) items (a multiple of the
+// batch: requests of one length get equal chunks); chunks of at least 128 tokens per CTA; no split
+// (one item per request) when the partials would not fit the capacities.
 MlaShape mla_launch_shape(const MlaCapacity& capacity, int32_t heads, int32_t page_size,
                           int32_t batch, int64_t max_q_len);
 

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -374,15 +375,24 @@ TEST(CudaMla, WithoutMaxQLenHint) {
 // on the bf16 blocks that the wgmma kernels (64 rows, Hopper) and the read-bound kernel (16 rows)
 // take otherwise; PAGEDATTN_MLA_SM90=split, the two-warpgroup wgmma kernel instead of the
 // warp-specialized one; PAGEDATTN_MLA_MERGE=fused, split H <= 16 requests merged by their last CTA.
-class CudaMlaOtherKernel : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+struct OtherKernel {
+  const char* label;
+  std::vector<std::pair<const char*, const char*>> env;
+};
+
+class CudaMlaOtherKernel : public ::testing::TestWithParam<OtherKernel> {};
 
 TEST_P(CudaMlaOtherKernel, MatchesReference) {
   PA_REQUIRE_GPU();
   struct Force {
-    const char* name;
-    Force(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
-    ~Force() { unsetenv(name); }
-  } force(GetParam().first, GetParam().second);
+    const OtherKernel& kernel;
+    explicit Force(const OtherKernel& k) : kernel(k) {
+      for (const auto& [name, value] : kernel.env) setenv(name, value, 1);
+    }
+    ~Force() {
+      for (const auto& [name, value] : kernel.env) unsetenv(name);
+    }
+  } force(GetParam());
   CaseSpec spec = base_mla(128, 16);
   spec.kv_lens = {3000, 17, 1, 64};
   spec.q_lens = {1, 3, 4, 2};
@@ -397,15 +407,47 @@ TEST_P(CudaMlaOtherKernel, MatchesReference) {
   peaked.kv_lens = {700, 3000};
   for (const CaseSpec& s : {spec, extend, base_mla(64, 64), small, peaked}) {
     const std::string report = check_case(s);
-    EXPECT_TRUE(report.empty()) << GetParam().first << "=" << GetParam().second << ": " << report;
+    EXPECT_TRUE(report.empty()) << GetParam().label << ": " << report;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CudaMlaOtherKernel,
-                         ::testing::Values(std::pair{"PAGEDATTN_MLA_KERNEL", "mma"},
-                                           std::pair{"PAGEDATTN_MLA_SM90", "split"},
-                                           std::pair{"PAGEDATTN_MLA_MERGE", "fused"}),
-                         [](const auto& info) { return std::string(info.param.second); });
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, CudaMlaOtherKernel,
+    ::testing::Values(OtherKernel{"mma", {{"PAGEDATTN_MLA_KERNEL", "mma"}}},
+                      OtherKernel{"split", {{"PAGEDATTN_MLA_SM90", "split"}}},
+                      OtherKernel{"fused", {{"PAGEDATTN_MLA_MERGE", "fused"}}}),
+    [](const auto& info) { return std::string(info.param.label); });
+
+// Clusters of the H <= 16 kernel (C CTAs share a request's chunk and combine in distributed shared
+// memory) with C = 2 (the default limit), 4 and 8 (PAGEDATTN_MLA_CLUSTER): the batch is chosen so
+// that the device's SMs give C CTAs a request; ragged lengths with one long request, which is split
+// into several items (clusters, then the merge kernel), and an empty one.
+TEST(CudaMla, ClustersOfCtas) {
+  PA_REQUIRE_GPU();
+  int device = 0, sms = 0;
+  PA_CUDA_CHECK(cudaGetDevice(&device));
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  for (const auto& [cluster, limit] : {std::pair{2, ""}, std::pair{4, "4"}, std::pair{8, "8"}}) {
+    struct Limit {
+      explicit Limit(const char* value) {
+        if (*value != '\0') setenv("PAGEDATTN_MLA_CLUSTER", value, 1);
+      }
+      ~Limit() { unsetenv("PAGEDATTN_MLA_CLUSTER"); }
+    } set_limit(limit);
+    const int32_t batch = std::max(1, sms / cluster);
+    for (int32_t page : {1, 16, 64}) {
+      CaseSpec spec = base_mla(16, page);
+      spec.kv_lens.clear();
+      for (int32_t i = 0; i < batch; ++i) {
+        spec.kv_lens.push_back(std::array{1, 17, 64, 300, 0, 129}[static_cast<size_t>(i % 6)]);
+      }
+      spec.kv_lens[0] = 3000;
+      const std::string report = check_case(spec);
+      EXPECT_TRUE(report.empty()) << "clusters of " << cluster << ", batch " << batch << ", P "
+                                  << page << ": " << report;
+    }
+  }
+}
 
 // The same logical KV with P = 1, 16 and 64 gives the same outputs (within rounding).
 TEST(CudaMla, PageSizeInvariance) {
@@ -455,20 +497,31 @@ TEST(CudaMla, WorkspaceReusedAcrossSteps) {
 }
 
 // Captured into a CUDA graph on a stream and replayed twice: the same results as the reference.
-// Replays of one captured step: H 64 and H 16 with the merge kernel, H 16 with the fused merge
-// (PAGEDATTN_MLA_MERGE=fused; its arrival counters must be zero again for the next replay).
-class CudaMlaGraph : public ::testing::TestWithParam<std::pair<int32_t, bool>> {};
+// Replays of one captured step: H 64 and H 16 with the merge kernel; H 16 with the fused merge
+// (PAGEDATTN_MLA_MERGE=fused; its arrival counters must be zero again for the next replay); H 16
+// in clusters of 2 CTAs a request (a batch of half the SMs) with the merge kernel for the long one.
+enum class GraphMode { kMergeKernel, kFusedMerge, kClusters };
+class CudaMlaGraph : public ::testing::TestWithParam<std::pair<int32_t, GraphMode>> {};
 
 TEST_P(CudaMlaGraph, Replay) {
   PA_REQUIRE_GPU();
+  const GraphMode mode = GetParam().second;
   struct Merge {
     explicit Merge(bool fused) {
       if (fused) setenv("PAGEDATTN_MLA_MERGE", "fused", 1);
     }
     ~Merge() { unsetenv("PAGEDATTN_MLA_MERGE"); }
-  } merge(GetParam().second);
+  } merge(mode == GraphMode::kFusedMerge);
   CaseSpec spec = base_mla(GetParam().first, 16);
   spec.kv_lens = {2500, 5, 300};
+  if (mode == GraphMode::kClusters) {
+    int device = 0, sms = 0;
+    PA_CUDA_CHECK(cudaGetDevice(&device));
+    PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    spec.kv_lens.assign(static_cast<size_t>(std::max(1, sms / 2)), 40);
+    spec.kv_lens[0] = 2500;
+    spec.kv_lens[1] = 0;
+  }
   const uint64_t seed = fresh_seed();
   const AttentionCase c(spec, seed);
   DeviceMlaCase d(c, false);
@@ -502,11 +555,16 @@ TEST_P(CudaMlaGraph, Replay) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, CudaMlaGraph,
-                         ::testing::Values(std::pair{64, false}, std::pair{16, false},
-                                           std::pair{16, true}),
+                         ::testing::Values(std::pair{64, GraphMode::kMergeKernel},
+                                           std::pair{16, GraphMode::kMergeKernel},
+                                           std::pair{16, GraphMode::kFusedMerge},
+                                           std::pair{16, GraphMode::kClusters}),
                          [](const auto& info) {
+                           const GraphMode mode = info.param.second;
                            return "h" + std::to_string(info.param.first) +
-                                  (info.param.second ? "_fused" : "");
+                                  (mode == GraphMode::kFusedMerge ? "_fused"
+                                   : mode == GraphMode::kClusters ? "_clusters"
+                                                                  : "");
                          });
 
 // Bad input: an Error naming the argument, and nothing written.

@@ -235,6 +235,40 @@ TEST(MlaLaunchShape, RowBlocksSplitTargetAndCapacity) {
   EXPECT_EQ(tight.grid_items, 16);
 }
 
+// Clusters for the 16-row kernel: where c = SMs / batch CTAs a request is a power of two within
+// max_cluster, a cluster of c CTAs takes each request as one item (target = batch, at least 128
+// tokens per CTA); otherwise, and for 64-row blocks, none (c items a request).
+TEST(MlaLaunchShape, ClustersForSixteenRowBlocks) {
+  struct Case {
+    int32_t max_cluster, heads, page, batch;
+    int cluster;
+    int32_t target, min_chunk_pages;
+    int64_t grid_items;
+  };
+  for (const Case& c : {
+           Case{8, 16, 64, 16, 8, 16, 16, 32},    // 8 CTAs a request: one cluster of 8
+           Case{8, 16, 16, 33, 4, 33, 32, 66},    // 4
+           Case{8, 16, 16, 64, 2, 64, 16, 128},   // 2
+           Case{2, 16, 16, 64, 2, 64, 16, 128},   // 2 within a limit of 2
+           Case{2, 16, 64, 16, 1, 128, 2, 144},   // 8 past a limit of 2: 8 items a request
+           Case{8, 16, 1, 1, 1, 132, 128, 133},   // 132 past the limit
+           Case{8, 16, 16, 20, 1, 120, 8, 140},   // 6: not a power of two
+           Case{8, 16, 16, 128, 1, 128, 8, 256},  // 1: no cluster
+           Case{8, 128, 64, 16, 1, 64, 2, 80},    // 64-row blocks: none
+       }) {
+    const cuda::MlaCapacity capacity{132, 4096, int64_t{1} << 34, int64_t{1} << 30,
+                                     c.max_cluster};
+    const cuda::MlaShape shape = cuda::mla_launch_shape(capacity, c.heads, c.page, c.batch, 1);
+    const std::string what = "max cluster " + std::to_string(c.max_cluster) + ", " +
+                             std::to_string(c.heads) + " heads, P " + std::to_string(c.page) +
+                             ", batch " + std::to_string(c.batch);
+    EXPECT_EQ(shape.cluster, c.cluster) << what;
+    EXPECT_EQ(shape.config.target_items, c.target) << what;
+    EXPECT_EQ(shape.config.min_chunk_pages, c.min_chunk_pages) << what;
+    EXPECT_EQ(shape.grid_items, c.grid_items) << what;
+  }
+}
+
 TEST(GpuPlanner, ReportsBadTables) {
   PA_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());

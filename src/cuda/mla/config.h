@@ -69,7 +69,16 @@ struct MlaParams {
   // calls (the merging CTA resets its request's).
   int32_t* merge_counters = nullptr;
   bool fused_merge = false;
+  // CTAs per work item (the H <= 16 kernel, kSmallBlockM rows): a cluster of `cluster` CTAs
+  // shares an item's chunk, each a run of whole tiles, and combines their results in distributed
+  // shared memory; item = blockIdx.y / cluster. 1 everywhere else.
+  int32_t cluster = 1;
 };
+
+// The largest cluster of CTAs per work item the H <= 16 kernel takes for this process and cache
+// dtype (launch.cu): where that kernel runs (a bf16 cache on a 9.x device with its code), 2, or
+// PAGEDATTN_MLA_CLUSTER=N (1 .. 8; 1: none); else 1.
+int mla_cluster_limit(bool fp8_kv);
 
 // Enqueues the partition-driven MLA kernel for blocks of `block_rows` (kBlockM or kSmallBlockM)
 // rows on a grid of (row blocks, grid_items <= 65535) CTAs (past 65535 row blocks a CTA loops over

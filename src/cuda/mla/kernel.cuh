@@ -218,9 +218,11 @@ struct ItemWork {
   const int32_t* pages = nullptr;  // the request's attention pages
 };
 
-// The work of this CTA; false when its item is past the partition's count (nothing to do).
-__device__ __forceinline__ bool item_work(const MlaParams& p, ItemWork& w) {
-  w.item = static_cast<int>(blockIdx.y);
+// The work of item `item` (this CTA's: blockIdx.y, or blockIdx.y / MlaParams::cluster); false
+// when the item is past the partition's count (nothing to do).
+__device__ __forceinline__ bool item_work(const MlaParams& p, ItemWork& w,
+                                          int item = static_cast<int>(blockIdx.y)) {
+  w.item = item;
   // The three loads go out together (one memory latency, not two, before the request's): the
   // grid never exceeds the partition arrays' capacity (run_mla checks grid <= max_items), and
   // an entry past the count is read but not used.

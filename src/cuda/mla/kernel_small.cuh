@@ -25,6 +25,10 @@
 // runs every round's barriers, idle or not, so all threads pass the same barrier sequence.
 // Split requests: partials, merged by the merge kernel, or with MlaParams::fused_merge
 // (PAGEDATTN_MLA_MERGE=fused) by the last CTA of the request to finish.
+// Clusters (MlaParams::cluster = C > 1, sm_90): the C CTAs of a cluster share a work item, rank k
+// taking the k-th run of whole tiles of its chunk; after the pairs are combined, each CTA's
+// (O, lse) is combined across the cluster through distributed shared memory, rank k writing
+// columns 512 k / C .. of every row (the output, or the item's partial when the request is split).
 #pragma once
 
 #include "cuda/mla/kernel.cuh"
@@ -54,6 +58,70 @@ struct Tile {
   static_assert(kBytes <= 227 * 1024, "one CTA per SM must fit");
 };
 
+// ---- clusters (sm_90): the CTA's rank, a barrier over the cluster, distributed shared memory ----
+inline constexpr int kMaxCluster = 8;  // the portable cluster size
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define PAGEDATTN_NO_CLUSTERS  // the helpers trap (launch.cu never asks for a cluster there)
+#endif
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank = 0;
+#ifdef PAGEDATTN_NO_CLUSTERS
+  __trap();
+#else
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+#endif
+  return rank;
+}
+// Every thread of the cluster's CTAs: shared memory writes before it are visible to the cluster's
+// reads after it.
+__device__ __forceinline__ void cluster_sync() {
+#ifdef PAGEDATTN_NO_CLUSTERS
+  __trap();
+#else
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+#endif
+}
+// The address of this CTA's shared memory address `addr` in the CTA of rank `rank`.
+__device__ __forceinline__ uint32_t map_cluster(uint32_t addr, int rank) {
+  uint32_t out = addr;
+#ifdef PAGEDATTN_NO_CLUSTERS
+  (void)rank;
+  __trap();
+#else
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
+#endif
+  return out;
+}
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
+  float v = 0.0f;
+#ifdef PAGEDATTN_NO_CLUSTERS
+  (void)addr;
+  __trap();
+#else
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+#endif
+  return v;
+}
+__device__ __forceinline__ float4 ld_cluster_f32x4(uint32_t addr) {
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#ifdef PAGEDATTN_NO_CLUSTERS
+  (void)addr;
+  __trap();
+#else
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+#endif
+  return v;
+}
+
+#undef PAGEDATTN_NO_CLUSTERS
+
 __device__ __forceinline__ void pair_barrier(int pair) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(pair + 1), "n"(Tile::kPairThreads) : "memory");
 }
@@ -67,8 +135,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t s_q = smem_u32(smem + T::kQ);
   float* s_stats = reinterpret_cast<float*>(smem + T::kStats);
 
+  // A cluster of p.cluster CTAs shares an item: rank k takes the k-th run of whole tiles of its
+  // chunk. Every CTA of a cluster has the same item, so they return (or not) together.
+  const int cluster = p.cluster;
+  const int rank = cluster > 1 ? static_cast<int>(cluster_rank()) : 0;
   ItemWork work;
-  if (!item_work(p, work)) return;
+  if (!item_work(p, work, static_cast<int>(blockIdx.y) / cluster)) return;
+  if (cluster > 1) {
+    const int per = ((work.chunk_end - work.chunk_begin + kN - 1) / kN + cluster - 1) / cluster;
+    const int begin = min(work.chunk_end, work.chunk_begin + rank * per * kN);
+    work.chunk_end = min(work.chunk_end, begin + per * kN);
+    work.chunk_begin = begin;
+  }
   const auto [item, request, split, q_begin, q_len, num_rows, kv_len, chunk_begin, chunk_end,
               pos_shift, pages] = work;
   const int H = p.num_heads;
@@ -301,29 +379,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     __syncthreads();
-    // Thread t: float4 t, t + 256, ... of the [16 rows][512] block (consecutive threads,
-    // consecutive columns: conflict-free reads, coalesced writes).
-#pragma unroll
-    for (int v = 0; v < T::kRows * kRank / 4 / kThreads; ++v) {
-      const int idx = v * kThreads + tid;
-      const int r = idx / (kRank / 4);
-      const int col = (idx % (kRank / 4)) * 4;
-      const int row = row0 + r;
-      if (row >= num_rows || (split && row >= p.partial_rows)) continue;
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int q = 0; q < T::kPairs; ++q) {
-        const float4 x =
-            *reinterpret_cast<const float4*>(s_o + (q * T::kRows + r) * T::kORowFloats + col);
-        acc.x += x.x;
-        acc.y += x.y;
-        acc.z += x.z;
-        acc.w += x.w;
-      }
-      acc.x *= p.out_scale;
-      acc.y *= p.out_scale;
-      acc.z *= p.out_scale;
-      acc.w *= p.out_scale;
+    // Request row `row` (block row r), columns col .. col + 3: out (bf16) or the item's partial
+    // (f32), and the row's lse with column 0.
+    auto emit = [&](int row, int col, const float4& acc, float lse) {
       if (!split) {
         const int tok = row / H;
         const int head = row - tok * H;
@@ -336,8 +394,92 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<float4*>(p.partial_out + slot * kRank + col) = acc;
       }
       if (col == 0) {
-        if (float* slot = lse_slot(p, work, row)) *slot = s_lse[r];
+        if (float* slot = lse_slot(p, work, row)) *slot = lse;
       }
+    };
+    // Thread t: float4 t, t + 256, ... of the [16 rows][512] block (consecutive threads,
+    // consecutive columns: conflict-free reads, coalesced writes), summed over the pairs.
+    constexpr int kPerThread = T::kRows * kRank / 4 / kThreads;
+    float4 sums[kPerThread];
+#pragma unroll
+    for (int v = 0; v < kPerThread; ++v) {
+      const int idx = v * kThreads + tid;
+      const int r = idx / (kRank / 4);
+      const int col = (idx % (kRank / 4)) * 4;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int q = 0; q < T::kPairs; ++q) {
+        const float4 x =
+            *reinterpret_cast<const float4*>(s_o + (q * T::kRows + r) * T::kORowFloats + col);
+        acc.x += x.x;
+        acc.y += x.y;
+        acc.z += x.z;
+        acc.w += x.w;
+      }
+      sums[v] = acc;
+    }
+    if (cluster == 1) {
+#pragma unroll
+      for (int v = 0; v < kPerThread; ++v) {
+        const int idx = v * kThreads + tid;
+        const int r = idx / (kRank / 4);
+        const int row = row0 + r;
+        if (row >= num_rows || (split && row >= p.partial_rows)) continue;
+        const float4 acc = sums[v];
+        emit(row, (idx % (kRank / 4)) * 4,
+             make_float4(acc.x * p.out_scale, acc.y * p.out_scale, acc.z * p.out_scale,
+                         acc.w * p.out_scale),
+             s_lse[r]);
+      }
+    } else {
+      // ---- the cluster's CTAs combine their (O, lse) in distributed shared memory ----
+      // Each CTA's O (normalised by its own sum) goes into pair 0's rows of s_o (every thread
+      // rewrites only the elements it read); then rank k combines columns k * 512 / C .. for
+      // every row from all C CTAs:  lse = M + log(sum_j exp(lse_j - M)),
+      // O = sum_j exp(lse_j - lse) O_j.
+#pragma unroll
+      for (int v = 0; v < kPerThread; ++v) {
+        const int idx = v * kThreads + tid;
+        const int r = idx / (kRank / 4);
+        const int col = (idx % (kRank / 4)) * 4;
+        *reinterpret_cast<float4*>(s_o + r * T::kORowFloats + col) = sums[v];
+      }
+      cluster_sync();  // every CTA's O and lse are in its shared memory
+      const uint32_t o_base = smem_u32(s_o);
+      const uint32_t lse_base = smem_u32(s_lse);
+      const int width = kRank / 4 / cluster;  // float4 columns per rank
+      for (int idx = tid; idx < T::kRows * width; idx += kThreads) {
+        const int r = idx / width;
+        const int col = (rank * width + idx % width) * 4;
+        const int row = row0 + r;
+        if (row >= num_rows || (split && row >= p.partial_rows)) continue;
+        float lse_j[kMaxCluster];
+        float big = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kMaxCluster; ++j) {
+          lse_j[j] = j < cluster ? ld_cluster_f32(map_cluster(lse_base + 4 * r, j)) : -INFINITY;
+          big = fmaxf(big, lse_j[j]);
+        }
+        float total = 0.0f;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < kMaxCluster; ++j) {
+          if (lse_j[j] == -INFINITY) continue;  // past the cluster, or nothing seen
+          const float w = __expf(lse_j[j] - big);
+          const float4 x =
+              ld_cluster_f32x4(map_cluster(o_base + 4 * (r * T::kORowFloats + col), j));
+          total += w;
+          acc.x += w * x.x;
+          acc.y += w * x.y;
+          acc.z += w * x.z;
+          acc.w += w * x.w;
+        }
+        const float scale = total > 0.0f ? p.out_scale / total : 0.0f;
+        emit(row, col,
+             make_float4(acc.x * scale, acc.y * scale, acc.z * scale, acc.w * scale),
+             total > 0.0f ? big + __logf(total) : -INFINITY);
+      }
+      cluster_sync();  // the others are done reading this CTA's shared memory
     }
 
     // ---- fused merge (opt-in): the last item of a split request to finish merges them ----

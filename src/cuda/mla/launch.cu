@@ -7,7 +7,7 @@
 // read-bound kernel (kernel_small.cuh); the general mma.sync kernel (kernel.cuh, templated on the
 // row block) serves the rest: fp8 caches and sm_80. PAGEDATTN_MLA_KERNEL=mma forces the general
 // kernel everywhere (tests and benchmarks compare them).
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -39,27 +39,50 @@ bool mma_forced() {
   return env != nullptr && std::strcmp(env, "mma") == 0;
 }
 
-// Whether this process can run the wgmma kernel: a 9.x device and sm_90a code in the binary (both
-// fixed for the process, checked once).
+// Whether `kernel` has code for this process's device of compute capability 9.x (sm_90 or later
+// code in the binary; both fixed for the process).
+bool hopper_code(const void* kernel) {
+  cudaFuncAttributes attributes{};
+  int device = 0, major = 0;
+  const bool available =
+      cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
+      attributes.binaryVersion >= 90 && cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      major == 9;
+  cudaGetLastError();  // a failed query leaves nothing behind
+  return available;
+}
+// The wgmma kernels (sm_90a code), checked once.
 bool sm90_available() {
-  static const bool available = [] {
-    cudaFuncAttributes attributes{};
-    int device = 0, major = 0;
-    return cudaFuncGetAttributes(&attributes, sm90::mla_kernel_sm90) == cudaSuccess &&
-           attributes.binaryVersion >= 90 && cudaGetDevice(&device) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
-               cudaSuccess &&
-           major == 9;
-  }();
+  static const bool available =
+      hopper_code(reinterpret_cast<const void*>(sm90::mla_kernel_sm90));
+  return available;
+}
+// Clusters for the H <= 16 kernel: its sm_90 code on a 9.x device, checked once.
+bool small_clusters_available() {
+  static const bool available =
+      hopper_code(reinterpret_cast<const void*>(small::mla_kernel_small));
   return available;
 }
 
+// grid.y = grid_items * params.cluster, in clusters of (1, params.cluster) CTAs when that is > 1.
 void launch_small(const MlaParams& params, int grid_items, int row_blocks, cudaStream_t stream) {
   static const cudaError_t attribute_status = cudaFuncSetAttribute(
       small::mla_kernel_small, cudaFuncAttributeMaxDynamicSharedMemorySize, small::Tile::kBytes);
   PA_CUDA_CHECK(attribute_status);
-  small::mla_kernel_small<<<dim3(row_blocks, grid_items), kThreads, small::Tile::kBytes, stream>>>(
-      params);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(row_blocks, grid_items * params.cluster);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = small::Tile::kBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = static_cast<unsigned>(params.cluster);
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = params.cluster > 1 ? 1 : 0;
+  PA_CUDA_CHECK(cudaLaunchKernelEx(&config, small::mla_kernel_small, params));
   check_launch("mla_kernel_small");
 }
 
@@ -92,6 +115,20 @@ void launch_sm90(const MlaParams& params, int grid_items, int row_blocks, cudaSt
 
 }  // namespace
 
+// Clusters of 2 by default: on the H200, H 16 64 x 16384 (2 CTAs a request) took 290.9 us in
+// clusters against 297.8 us split in two items and merged; clusters of 8 (16 x 1024, 16 x 4096)
+// were far slower (27.6 / 52.9 us against 17.5 / 38.2), as if not all sixteen clusters of eight
+// one-CTA-per-SM CTAs fit on the GPU at once (bench/RESULTS.md, session 6, run 7).
+constexpr int kDefaultClusterLimit = 2;
+
+int mla_cluster_limit(bool fp8_kv) {
+  if (fp8_kv || mma_forced() || !small_clusters_available()) return 1;
+  const char* env = std::getenv("PAGEDATTN_MLA_CLUSTER");  // read per call, so tests can switch
+  if (env == nullptr || *env == '\0') return kDefaultClusterLimit;
+  const int limit = std::atoi(env);
+  return std::clamp(limit, 1, small::kMaxCluster);
+}
+
 void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_items,
                 int row_blocks, bool merge, int merge_rows, void* stream) {
   auto cuda_stream = static_cast<cudaStream_t>(stream);
@@ -100,7 +137,9 @@ void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_i
   const bool general = fp8_kv || mma_forced();
   bool merged = false;  // the kernel merged split requests itself
   if (block_rows == 16) {
-    if (fp8_kv) {
+    if (params.cluster > 1) {  // planned for the H <= 16 kernel (mla_cluster_limit)
+      launch_small(params, grid_items, grid_rows, cuda_stream);
+    } else if (fp8_kv) {
       launch_mma<__nv_fp8_e4m3, 16>(params, grid_items, grid_rows, cuda_stream);
     } else if (general) {
       launch_mma<__nv_bfloat16, 16>(params, grid_items, grid_rows, cuda_stream);
