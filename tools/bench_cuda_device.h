@@ -100,6 +100,9 @@ nlohmann::json bench_mla_rows(const MlaRowsConfig& config, const CudaCeilings& c
 // The tensor-core instruction rates behind the sm_90a MLA kernels (cuda/mla/wgmma_probe.h),
 // printed as a table; [] where the device or binary has no sm_90a.
 nlohmann::json bench_wgmma_rates(void* stream);
+// How many clusters of 2, 4 and 8 CTAs of the H <= 16 MLA kernel the device runs at once (the
+// cluster path takes every request of a batch in one cluster): printed, and returned as JSON.
+nlohmann::json bench_cluster_occupancy();
 
 // ---- issue 4: host planner vs GPU planner on the same table ----
 struct PlannerBenchConfig {

@@ -19,9 +19,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/mla/config.h"
 #include "cuda/mla/wgmma_probe.h"
 #include "tools/bench_cuda_device.h"
 
@@ -186,6 +189,20 @@ nlohmann::json bench_wgmma_rates(void* stream) {
                    {"cycles", r.cycles},
                    {"ideal_cycles", r.ideal_cycles}});
   }
+  std::fflush(stdout);
+  return out;
+}
+
+nlohmann::json bench_cluster_occupancy() {
+  const std::vector<std::pair<int, int>> occupancy = cuda::mla::small_cluster_occupancy();
+  nlohmann::json out = nlohmann::json::array();
+  if (occupancy.empty()) return out;
+  fmt::print("\nclusters of the H <= 16 kernel (one CTA per SM) that run at once on this device:");
+  for (const auto& [cluster, clusters] : occupancy) {
+    fmt::print(" {} of {} ({} CTAs);", clusters, cluster, clusters * cluster);
+    out.push_back({{"cluster", cluster}, {"max_active_clusters", clusters}});
+  }
+  fmt::print("\n");
   std::fflush(stdout);
   return out;
 }

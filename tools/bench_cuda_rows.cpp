@@ -112,6 +112,7 @@ CudaRowsStatus run_cuda_rows(const CudaRowsOptions& o) {
       document["reps"] = config.reps;
       document["rows"] = bench_mla_rows(config, ceilings, stream);
       document["wgmma_rates"] = bench_wgmma_rates(stream);
+      document["cluster_occupancy"] = bench_cluster_occupancy();
       break;
     }
     case CudaBench::kPlan: {

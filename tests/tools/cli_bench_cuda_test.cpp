@@ -69,6 +69,13 @@ TEST_P(CliBenchCuda, RunsOrSaysWhyNot) {
           << rate.dump();
     }
   }
+  // bench mla: clusters of 2, 4, 8 (an empty list where the H <= 16 kernel cannot run); at least
+  // one of each fits.
+  if (doc.contains("cluster_occupancy")) {
+    for (const auto& entry : doc["cluster_occupancy"]) {
+      EXPECT_GE(entry["max_active_clusters"].get<int>(), 1) << entry.dump();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

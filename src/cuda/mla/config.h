@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "cuda/workspace.h"
 
@@ -79,6 +81,10 @@ struct MlaParams {
 // dtype (launch.cu): where that kernel runs (a bf16 cache on a 9.x device with its code), 2, or
 // PAGEDATTN_MLA_CLUSTER=N (1 .. 8; 1: none); else 1.
 int mla_cluster_limit(bool fp8_kv);
+
+// (C, n) for C = 2, 4, 8: n clusters of C CTAs of the H <= 16 kernel (a CTA per SM) run on the
+// device at once (cudaOccupancyMaxActiveClusters); empty where that kernel cannot run.
+std::vector<std::pair<int, int>> small_cluster_occupancy();
 
 // Enqueues the partition-driven MLA kernel for blocks of `block_rows` (kBlockM or kSmallBlockM)
 // rows on a grid of (row blocks, grid_items <= 65535) CTAs (past 65535 row blocks a CTA loops over

@@ -129,6 +129,32 @@ int mla_cluster_limit(bool fp8_kv) {
   return std::clamp(limit, 1, small::kMaxCluster);
 }
 
+std::vector<std::pair<int, int>> small_cluster_occupancy() {
+  std::vector<std::pair<int, int>> out;
+  if (!small_clusters_available()) return out;
+  PA_CUDA_CHECK(cudaFuncSetAttribute(small::mla_kernel_small,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     small::Tile::kBytes));
+  for (int cluster = 2; cluster <= small::kMaxCluster; cluster *= 2) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1, static_cast<unsigned>(cluster));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = small::Tile::kBytes;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 1;
+    attribute.val.clusterDim.y = static_cast<unsigned>(cluster);
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    PA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(
+        &clusters, reinterpret_cast<const void*>(small::mla_kernel_small), &config));
+    out.emplace_back(cluster, clusters);
+  }
+  return out;
+}
+
 void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_items,
                 int row_blocks, bool merge, int merge_rows, void* stream) {
   auto cuda_stream = static_cast<cudaStream_t>(stream);
