@@ -65,23 +65,34 @@ bool small_clusters_available() {
   return available;
 }
 
-// grid.y = grid_items * params.cluster, in clusters of (1, params.cluster) CTAs when that is > 1.
-void launch_small(const MlaParams& params, int grid_items, int row_blocks, cudaStream_t stream) {
+// The H <= 16 kernel's launch configuration on `grid`, in clusters of (1, cluster) CTAs when
+// cluster > 1 (`attribute` holds the cluster dimension the configuration points to); the kernel's
+// shared-memory opt-in, once per process.
+cudaLaunchConfig_t small_config(dim3 grid, int cluster, cudaStream_t stream,
+                                cudaLaunchAttribute& attribute) {
   static const cudaError_t attribute_status = cudaFuncSetAttribute(
       small::mla_kernel_small, cudaFuncAttributeMaxDynamicSharedMemorySize, small::Tile::kBytes);
   PA_CUDA_CHECK(attribute_status);
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(row_blocks, grid_items * params.cluster);
+  config.gridDim = grid;
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = small::Tile::kBytes;
   config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 1;
-  cluster.val.clusterDim.y = static_cast<unsigned>(params.cluster);
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = params.cluster > 1 ? 1 : 0;
+  attribute = cudaLaunchAttribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = static_cast<unsigned>(cluster);
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = cluster > 1 ? 1 : 0;
+  return config;
+}
+
+// grid.y = grid_items * params.cluster.
+void launch_small(const MlaParams& params, int grid_items, int row_blocks, cudaStream_t stream) {
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = small_config(
+      dim3(row_blocks, grid_items * params.cluster), params.cluster, stream, attribute);
   PA_CUDA_CHECK(cudaLaunchKernelEx(&config, small::mla_kernel_small, params));
   check_launch("mla_kernel_small");
 }
@@ -132,21 +143,10 @@ int mla_cluster_limit(bool fp8_kv) {
 std::vector<std::pair<int, int>> small_cluster_occupancy() {
   std::vector<std::pair<int, int>> out;
   if (!small_clusters_available()) return out;
-  PA_CUDA_CHECK(cudaFuncSetAttribute(small::mla_kernel_small,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     small::Tile::kBytes));
   for (int cluster = 2; cluster <= small::kMaxCluster; cluster *= 2) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(1, static_cast<unsigned>(cluster));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = small::Tile::kBytes;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = 1;
-    attribute.val.clusterDim.y = static_cast<unsigned>(cluster);
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config =
+        small_config(dim3(1, static_cast<unsigned>(cluster)), cluster, nullptr, attribute);
     int clusters = 0;
     PA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(
         &clusters, reinterpret_cast<const void*>(small::mla_kernel_small), &config));
