@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Tests of scripts/bench-tables, the writer of bench/RESULTS.md's current tables.
+
+Every cell of every table written from the committed JSON (bench/current/) is checked against
+the JSON itself, recomputed here (figure, ceiling, ratio, page-size ratio, target from
+bench/targets.json, met); small made-up documents check the corner cases (no target, a missing
+page size, the CPU table, a target at most); --update replaces only the marked blocks and fails on
+a missing one; and bench/RESULTS.md holds exactly what the writer makes of bench/current/, so
+refreshing it is one command. Run by ctest (test bench_tables) or directly.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+WRITER = os.path.join(ROOT, "scripts", "bench-tables")
+CURRENT = os.path.join(ROOT, "bench", "current")
+with open(os.path.join(ROOT, "bench", "targets.json"), encoding="utf-8") as targets_file:
+    TARGETS = json.load(targets_file)
+
+
+def run_writer(*args, check=True):
+    result = subprocess.run([sys.executable, WRITER, *args], capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"bench-tables {args} failed: {result.stderr}")
+    return result
+
+
+def blocks(text):
+    """{family: [table rows as lists of cells]} from the marked blocks of `text`."""
+    out = {}
+    family = None
+    for line in text.splitlines():
+        if line.startswith("<!-- table:"):
+            family = line[len("<!-- table:"):-len(" -->")]
+            out[family] = []
+        elif line.startswith("<!-- /table:"):
+            family = None
+        elif family and line.startswith("| ") and not line.startswith("|---"):
+            out[family].append([cell.strip() for cell in line.strip("|").split("|")])
+    return out
+
+
+def tables_by_header(rows):
+    """Splits a block's rows into tables: each starts at a row whose first cell is a header."""
+    tables, current = [], None
+    for row in rows:
+        if row[0] in ("B x kv_len", "row", "H", "form", "layout"):
+            current = {"header": row, "rows": []}
+            tables.append(current)
+        else:
+            current["rows"].append(row)
+    return tables
+
+
+def load(name):
+    with open(os.path.join(CURRENT, name), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def r2(x):
+    return f"{x:.2f}"
+
+
+class CommittedJson(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.text = run_writer(CURRENT, "--commit", "abc1234").stdout
+        cls.blocks = blocks(cls.text)
+
+    def test_every_family_with_json_has_a_table(self):
+        self.assertEqual(set(self.blocks), {"decode", "prefill", "mla", "planner"})
+
+    def test_decode_rows(self):
+        doc = load("decode.json")
+        ceiling = doc["ceilings"]["read_gbs"] / 1000.0
+        tables = tables_by_header(self.blocks["decode"])
+        rows = {row[0]: row for row in tables[0]["rows"]}
+        p16 = [r for r in doc["rows"] if r["page_size"] == 16]
+        self.assertEqual(len(rows), len(p16))
+        for r in p16:
+            name = f"{r['batch']}x{r['kv_len']}"
+            p1 = [o for o in doc["rows"] if o["page_size"] == 1 and o["batch"] == r["batch"]
+                  and o["kv_len"] == r["kv_len"]][0]
+            target = TARGETS["decode"]["rows"][name]
+            expected = [name, r2(r["kv_tbs"]), r2(ceiling), r2(r["kv_tbs"] / ceiling),
+                        r2(p1["kv_tbs"] / r["kv_tbs"]), str(target),
+                        "yes" if r["kv_tbs"] >= target else "no", "abc1234", "2026-12-04 03:06Z"]
+            self.assertEqual(rows[name], expected)
+        graph = {row[0]: row for row in tables[1]["rows"]}
+        for g in doc["graphs"]:
+            row = graph[f"{g['batch']}x{g['kv_len']}"]
+            self.assertEqual(row[1:7], [str(g["layers"]), str(g["page_size"]),
+                                        f"{g['graph_step_wall_us']:.1f}",
+                                        f"{g['eager_step_wall_us']:.1f}",
+                                        f"{g['graph_host_us_per_step']:.1f}",
+                                        f"{g['eager_host_us_per_step']:.1f}"])
+        self.assertEqual(graph["1x1024"][7:9], ["<= 160", "no"])  # 440.9 us against 160
+
+    def test_prefill_rows(self):
+        doc = load("prefill.json")
+        ceiling = doc["ceilings"]["matmul_bf16_tflops"]
+        rows = {row[0]: row for row in tables_by_header(self.blocks["prefill"])[0]["rows"]}
+        for r in [r for r in doc["rows"] if r["page_size"] == 16]:
+            p1 = [o for o in doc["rows"] if o["page_size"] == 1 and o["row"] == r["row"]][0]
+            target = TARGETS["prefill"]["rows"].get(r["row"])
+            self.assertEqual(rows[r["row"]], [
+                r["row"], f"{r['tflops']:.1f}", f"{ceiling:.1f}", r2(r["tflops"] / ceiling),
+                r2(p1["tflops"] / r["tflops"]), str(target) if target else "-",
+                ("yes" if r["tflops"] >= target else "no") if target else "-", "abc1234",
+                "2026-12-04 03:06Z"])
+
+    def test_mla_rows(self):
+        doc = load("mla.json")
+        rows = {(row[0], row[1]): row for row in tables_by_header(self.blocks["mla"])[0]["rows"]}
+        main = [r for r in doc["rows"] if r["page_size"] == 64]
+        self.assertEqual(len(rows), len(main))
+        for r in main:
+            name = f"{r['batch']}x{r['kv_len']}"
+            p1 = [o for o in doc["rows"] if o["page_size"] == 1 and o["heads"] == r["heads"]
+                  and o["batch"] == r["batch"] and o["kv_len"] == r["kv_len"]][0]
+            if r["heads"] == 128:  # compute-bound rows, in TFLOP/s against cuBLAS
+                value, ceiling = r["tflops"], doc["ceilings"]["matmul_bf16_tflops"]
+                cells = [f"{value:.1f} TFLOP/s", f"{ceiling:.1f} (cuBLAS)"]
+                page_ratio = p1["tflops"] / value
+            else:  # read-bound rows, in TB/s against the streaming read
+                value, ceiling = r["latent_tbs"], doc["ceilings"]["read_gbs"] / 1000.0
+                cells = [f"{value:.2f} TB/s", f"{ceiling:.2f} (read)"]
+                page_ratio = p1["latent_tbs"] / value
+            target = TARGETS["mla"]["rows"][f"{r['heads']}:{name}"]
+            self.assertEqual(rows[(str(r["heads"]), name)], [
+                str(r["heads"]), name, *cells, r2(value / ceiling), r2(page_ratio), str(target),
+                "yes" if value >= target else "no", "abc1234", "2026-12-04 03:06Z"])
+
+    def test_planner_rows(self):
+        doc = load("plan.json")
+        rows = {(row[0], row[1]): row
+                for row in tables_by_header(self.blocks["planner"])[0]["rows"]}
+        for r in doc["rows"]:
+            row = rows[(r["form"], f"{r['batch']}x{r['kv_len']}")]
+            column = {1: 2, 16: 3, 64: 4}[r["page_size"]]
+            self.assertEqual(row[column], f"{r['gpu_us']:.1f} / {r['host_us']:.2f}")
+            ratios = row[5].split(", ")
+            self.assertEqual(ratios[column - 2], r2(r["host_us"] / r["gpu_us"]))
+        self.assertEqual(len(rows) * 3, len(doc["rows"]))
+
+
+class MadeUpDocuments(unittest.TestCase):
+    def write(self, directory, name, doc):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
+            json.dump(doc, handle)
+
+    def test_cpu_table_target_and_commit_file(self):
+        with tempfile.TemporaryDirectory() as directory:
+            row = {"batch": 16, "kv_len": 4096, "layout": "NHD", "page_size": 16,
+                   "kv_gbs": 50.0, "memory_bandwidth_gbs": 80.0}
+            self.write(directory, "cpu_decode_NHD.json", {
+                "benchmark": "decode", "device": "cpu", "machine": "Test CPU",
+                "timestamp": "2026-01-02T03:04:05Z",
+                "results": [row, dict(row, batch=1, kv_gbs=60.0),
+                            dict(row, batch=2, kv_gbs=10.0)]})
+            with open(os.path.join(directory, "commit.txt"), "w", encoding="utf-8") as handle:
+                handle.write("feed123\n")
+            rows = tables_by_header(blocks(run_writer(directory).stdout)["cpu"])[0]["rows"]
+            # 50 / 80 = 0.625 >= 0.6 (B 16, both layouts); 60 / 80 = 0.75 >= 0.7 (NHD B 1);
+            # B 2 has no target.
+            self.assertEqual(rows[0], ["NHD", "16x4096", "16", "50.0", "80.0", "0.62", "0.6", "yes",
+                                       "feed123", "2026-01-02 03:04Z"])
+            self.assertEqual(rows[1][5:8], ["0.75", "0.7", "yes"])
+            self.assertEqual(rows[2][5:8], ["0.12", "-", "-"])
+
+    def test_decode_without_second_page_size_or_target(self):
+        with tempfile.TemporaryDirectory() as directory:
+            self.write(directory, "decode.json", {
+                "benchmark": "cuda_decode", "date": "2026-01-02T03:04:05Z", "reps": 3,
+                "l2_flush": "clean", "ceilings": {"read_gbs": 2000.0, "device": "Test GPU"},
+                "shape": {}, "rows": [
+                    {"batch": 3, "kv_len": 100, "page_size": 16, "kv_tbs": 1.5},
+                    {"batch": 1, "kv_len": 8192, "page_size": 16, "kv_tbs": 2.5},
+                    {"batch": 1, "kv_len": 8192, "page_size": 1, "kv_tbs": 2.0}]})
+            rows = tables_by_header(blocks(run_writer(directory, "--commit", "c1").stdout)[
+                "decode"])[0]["rows"]
+            self.assertEqual(rows[0], ["3x100", "1.50", "2.00", "0.75", "-", "-", "-", "c1",
+                                       "2026-01-02 03:04Z"])
+            # 2.5 TB/s against issue 18's 2.2: met; P 1 / P 16 = 0.8.
+            self.assertEqual(rows[1], ["1x8192", "2.50", "2.00", "1.25", "0.80", "2.2", "yes", "c1",
+                                       "2026-01-02 03:04Z"])
+
+    def test_no_json_is_an_error(self):
+        with tempfile.TemporaryDirectory() as directory:
+            result = run_writer(directory, check=False)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("no bench JSON", result.stderr)
+
+
+class Update(unittest.TestCase):
+    def test_replaces_only_marked_blocks(self):
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "RESULTS.md")
+            blocks_text = "\n".join(f"<!-- table:{f} -->\nold {f}\n<!-- /table:{f} -->"
+                                    for f in ("decode", "prefill", "mla", "planner", "cpu"))
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(f"# head\n\n{blocks_text}\n\ntail text\n")
+            keep = os.path.join(directory, "kept")
+            run_writer(CURRENT, "--commit", "x", "--update", path, "--keep", keep)
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+            self.assertTrue(text.startswith("# head\n"))
+            self.assertTrue(text.endswith("\n\ntail text\n"))
+            self.assertIn("old cpu", text)  # no CPU JSON in bench/current: left as it was
+            for family in ("decode", "prefill", "mla", "planner"):
+                self.assertNotIn(f"old {family}", text)
+            self.assertEqual(sorted(os.listdir(keep)),
+                             ["commit.txt", "decode.json", "mla.json", "plan.json", "prefill.json"])
+
+    def test_missing_block_is_an_error(self):
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "RESULTS.md")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write("<!-- table:decode -->\nx\n<!-- /table:decode -->\n")
+            result = run_writer(CURRENT, "--update", path, check=False)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("no <!-- table:prefill --> block", result.stderr)
+
+
+def raw_blocks(text):
+    """{family: the text of its marked block, markers included}."""
+    found = re.findall(r"(<!-- table:(\w+) -->\n.*?\n<!-- /table:\2 -->)", text, re.S)
+    return {family: block for block, family in found}
+
+
+class ResultsMd(unittest.TestCase):
+    def test_results_md_is_what_the_writer_makes_of_bench_current(self):
+        expected = raw_blocks(run_writer(CURRENT).stdout)
+        self.assertEqual(set(expected), {"decode", "prefill", "mla", "planner"})
+        with open(os.path.join(ROOT, "bench", "RESULTS.md"), encoding="utf-8") as handle:
+            actual = raw_blocks(handle.read())
+        for family, block in expected.items():
+            self.assertEqual(actual.get(family), block, f"bench/RESULTS.md table {family}: "
+                             "run scripts/bench-tables bench/current --update bench/RESULTS.md")
+
+
+if __name__ == "__main__":
+    unittest.main()
