@@ -3,14 +3,19 @@
 // builds the application from them and turns errors into exit codes (1: the command failed,
 // 2: the command line could not be built).
 #include <cstdio>
+#include <string>
 
 #include "pagedattn/error.h"
+#include "pagedattn/version.h"
 #include "tools/cli/command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"pagedattn: paged-KV-cache attention backend"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "pagedattn 0.1.0");
+  app.set_version_flag("--version",
+                       std::string("pagedattn ") + PAGEDATTN_VERSION_STRING +
+                           " (CUDA: " + (PAGEDATTN_BUILT_WITH_CUDA ? PAGEDATTN_CUDA_ARCHS : "off") +
+                           "; CPU SIMD: " + PAGEDATTN_CPU_SIMD + ")");
   try {
     pagedattn::tools::add_registered_commands(app);
   } catch (const pagedattn::Error& error) {

@@ -1,7 +1,12 @@
+// dispatch_float: calls fn with a value of the C++ type of a floating DType (float, Half,
+// BFloat16, Fp8E4M3), or throws naming `what`. Part of pagedattn/dtype.h, which includes it last;
+// including it alone includes dtype.h first (the #pragma once of each ends the cycle).
 #pragma once
 
 #include <string>
+#include <string_view>
 
+#include "pagedattn/dtype.h"
 #include "pagedattn/error.h"
 
 namespace pagedattn {
