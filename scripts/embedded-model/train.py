@@ -16,8 +16,8 @@ Pipeline, all in one run:
      the checkpoint with the best validation loss is the one kept;
   5. output (--out): the model directory as save_pretrained writes it (bf16 safetensors) plus the
      tokenizer files and the model card (README.md, with the figures of this run), reloaded with
-     transformers' Auto classes to check it and to write greedy and temperature-0.8 samples;
-     metrics.json and samples.txt beside it.
+     transformers' Auto classes to check it and to write greedy and temperature-0.8 samples
+     (check_model.py); metrics.json, samples.json and samples.txt beside it.
 
 `--dry-run` stops before anything needs torch or tokenizers: it prints the corpus split, the
 parameter count and the size estimate, and writes a model card with placeholder figures.
@@ -35,6 +35,7 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import check_model  # noqa: E402
 import corpus  # noqa: E402
 import model_card  # noqa: E402
 
@@ -43,16 +44,11 @@ import model_card  # noqa: E402
 SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
-PROMPTS = ["It is a truth universally", "Elizabeth", "Mr. Darcy", "Emma Woodhouse,",
-           "\"My dear Fanny,"]
-CHAT_PROMPT = [{"role": "user", "content": "\"Pray, what do you think of Mr. Darcy?\""}]
-
-
 def parse_arguments():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add = parser.add_argument
-    add("--text", required=True, help="folder written by export-austen.sh")
-    add("--out", required=True, help="output folder (the model goes to OUT/model)")
+    add("--text", help="folder written by export-austen.sh")
+    add("--out", help="output folder (the model goes to OUT/model)")
     add("--name", default="austen-3m", help="model name used in the card")
     add("--seed", type=int, default=0)
     add("--validation-fraction", type=float, default=0.01)
@@ -78,13 +74,20 @@ def parse_arguments():
              "fewer steps are run (the cosine schedule is set for them)")
     add("--max-dir-bytes", type=int, default=6 * 1024 * 1024)
     add("--dry-run", action="store_true")
-    return parser, parser.parse_args()
+    add("--card-from", metavar="RUN_DIR",
+        help="only write RUN_DIR/model/README.md again from RUN_DIR/metrics.json and "
+             "samples.json (after a change to model_card.py)")
+    args = parser.parse_args()
+    if not args.card_from and not (args.text and args.out):
+        parser.error("--text and --out are required (unless --card-from)")
+    return parser, args
 
 
 def reproduce_command(parser, args, steps_run):
     """The command that trains this model again: the arguments that differ from the defaults,
     with the steps this run made and no time cap (the step count was the cap's only effect)."""
-    words = ["python3 scripts/embedded-model/train.py --text /tmp/austen-text --out /tmp/austen-run"]
+    words = ["python3 scripts/embedded-model/train.py",
+             "--text /tmp/austen-text --out /tmp/austen-run"]
     for name, value in vars(args).items():
         if name in ("text", "out", "max_seconds", "dry_run", "steps"):
             continue
@@ -184,13 +187,6 @@ def evaluate(torch, model, windows, batch):
     return total / count
 
 
-def validation_windows(torch, validation, context, device):
-    """Non-overlapping windows of context + 1 tokens (consecutive windows share one token)."""
-    count = (len(validation) - 1) // context
-    tensor = torch.tensor(validation[:count * context + 1], dtype=torch.long, device=device)
-    return torch.stack([tensor[i * context:(i + 1) * context + 1] for i in range(count)])
-
-
 def train(args, train_tokens, validation_tokens, log):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -218,7 +214,7 @@ def train(args, train_tokens, validation_tokens, log):
         lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
 
     data = torch.tensor(train_tokens, dtype=torch.long, device=device)
-    validation = validation_windows(torch, validation_tokens, args.context, device)
+    validation = check_model.validation_windows(torch, validation_tokens, args.context, device)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     fixed = torch.Generator(device=device).manual_seed(args.seed + 1)
     span = torch.arange(args.context + 1, device=device)
@@ -283,92 +279,15 @@ def train(args, train_tokens, validation_tokens, log):
     return model, result
 
 
-def save_and_check(args, model, tokenizer, validation_tokens, model_dir, result, log):
-    """Saves bf16 weights, reloads the directory with transformers' Auto classes, samples."""
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-    model.generation_config = GenerationConfig(
-        bos_token_id=0, eos_token_id=0, pad_token_id=0, do_sample=True, temperature=0.8,
-        top_p=0.95, max_length=args.context)
-    model.to(torch.bfloat16).save_pretrained(str(model_dir))
-    config_path = model_dir / "config.json"
-    config = json.loads(config_path.read_text())
-    if config.get("dtype", config.get("torch_dtype")) != "bfloat16":
-        config["dtype"] = "bfloat16"
-        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    result["transformers"] = transformers.__version__
-
-    try:
-        reloaded = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    except TypeError:
-        reloaded = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32)
-    reloaded = reloaded.to("cuda").eval()
-    hf_tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    windows = validation_windows(torch, validation_tokens, args.context, "cuda")
-    with torch.no_grad():
-        total = 0.0
-        for row in windows:
-            logits = reloaded(input_ids=row[None, :-1], use_cache=False).logits.float()[0]
-            total += torch.nn.functional.cross_entropy(logits, row[1:], reduction="sum").item()
-    tokens = windows[:, 1:].numel()
-    text_bytes = sum(len(tokenizer.decode(row[1:].tolist()).encode()) for row in windows)
-    result["validation_loss_bf16_weights"] = round(total / tokens, 4)
-    result["validation_bits_per_byte"] = round(total / text_bytes / math.log(2), 4)
-    log(f"shipped bf16 weights, float32 compute: val loss {total / tokens:.4f} nats/token, "
-        f"{result['validation_bits_per_byte']:.4f} bits/byte ({text_bytes / tokens:.2f} bytes/token)")
-
-    checks = []
-    probe = "It is a truth universally acknowledged, that a single man"
-    checks.append(("AutoTokenizer encodes as tokenizers does",
-                   hf_tokenizer(probe)["input_ids"] == tokenizer.encode(probe).ids))
-    rendered = hf_tokenizer.apply_chat_template(CHAT_PROMPT, tokenize=False,
-                                                add_generation_prompt=True)
-    checks.append(("apply_chat_template renders as corpus.render_chat",
-                   rendered == corpus.render_chat(CHAT_PROMPT, add_generation_prompt=True)))
-
-    def continue_text(prompt_ids, count, temperature, seed):
-        generator = torch.Generator(device="cuda").manual_seed(seed)
-        ids = torch.tensor([prompt_ids], device="cuda")
-        with torch.no_grad():
-            for _ in range(count):
-                logits = reloaded(input_ids=ids[:, -args.context:], use_cache=False).logits
-                logits = logits[0, -1].float()
-                if temperature == 0:
-                    next_id = logits.argmax()
-                else:
-                    probabilities = torch.softmax(logits / temperature, dim=-1)
-                    next_id = torch.multinomial(probabilities, 1, generator=generator)[0]
-                ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
-                if next_id.item() == 0:
-                    break
-        return ids[0, len(prompt_ids):].tolist()
-
-    samples = []
-    for index, prompt in enumerate(PROMPTS + [None]):
-        text = prompt if prompt is not None else rendered
-        prompt_ids = tokenizer.encode(text).ids
-        greedy = continue_text(prompt_ids, 60, 0.0, 0)
-        sampled = continue_text(prompt_ids, 120, 0.8, args.seed + index)
-        samples.append({"prompt": text, "greedy": tokenizer.decode(greedy, skip_special_tokens=False),
-                        "temperature_0.8": tokenizer.decode(sampled, skip_special_tokens=False)})
-        if index == 0:
-            try:
-                generated = reloaded.generate(
-                    torch.tensor([prompt_ids], device="cuda"), max_new_tokens=len(greedy),
-                    do_sample=False, pad_token_id=0)
-                checks.append(("model.generate greedy equals the manual greedy loop",
-                               generated[0, len(prompt_ids):].tolist() == greedy))
-            except Exception as error:  # a check, not a reason to lose the run
-                checks.append((f"model.generate failed: {error!r}", False))
-    result["checks"] = [{"check": name, "passed": bool(ok)} for name, ok in checks]
-    for name, ok in checks:
-        log(f"check: {'ok  ' if ok else 'FAIL'} {name}")
-    return samples
-
-
 def main():
     parser, args = parse_arguments()
+    if args.card_from:
+        run = pathlib.Path(args.card_from)
+        result = json.loads((run / "metrics.json").read_text())
+        samples = json.loads((run / "samples.json").read_text())
+        (run / "model" / "README.md").write_text(
+            model_card.render(argparse.Namespace(**result["arguments"]), result, samples))
+        return
     out = pathlib.Path(args.out)
     model_dir = out / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -410,8 +329,9 @@ def main():
     result["train_tokens"], result["validation_tokens"] = len(train_tokens), len(validation_tokens)
     result["tokenizer_seconds"] = round(time.time() - started, 1)
     log(f"tokenizer: {tokenizer.get_vocab_size()} tokens in {result['tokenizer_seconds']} s; "
-        f"train stream {len(train_tokens)} tokens ({train_chars / len(train_tokens):.2f} chars/token "
-        f"with chats), validation {len(validation_tokens)} tokens")
+        f"train stream {len(train_tokens)} tokens "
+        f"({train_chars / len(train_tokens):.2f} chars/token with chats), "
+        f"validation {len(validation_tokens)} tokens")
 
     model, trained = train(args, train_tokens, validation_tokens, log)
     result.update(trained)
@@ -420,12 +340,14 @@ def main():
         f"train {result['train_loss']}")
     result["command_run"], result["command"] = result["command"], reproduce_command(
         parser, args, result["steps_run"])
-    samples = save_and_check(args, model, tokenizer, validation_tokens, model_dir, result, log)
+    samples = check_model.save_and_check(args, model, tokenizer, validation_tokens, model_dir,
+                                         result, log)
     (model_dir / "README.md").write_text(model_card.render(args, result, samples))
     result["files"] = {p.name: p.stat().st_size for p in sorted(model_dir.iterdir())}
     result["directory_bytes"] = sum(result["files"].values())
     log(f"files: {result['files']}; total {result['directory_bytes']} bytes")
     (out / "metrics.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "samples.json").write_text(json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     with open(out / "samples.txt", "w", encoding="utf-8") as handle:
         for sample in samples:
             for key in ("prompt", "greedy", "temperature_0.8"):
