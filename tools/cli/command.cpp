@@ -15,13 +15,8 @@
 namespace pagedattn::tools {
 namespace {
 
-struct Registration {
-  std::vector<std::string> words;  // "bench decode" -> {"bench", "decode"}
-  AddCommand add = nullptr;
-};
-
-std::vector<Registration>& registrations() {
-  static std::vector<Registration> list;
+std::vector<CommandRegistration>& registrations() {
+  static std::vector<CommandRegistration> list;
   return list;
 }
 
@@ -36,19 +31,27 @@ std::vector<std::string> split_words(const std::string& path) {
   return words;
 }
 
+struct Entry {
+  std::vector<std::string> words;  // "bench decode" -> {"bench", "decode"}
+  AddCommand add = nullptr;
+};
+
 }  // namespace
 
 bool register_command(const char* path, AddCommand add) {
   // No checks here: this runs before main, where an exception would terminate the program;
-  // add_registered_commands reports what is wrong.
-  registrations().push_back({split_words(path == nullptr ? "" : path), add});
+  // add_commands reports what is wrong.
+  registrations().push_back({path == nullptr ? "" : path, add});
   return true;
 }
 
-void add_registered_commands(CLI::App& app) {
-  std::vector<Registration> sorted = registrations();
+void add_commands(CLI::App& app, const std::vector<CommandRegistration>& commands) {
+  std::vector<Entry> sorted;
+  for (const CommandRegistration& command : commands) {
+    sorted.push_back({split_words(command.path), command.add});
+  }
   // Parents (fewer words) first, then alphabetical.
-  std::sort(sorted.begin(), sorted.end(), [](const Registration& a, const Registration& b) {
+  std::sort(sorted.begin(), sorted.end(), [](const Entry& a, const Entry& b) {
     if (a.words.size() != b.words.size()) return a.words.size() < b.words.size();
     return a.words < b.words;
   });
@@ -58,23 +61,25 @@ void add_registered_commands(CLI::App& app) {
     PA_CHECK(i == 0 || sorted[i].words != sorted[i - 1].words,
              "the command '{}' is registered twice", fmt::join(sorted[i].words, " "));
   }
-  for (const Registration& registration : sorted) {
+  for (const Entry& entry : sorted) {
     CLI::App* parent = &app;
     std::string parent_path;
-    for (size_t i = 0; i + 1 < registration.words.size(); ++i) {
-      parent_path += (i == 0 ? "" : " ") + registration.words[i];
+    for (size_t i = 0; i + 1 < entry.words.size(); ++i) {
+      parent_path += (i == 0 ? "" : " ") + entry.words[i];
       CLI::App* child = nullptr;
       try {
-        child = parent->get_subcommand(registration.words[i]);
+        child = parent->get_subcommand(entry.words[i]);
       } catch (const CLI::OptionNotFound&) {
         child = nullptr;
       }
       PA_CHECK(child != nullptr, "the command '{}' needs the command '{}', which is not registered",
-               fmt::join(registration.words, " "), parent_path);
+               fmt::join(entry.words, " "), parent_path);
       parent = child;
     }
-    registration.add(*parent);
+    entry.add(*parent);
   }
 }
+
+void add_registered_commands(CLI::App& app) { add_commands(app, registrations()); }
 
 }  // namespace pagedattn::tools

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
 
 namespace pagedattn::tools {
 
@@ -22,9 +24,17 @@ using AddCommand = void (*)(CLI::App& parent);
 // before main): add_registered_commands reports a path registered twice.
 bool register_command(const char* path, AddCommand add);
 
-// Adds every registered command to `app`: paths of one word to `app` itself, "a b" to the
-// subcommand `a` (which must be registered too). Throws Error naming a missing parent or a path
-// registered twice.
+struct CommandRegistration {
+  std::string path;  // "info", "bench decode"
+  AddCommand add = nullptr;
+};
+
+// Adds `commands` to `app`: paths of one word to `app` itself, "a b" to the subcommand `a`
+// (which must be among them), parents first, alphabetical within a parent. Throws Error naming a
+// missing parent, a path given twice, or an empty path.
+void add_commands(CLI::App& app, const std::vector<CommandRegistration>& commands);
+
+// add_commands(app, every command registered with PAGEDATTN_CLI_COMMAND).
 void add_registered_commands(CLI::App& app);
 
 }  // namespace pagedattn::tools
