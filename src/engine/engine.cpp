@@ -251,10 +251,10 @@ void Engine::advance(Choice& choice, std::span<const float> logits) {
   const Request& request = *choice.request;
   const SamplingParams& params = request.params;
   SampleContext context;
-  context.prompt = std::span<const int32_t>(sequence.tokens).first(
-      static_cast<size_t>(sequence.prompt_length));
-  context.output = std::span<const int32_t>(sequence.tokens).subspan(
-      static_cast<size_t>(sequence.prompt_length));
+  context.prompt =
+      std::span<const int32_t>(sequence.tokens).first(static_cast<size_t>(sequence.prompt_length));
+  context.output = std::span<const int32_t>(sequence.tokens)
+                       .subspan(static_cast<size_t>(sequence.prompt_length));
   context.seed = request.seed;
   context.choice = static_cast<uint64_t>(sequence.index);
   context.position = static_cast<uint64_t>(sequence.num_output());

@@ -29,7 +29,8 @@ size_t held_tail(const std::string& text, const std::vector<std::string>& stops)
   size_t hold = 0;
   for (const std::string& stop : stops) {
     for (size_t length = 1; length < stop.size() && length <= text.size(); ++length) {
-      if (text.substr(text.size() - length) == stop.substr(0, length)) hold = std::max(hold, length);
+      if (text.substr(text.size() - length) == stop.substr(0, length))
+        hold = std::max(hold, length);
     }
   }
   return hold;
