@@ -10,6 +10,7 @@
 
 #include "engine/expect_error.h"
 #include "engine/harness.h"
+#include "pagedattn/engine_generate.h"
 
 namespace pagedattn::engine::testing {
 namespace {
@@ -86,11 +87,14 @@ TEST(Engine, ThreadsAddAndAbortWhileOneThreadSteps) {
     clients.emplace_back([&, t] {
       for (int i = 0; i < 25; ++i) {
         SamplingParams params;
-        params.max_tokens = 5 + (i * 7 + t) % 20;
+        const int32_t prompt_length = 3 + (i * 5 + t) % 30;
+        const bool cancel = (i + t) % 4 == 0;
+        // A cancelled request asks for all the model length allows, so the abort lands first.
+        params.max_tokens = cancel ? 60 : 5 + (i * 7 + t) % 20;  // the pool holds 96 tokens
         params.ignore_eos = true;
         params.temperature = 0.0;
-        const auto handle = engine.add_request(prompt_of(3 + (i * 5 + t) % 30, t + i), params);
-        const bool cancel = (i + t) % 4 == 0;
+        const auto handle = engine.add_request(prompt_of(prompt_length, t + i), params);
+        if (cancel && i % 2 == 0) engine.abort(handle.id);  // before it even starts
         int tokens = 0;
         while (true) {
           auto event = handle.stream->pop(std::chrono::milliseconds(1000));
@@ -266,6 +270,46 @@ TEST(Engine, PrefixHitsAndLogprobsReachTheEvents) {
     EXPECT_EQ(logprobs[i].top[0].first, token);  // greedy: the top token
     context.push_back(token);
   }
+}
+
+}  // namespace
+}  // namespace pagedattn::engine::testing
+
+namespace pagedattn::engine::testing {
+namespace {
+
+TEST(Generate, BatchEqualsDirectGreedyAndStreamsEvents) {
+  FakeModel model(kVocab, 64, 4);
+  Engine engine(small_config(), model, fake_detokenizer());
+  SamplingParams params;
+  params.temperature = 0.0;
+  params.max_tokens = 9;
+  params.ignore_eos = true;
+  const std::vector<std::vector<int32_t>> prompts = {prompt_of(5), prompt_of(30, 2),
+                                                     prompt_of(1, 9)};
+  size_t events = 0;
+  const auto completions =
+      generate(engine, prompts, params, [&](size_t, const RequestEvent&) { ++events; });
+  ASSERT_EQ(completions.size(), 3u);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Spec spec;
+    spec.prompt = prompts[i];
+    spec.params = params;
+    const Completion& completion = completions[i][0];
+    EXPECT_EQ(completion.tokens, direct_greedy(spec, kVocab, {}, 9));
+    EXPECT_EQ(completion.finish_reason, FinishReason::kLength);
+    std::string text;
+    for (const int32_t token : completion.tokens) text += token_text(token);
+    EXPECT_EQ(completion.text, text);
+    EXPECT_EQ(completion.num_prompt_tokens, static_cast<int64_t>(prompts[i].size()));
+  }
+  EXPECT_GE(events, 3u * 9u / 2u);
+  const EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.num_finished, 3);
+  EXPECT_EQ(stats.num_generated_tokens, 27);
+  EXPECT_GT(stats.forward_seconds, 0.0);
+  params.top_p = 2.0;
+  expect_error([&] { generate(engine, prompts, params); }, "request 0: top_p: 2");
 }
 
 }  // namespace
