@@ -145,10 +145,15 @@ TEST_P(EngineProperty, SameOutputAsAloneNoLeaksEveryRequestAnsweredOnce) {
   config.prefix_cache = c.prefix_cache;
   config.eos_token_ids = kEos;
   const RunSummary summary = run_specs(config, ref.specs, kVocab);
-  if (c.budget > 0) EXPECT_LE(summary.max_step_tokens, c.budget);
-  if (c.small_pool && c.budget != 1)
+  if (c.budget > 0) {
+    EXPECT_LE(summary.max_step_tokens, c.budget);
+  }
+  if (c.small_pool && c.budget != 1) {  // budget 1 runs one request at a time
     EXPECT_GT(summary.stats.num_preemptions, 0) << "the small pool never preempted";
-  if (c.prefix_cache) EXPECT_GT(summary.stats.prefix_hit_tokens, 0);
+  }
+  if (c.prefix_cache) {
+    EXPECT_GT(summary.stats.prefix_hit_tokens, 0);
+  }
   for (size_t i = 0; i < ref.specs.size(); ++i) {
     const Spec& spec = ref.specs[i];
     for (size_t k = 0; k < summary.outcomes[i].size(); ++k) {

@@ -127,7 +127,9 @@ TEST(Sampler, ProcessedLogitsAndKeptSetsMatchFloat64Reference) {
     for (size_t t = 0; t < got.size(); ++t) {
       const bool kept = ref.greedy >= 0 || ref.probs[t] > 0.0;
       ASSERT_EQ(std::isfinite(got[t]), kept) << "token " << t;
-      if (kept) ASSERT_NEAR(got[t], ref.logits[t], 1e-4 * (1 + std::abs(ref.logits[t])));
+      if (kept) {
+        ASSERT_NEAR(got[t], ref.logits[t], 1e-4 * (1 + std::abs(ref.logits[t])));
+      }
     }
     const TokenLogprob sampled = sampler.sample(logits, params, context);
     if (ref.greedy >= 0) {
