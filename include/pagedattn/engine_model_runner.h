@@ -41,6 +41,23 @@ struct StepPlan {
   bool empty() const { return sequences.empty(); }
 };
 
+// A step as flat arrays, the form a model's forward and the planner (planner.h: PlanInput with a
+// BlockTableInput of row_stride, seq_lens and q_lens) read. Sequences in plan order; tokens of
+// sequence i are token_ids[query_start[i] .. query_start[i + 1]).
+struct FlatStep {
+  std::vector<int32_t> token_ids;    // [num_tokens]
+  std::vector<int32_t> positions;    // [num_tokens]
+  std::vector<int32_t> query_start;  // [num_sequences + 1] (qo_indptr)
+  std::vector<int32_t> q_lens;       // [num_sequences] new tokens
+  std::vector<int32_t> seq_lens;     // [num_sequences] KV length after the step (cached + new)
+  std::vector<int32_t> block_table;  // [num_sequences, row_stride]; unused entries 0
+  int64_t row_stride = 0;            // the longest block table of the step
+  std::vector<int32_t> logit_rows;   // [num_logit_rows] index into token_ids of each logits row
+};
+
+// Fills `out` from `plan`, reusing its capacity (no allocation once it has grown).
+void flatten(const StepPlan& plan, FlatStep* out);
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;

@@ -179,3 +179,31 @@ TEST(Scheduler, SiblingWaitsForThePromptAndSharesItsPages) {
 
 }  // namespace
 }  // namespace pagedattn::engine
+
+namespace pagedattn::engine {
+namespace {
+
+TEST(StepPlan, FlattenLaysOutTokensPositionsTablesAndLogitRows) {
+  StepPlan plan;
+  plan.page_size = 4;
+  plan.sequences.push_back({7, {42}, 9, {3, 1, 8}, 1});          // decode at position 9
+  plan.sequences.push_back({2, {5, 6, 7, 8, 9}, 4, {0, 2}, 0});  // prefill chunk, no logits
+  plan.sequences.push_back({4, {1, 2}, 0, {6}, 1});              // the last chunk of a prompt
+  FlatStep flat;
+  flatten(plan, &flat);
+  EXPECT_EQ(flat.token_ids, (std::vector<int32_t>{42, 5, 6, 7, 8, 9, 1, 2}));
+  EXPECT_EQ(flat.positions, (std::vector<int32_t>{9, 4, 5, 6, 7, 8, 0, 1}));
+  EXPECT_EQ(flat.query_start, (std::vector<int32_t>{0, 1, 6, 8}));
+  EXPECT_EQ(flat.q_lens, (std::vector<int32_t>{1, 5, 2}));
+  EXPECT_EQ(flat.seq_lens, (std::vector<int32_t>{10, 9, 2}));
+  EXPECT_EQ(flat.row_stride, 3);
+  EXPECT_EQ(flat.block_table, (std::vector<int32_t>{3, 1, 8, 0, 2, 0, 6, 0, 0}));
+  EXPECT_EQ(flat.logit_rows, (std::vector<int32_t>{0, 7}));
+  plan.sequences.pop_back();
+  flatten(plan, &flat);  // reuse
+  EXPECT_EQ(flat.token_ids.size(), 6u);
+  EXPECT_EQ(flat.logit_rows, (std::vector<int32_t>{0}));
+}
+
+}  // namespace
+}  // namespace pagedattn::engine
