@@ -28,6 +28,7 @@
 
 #include "pagedattn/engine_model_runner.h"
 #include "pagedattn/engine_request.h"
+#include "pagedattn/engine_sampler.h"
 #include "pagedattn/engine_stop.h"
 
 namespace pagedattn {
@@ -38,7 +39,7 @@ namespace pagedattn::engine {
 
 class KvManager;
 class Scheduler;
-class Sampler;
+struct ScheduleResult;
 
 struct EngineConfig {
   int32_t num_pages = 0;               // allocation pages of the runner's KV pool
@@ -111,9 +112,12 @@ class Engine {
   void drain_inbox();
   void start_request(int64_t id, std::vector<int32_t> prompt, SamplingParams params,
                      std::shared_ptr<RequestStream> stream);
-  // Samples the token of one logits row for `choice`, applies the stop checks and fills the
-  // choice's pending event.
-  void advance(Choice& choice, std::span<const float> logits);
+  // What the sampler needs of `choice`: its prompt, output, seed, choice index and position.
+  SampleContext context_of(const Choice& choice) const;
+  // Samples every logits row of the step (in parallel when large), then advances each choice.
+  void sample_rows(const ScheduleResult& result);
+  // Appends the sampled token to `choice`, applies the stop checks, fills its pending event.
+  void advance(Choice& choice, TokenLogprob sampled);
   void finish(Choice& choice, FinishReason reason, std::string error = {});
   void flush_events(Choice& choice);
   void publish_stats();
@@ -126,7 +130,9 @@ class Engine {
   std::unique_ptr<PageAllocator> allocator_;
   std::unique_ptr<KvManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<Sampler> sampler_;
+  std::vector<Sampler> samplers_;  // one per sampling thread
+  std::vector<Choice*> sampling_choices_;
+  std::vector<TokenLogprob> sampled_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;  // live, engine thread
   std::unordered_map<SequenceId, Choice*> choices_;
   SequenceId next_sequence_ = 0;

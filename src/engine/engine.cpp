@@ -6,6 +6,9 @@
 #include "pagedattn/engine.h"
 
 #include <algorithm>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "core/check.h"
 #include "pagedattn/engine_kv.h"
@@ -64,7 +67,11 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, DetokenizerFactory deto
   kv_ = std::make_unique<KvManager>(*allocator_, config_.prefix_cache);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config_.max_tokens_per_step, config_.max_running}, *kv_);
-  sampler_ = std::make_unique<Sampler>();
+  int32_t threads = 1;
+#ifdef _OPENMP
+  threads = std::max(1, omp_get_max_threads());
+#endif
+  samplers_.resize(static_cast<size_t>(threads));
   inbox_ = std::make_unique<Inbox>();
   publish_stats();
 }
@@ -246,19 +253,54 @@ void Engine::finish(Choice& choice, FinishReason reason, std::string error) {
   }
 }
 
-void Engine::advance(Choice& choice, std::span<const float> logits) {
-  Sequence& sequence = choice.sequence;
-  const Request& request = *choice.request;
-  const SamplingParams& params = request.params;
+SampleContext Engine::context_of(const Choice& choice) const {
+  const Sequence& sequence = choice.sequence;
+  const std::span<const int32_t> tokens(sequence.tokens);
   SampleContext context;
-  context.prompt =
-      std::span<const int32_t>(sequence.tokens).first(static_cast<size_t>(sequence.prompt_length));
-  context.output = std::span<const int32_t>(sequence.tokens)
-                       .subspan(static_cast<size_t>(sequence.prompt_length));
-  context.seed = request.seed;
+  context.prompt = tokens.first(static_cast<size_t>(sequence.prompt_length));
+  context.output = tokens.subspan(static_cast<size_t>(sequence.prompt_length));
+  context.seed = choice.request->seed;
   context.choice = static_cast<uint64_t>(sequence.index);
   context.position = static_cast<uint64_t>(sequence.num_output());
-  TokenLogprob sampled = sampler_->sample(logits, params, context);
+  return context;
+}
+
+void Engine::sample_rows(const ScheduleResult& result) {
+  // Rows are independent (a row's token depends on its logits, parameters and context only), so
+  // large batches sample on several threads, each with its own Sampler; tokens are appended
+  // afterwards, in plan order.
+  const size_t vocab = static_cast<size_t>(limits_.vocab_size);
+  sampling_choices_.clear();
+  for (size_t i = 0; i < result.scheduled.size(); ++i) {
+    if (result.plan.sequences[i].num_logit_rows == 1) {
+      sampling_choices_.push_back(choices_.at(result.scheduled[i]->id));
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(sampling_choices_.size());
+  sampled_.resize(static_cast<size_t>(rows));
+  [[maybe_unused]] const bool parallel =
+      rows > 1 && static_cast<size_t>(rows) * vocab >= (1u << 20);
+#pragma omp parallel for schedule(dynamic) if (parallel)
+  for (int64_t row = 0; row < rows; ++row) {
+    size_t thread = 0;
+#ifdef _OPENMP
+    thread = static_cast<size_t>(omp_get_thread_num());
+#endif
+    const Choice& choice = *sampling_choices_[static_cast<size_t>(row)];
+    const std::span<const float> logits =
+        std::span<const float>(logits_).subspan(static_cast<size_t>(row) * vocab, vocab);
+    sampled_[static_cast<size_t>(row)] =
+        samplers_[thread].sample(logits, choice.request->params, context_of(choice));
+  }
+  for (int64_t row = 0; row < rows; ++row) {
+    advance(*sampling_choices_[static_cast<size_t>(row)],
+            std::move(sampled_[static_cast<size_t>(row)]));
+  }
+}
+
+void Engine::advance(Choice& choice, TokenLogprob sampled) {
+  Sequence& sequence = choice.sequence;
+  const SamplingParams& params = choice.request->params;
   const int32_t token = sampled.token;
   sequence.tokens.push_back(token);
   ++num_generated_tokens_;
@@ -340,13 +382,7 @@ bool Engine::step() {
   }
   const auto sample_start = std::chrono::steady_clock::now();
   scheduler_->complete(result);
-  size_t row = 0;
-  for (size_t i = 0; i < result.scheduled.size(); ++i) {
-    if (result.plan.sequences[i].num_logit_rows == 0) continue;
-    Choice& choice = *choices_.at(result.scheduled[i]->id);
-    advance(choice, std::span<const float>(logits_).subspan(row * vocab, vocab));
-    ++row;
-  }
+  sample_rows(result);
   for (auto& [id, choice] : choices_) flush_events(*choice);
   sample_seconds_ += seconds_since(sample_start);
   publish_stats();

@@ -314,3 +314,39 @@ TEST(Generate, BatchEqualsDirectGreedyAndStreamsEvents) {
 
 }  // namespace
 }  // namespace pagedattn::engine::testing
+
+namespace pagedattn::engine::testing {
+namespace {
+
+// 32 rows of a 40000-token vocabulary sample on several threads (when OpenMP is on); each
+// request's tokens must equal the same request run alone (one row: sequential).
+TEST(Engine, ParallelSamplingEqualsOneRowAtATime) {
+  const int32_t vocab = 40000;
+  SamplingParams params;
+  params.max_tokens = 3;
+  params.temperature = 0.9;
+  params.top_p = 0.95;
+  params.top_k = 500;
+  params.repetition_penalty = 1.1;
+  params.ignore_eos = true;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 32; ++i) prompts.push_back({i, i + 1, 7 * i % 100});
+  std::vector<std::vector<int32_t>> together;
+  {
+    FakeModel model(vocab, 64, 4);
+    Engine engine(small_config(), model);
+    params.seed = 77;
+    for (const auto& completion : generate(engine, prompts, params)) {
+      together.push_back(completion[0].tokens);
+    }
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    FakeModel model(vocab, 64, 4);
+    Engine engine(small_config(), model);
+    const auto alone = generate(engine, {prompts[i]}, params);
+    EXPECT_EQ(alone[0][0].tokens, together[i]) << "request " << i;
+  }
+}
+
+}  // namespace
+}  // namespace pagedattn::engine::testing
