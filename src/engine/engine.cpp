@@ -278,9 +278,11 @@ void Engine::sample_rows(const ScheduleResult& result) {
   }
   const int64_t rows = static_cast<int64_t>(sampling_choices_.size());
   sampled_.resize(static_cast<size_t>(rows));
+  // At most one thread per Sampler, whatever omp_set_num_threads says later.
+  [[maybe_unused]] const int thread_count = static_cast<int>(samplers_.size());
   [[maybe_unused]] const bool parallel =
       rows > 1 && static_cast<size_t>(rows) * vocab >= (1u << 20);
-#pragma omp parallel for schedule(dynamic) if (parallel)
+#pragma omp parallel for schedule(dynamic) if (parallel) num_threads(thread_count)
   for (int64_t row = 0; row < rows; ++row) {
     size_t thread = 0;
 #ifdef _OPENMP
