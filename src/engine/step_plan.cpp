@@ -1,0 +1,45 @@
+// flatten(): a StepPlan as the flat arrays a forward pass reads (see engine_model_runner.h).
+#include <algorithm>
+
+#include "core/check.h"
+#include "pagedattn/engine_model_runner.h"
+
+namespace pagedattn::engine {
+
+void flatten(const StepPlan& plan, FlatStep* out) {
+  PA_CHECK(out != nullptr, "out: null");
+  const size_t count = plan.sequences.size();
+  out->token_ids.clear();
+  out->positions.clear();
+  out->query_start.assign(1, 0);
+  out->q_lens.clear();
+  out->seq_lens.clear();
+  out->logit_rows.clear();
+  out->row_stride = 0;
+  for (const ScheduledSequence& entry : plan.sequences) {
+    out->row_stride =
+        std::max<int64_t>(out->row_stride, static_cast<int64_t>(entry.block_table.size()));
+  }
+  out->block_table.assign(count * static_cast<size_t>(out->row_stride), 0);
+  for (size_t i = 0; i < count; ++i) {
+    const ScheduledSequence& entry = plan.sequences[i];
+    PA_CHECK(entry.num_logit_rows >= 0 && entry.num_logit_rows <= entry.num_new_tokens(),
+             "plan: sequence {} wants {} logit rows of {} new tokens", entry.sequence,
+             entry.num_logit_rows, entry.num_new_tokens());
+    const int32_t begin = out->query_start.back();
+    for (int64_t k = 0; k < entry.num_new_tokens(); ++k) {
+      out->token_ids.push_back(entry.token_ids[static_cast<size_t>(k)]);
+      out->positions.push_back(static_cast<int32_t>(entry.first_position + k));
+    }
+    const int32_t end = static_cast<int32_t>(out->token_ids.size());
+    for (int32_t row = end - entry.num_logit_rows; row < end; ++row) out->logit_rows.push_back(row);
+    out->query_start.push_back(end);
+    out->q_lens.push_back(end - begin);
+    out->seq_lens.push_back(static_cast<int32_t>(entry.context_length()));
+    std::copy(entry.block_table.begin(), entry.block_table.end(),
+              out->block_table.begin() +
+                  static_cast<ptrdiff_t>(i * static_cast<size_t>(out->row_stride)));
+  }
+}
+
+}  // namespace pagedattn::engine
