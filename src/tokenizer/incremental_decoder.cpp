@@ -30,10 +30,18 @@ void IncrementalDecoder::feed(TokenId id, std::string& out) {
   if (scratch_.ends_with(kReplacementCharacter)) return;
   if (scratch_.size() < prefix_text_.size() || !scratch_.starts_with(prefix_text_)) return;
   out.append(scratch_, prefix_text_.size());
-  prefix_offset_ = read_offset_;
+  // The released ids become the context, unless their text is empty (skipped special tokens, a
+  // lone "▁" that Strip removes): a decoder step at the start of the text (Strip, Metaspace)
+  // must act inside the context, as it does in decode(all ids), so the context grows instead.
+  std::string candidate;
+  impl.decode(ids.subspan(read_offset_), skip_special_tokens_, candidate);
+  if (!candidate.empty()) {
+    prefix_offset_ = read_offset_;
+    prefix_text_ = std::move(candidate);
+  } else {
+    prefix_text_ = std::move(scratch_);
+  }
   read_offset_ = ids_.size();
-  prefix_text_.clear();
-  impl.decode(ids.subspan(prefix_offset_), skip_special_tokens_, prefix_text_);
   // Ids before the context are never read again.
   if (prefix_offset_ > 64) {
     ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_));

@@ -1,4 +1,5 @@
-// Regex over PCRE2 (see regex.h). The patterns of real tokenizer files use Unicode properties
+// Regex over PCRE2 (see regex.h). \s and \S are rewritten as Unicode White_Space classes first
+// (see with_white_space_spelled_out), the one difference from Oniguruma these patterns hit. The patterns of real tokenizer files use Unicode properties
 // (\p{L}, \p{N}), case-insensitive groups and look-ahead: PCRE2 compiles all of them, and its JIT
 // makes matching several times faster than the interpreter. Each thread keeps its own match data
 // and JIT stack, so one compiled pattern serves every thread.
@@ -32,13 +33,61 @@ MatchState& match_state() {
   return state;
 }
 
+// Unicode's White_Space characters: what \s means in Oniguruma (the engine `tokenizers` runs
+// these patterns with) and in Rust's char::is_whitespace.
+constexpr std::string_view kWhiteSpace =
+    R"(\t\n\x{0B}\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+// PCRE2's \s (UCP) also takes U+180E MONGOLIAN VOWEL SEPARATOR (no longer White_Space since
+// Unicode 6.3); spelling \s and \S out as White_Space classes makes PCRE2 split as Oniguruma.
+std::string with_white_space_spelled_out(std::string_view pattern, std::string_view where) {
+  std::string result;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      char next = pattern[++i];
+      if (next == 's') {
+        result += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      } else if (next == 'S') {
+        PA_CHECK(!in_class, "{}: \\S inside a character class is not supported (pattern \"{}\")",
+                 where, pattern);
+        result += "[^" + std::string(kWhiteSpace) + "]";
+      } else {
+        result += c;
+        result += next;
+      }
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      result += c;
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') result += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') result += pattern[++i];  // literal ]
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {
+      size_t end = pattern.find(":]", i + 2);  // a POSIX class [:name:]
+      if (end != std::string_view::npos) {
+        result.append(pattern.substr(i, end + 2 - i));
+        i = end + 1;
+        continue;
+      }
+    }
+    if (in_class && c == ']') in_class = false;
+    result += c;
+  }
+  return result;
+}
+
 }  // namespace
 
 Regex::Regex(std::string_view pattern, std::string_view where) : pattern_(pattern) {
   int error = 0;
   PCRE2_SIZE offset = 0;
+  std::string translated = with_white_space_spelled_out(pattern, where);
   pcre2_code* code =
-      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                     PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];

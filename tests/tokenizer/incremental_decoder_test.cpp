@@ -69,8 +69,9 @@ TEST_P(Incremental, PiecesConcatenateToHuggingFaceDecodeOnRandomIds) {
 }
 
 TEST_P(Incremental, ReleasesTextAsSoonAsCharactersAreComplete) {
-  // A long text streamed: nothing may be held back for more than a few ids (a byte-fallback run
-  // or a character's bytes), so the released text trails decode(prefix) by little.
+  // A long text streamed: nothing is held back longer than a character's bytes or a run of
+  // byte-fallback tokens (Llama 2 spells emoji sequences that way: ~100 bytes), so the released
+  // text trails decode(prefix) by little.
   const Tokenizer& tokenizer = real_tokenizer(GetParam());
   std::string text;
   for (size_t i = 0; i < 60; ++i) text += corpus()[i] + "\n";
@@ -84,7 +85,7 @@ TEST_P(Incremental, ReleasesTextAsSoonAsCharactersAreComplete) {
     ASSERT_TRUE(whole.starts_with(released)) << "released text is not a prefix at id " << i;
     max_held = std::max(max_held, whole.size() - released.size());
   }
-  EXPECT_LE(max_held, 64u);
+  EXPECT_LE(max_held, 128u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, Incremental, ::testing::ValuesIn(kRealTokenizers),

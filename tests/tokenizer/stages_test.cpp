@@ -64,6 +64,16 @@ TEST(PreTokenizers, SplitWithRegexAndLookahead) {
             (Strings{"hi", "  ", " there"}));
 }
 
+TEST(PreTokenizers, WhiteSpaceIsUnicodeWhiteSpaceAsInOniguruma) {
+  // U+180E is not White_Space (since Unicode 6.3); PCRE2's own \s would take it. U+3000 is.
+  const std::string split = R"({"type": "Split", "pattern": {"Regex": "\\s+"},
+                                "behavior": "Isolated", "invert": false})";
+  EXPECT_EQ(pre_tokenize(split, "a\u180Eb\u3000c"), (Strings{"a\u180Eb", "\u3000", "c"}));
+  const std::string in_class = R"({"type": "Split", "pattern": {"Regex": "[^\\s]+"},
+                                   "behavior": "Removed", "invert": true})";
+  EXPECT_EQ(pre_tokenize(in_class, "x\u180E y"), (Strings{"x\u180E", "y"}));
+}
+
 TEST(PreTokenizers, MetaspaceReplacesAndSplits) {
   EXPECT_EQ(pre_tokenize(R"({"type": "Metaspace", "replacement": "\u2581",
                              "prepend_scheme": "always", "split": true})",
