@@ -1,6 +1,7 @@
 // The `pagedattn` command line end to end: `plan` (both table forms give the same metadata, JSON
 // and table output, errors exit non-zero naming the bad entry), `info` (backends in priority
-// order, the reason CUDA is unusable), and `bench plan` on a tiny grid writing JSON.
+// order, the reason CUDA is unusable), `bench plan` on a tiny grid writing JSON, and the help
+// listing every registered command.
 // The binary is found beside the test's build directory (<build>/pagedattn); when it was not
 // built the tests skip.
 #include <gtest/gtest.h>
@@ -10,6 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tools/cli_util.h"
 
@@ -89,6 +92,27 @@ TEST_F(Cli, PlanErrorsNameTheEntry) {
   run = run_cli("plan --block-table '3,x' --seq-lens 20");
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.output.find("'x'"), std::string::npos) << run.output;
+}
+
+// The commands register themselves (tools/cli/command.h): every one of them, and every `bench`
+// subcommand, is in the help, in alphabetical order.
+TEST_F(Cli, HelpListsEveryRegisteredCommand) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
+      {"--help", {"bench", "demo", "info", "plan"}},
+      {"bench --help", {"decode", "mla", "plan", "prefill"}}};
+  for (const auto& [arguments, commands] : expected) {
+    const CliRun run = run_cli(arguments);
+    ASSERT_EQ(run.status, 0) << arguments << "\n" << run.output;
+    const size_t list = run.output.find("Subcommands:");
+    ASSERT_NE(list, std::string::npos) << arguments << "\n" << run.output;
+    size_t previous = list;
+    for (const std::string& command : commands) {
+      const size_t at = run.output.find("\n  " + command + " ", list);
+      ASSERT_NE(at, std::string::npos) << arguments << ": no " << command << "\n" << run.output;
+      EXPECT_GT(at, previous) << arguments << ": " << command << " out of order\n" << run.output;
+      previous = at;
+    }
+  }
 }
 
 TEST_F(Cli, InfoListsBackendsInPriorityOrder) {

@@ -2,7 +2,7 @@
 // every check passing (sampled rows against the float64 reference, padding rows, allocator
 // consistency, no leaked page), under page pressure (queueing and preemption) too, and reject
 // bad options with errors naming the option.
-#include "tools/demo.h"
+#include "tools/demo/demo.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 #include "common/test_util.h"
 #include "pagedattn/error.h"
 #include "pagedattn/registry.h"
-#include "tools/demo_attention.h"
+#include "tools/demo/demo_attention.h"
 
 namespace pagedattn::tools {
 namespace {

@@ -1,0 +1,166 @@
+// Issue 4's prefill rows on the CUDA backend (see bench_cuda_device.h for the method): Llama-3-8B
+// shape (32 query heads, 8 KV heads, head_dim 128, bf16, NHD), causal (aligned to the end of the
+// KV) unless asked otherwise, K/V and queries generated on the device, pages in random order, L2
+// flushed before each sample, median.
+//
+// Rows: "BxL" = B requests of L new tokens (no cached prefix); "BxQ/L" = Q new tokens over L
+// tokens of KV (a cached prefix of L - Q); "raggedB/L" = the ragged batch: B requests, request i
+// with kv_len uniform in [L/4, L] and q_len uniform in [L/16, L/4] (capped at kv_len) from a fixed
+// seed, so the rows are the same in every run.
+// FLOPs count the visible (query, key) pairs only: 2 * pairs * Hq * (128 + 128), pairs = q * L
+// (non-causal) or q * (L - q) + q * (q + 1) / 2 (causal). TFLOP/s is printed beside the cuBLAS
+// bf16 matmul rate measured in the same run.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "cuda/cuda_backend.h"
+#include "tools/bench/cuda/bench_cuda_device.h"
+
+namespace pagedattn::tools {
+namespace {
+
+constexpr int32_t kQoHeads = 32, kKvHeads = 8, kHeadDim = 128;
+
+struct Requests {
+  std::vector<int32_t> q_lens, kv_lens;
+};
+
+Requests expand(const BatchLen& row) {
+  Requests r;
+  if (!row.ragged) {
+    r.q_lens.assign(row.batch, row.q_len > 0 ? row.q_len : row.kv_len);
+    r.kv_lens.assign(row.batch, row.kv_len);
+    return r;
+  }
+  std::mt19937_64 rng(11);
+  const int32_t max_len = row.kv_len;
+  std::uniform_int_distribution<int32_t> kv(std::max(1, max_len / 4), max_len);
+  std::uniform_int_distribution<int32_t> q(std::max(1, max_len / 16), std::max(1, max_len / 4));
+  for (int32_t i = 0; i < row.batch; ++i) {
+    r.kv_lens.push_back(kv(rng));
+    r.q_lens.push_back(std::min(q(rng), r.kv_lens.back()));
+  }
+  return r;
+}
+
+double visible_pairs(const Requests& r, bool causal) {
+  double pairs = 0;
+  for (size_t i = 0; i < r.q_lens.size(); ++i) {
+    const double q = r.q_lens[i], l = r.kv_lens[i];
+    pairs += causal ? q * (l - q) + q * (q + 1) / 2 : q * l;
+  }
+  return pairs;
+}
+
+}  // namespace
+
+PrefillRowsConfig default_prefill_rows() {
+  PrefillRowsConfig config;
+  config.rows = parse_batch_lens("1x8192,1x32768,ragged16/4096", "--rows");
+  config.page_sizes = {16, 1};
+  return config;
+}
+
+nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCeilings& ceilings,
+                                  void* stream) {
+  PA_CHECK(!config.page_sizes.empty(), "--page-size: no page sizes");
+  for (int32_t p : config.page_sizes) PA_CHECK(p >= 1, "--page-size {}: expected >= 1", p);
+  std::vector<Requests> requests;
+  int64_t max_tokens = 0, max_rows = 0;
+  int32_t max_batch = 1;
+  for (const BatchLen& row : config.rows) {
+    requests.push_back(expand(row));
+    const Requests& r = requests.back();
+    int64_t rows = 0;
+    for (int32_t q : r.q_lens) rows += q;
+    max_rows = std::max(max_rows, rows);
+    max_batch = std::max(max_batch, row.batch);
+    for (int32_t p : config.page_sizes) {
+      int64_t tokens = 0;
+      for (int32_t l : r.kv_lens) tokens += int64_t{(l + p - 1) / p} * p;
+      max_tokens = std::max(max_tokens, tokens);
+    }
+  }
+  const int64_t token_elems = int64_t{kKvHeads} * kHeadDim;
+  cuda::DeviceBuffer k = random_bf16(max_tokens * token_elems, 31, stream);
+  cuda::DeviceBuffer v = random_bf16(max_tokens * token_elems, 32, stream);
+  cuda::DeviceBuffer q = random_bf16(max_rows * kQoHeads * kHeadDim, 33, stream);
+  cuda::DeviceBuffer out(max_rows * kQoHeads * kHeadDim * 2), lse(max_rows * kQoHeads * 4);
+  const std::unique_ptr<Backend> backend = cuda::make_backend();
+  WorkspaceLimits limits;
+  limits.max_batch = max_batch;
+  limits.max_qo_rows = std::max<int64_t>(max_rows, 1);
+  limits.max_qo_heads = kQoHeads;
+  limits.max_head_dim = kHeadDim;
+  std::unique_ptr<Workspace> workspace = backend->create_workspace(limits);
+  static_cast<cuda::CudaWorkspace&>(*workspace).stream = stream;
+
+  fmt::print(
+      "\nprefill: Hq 32 / Hkv 8, head_dim 128, bf16, NHD, {}, pages in random order, L2 flushed, "
+      "median of {}\n  FLOPs = 2 * visible (query, key) pairs * 32 * (128 + 128); ratio to the "
+      "cuBLAS bf16 matmul ({:.0f} TFLOP/s, this run)\n{:>16} {:>4} {:>8} {:>10} {:>9} {:>8} {:>7} "
+      "{:>7}\n",
+      config.causal ? "causal" : "non-causal", config.reps, ceilings.matmul_tflops, "rows", "P",
+      "q_rows", "time_us", "TFLOP/s", "vs_mm", fmt::format("P/P{}", config.page_sizes[0]),
+      "target");
+  std::mt19937_64 rng(20261203);
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < config.rows.size(); ++i) {
+    const BatchLen& row = config.rows[i];
+    const Requests& r = requests[i];
+    const double flops = 2.0 * visible_pairs(r, config.causal) * kQoHeads * (2 * kHeadDim);
+    double first = 0;
+    for (int32_t page : config.page_sizes) {
+      DeviceStep step = make_device_step(r.q_lens, r.kv_lens, page, rng);
+      PrefillArgs args;
+      args.meta = step.meta;
+      args.kv.k = TensorView::contiguous(
+          k.data(), DType::kBF16, {step.num_pages, page, kKvHeads, kHeadDim}, Device::cuda(0));
+      args.kv.v = TensorView::contiguous(
+          v.data(), DType::kBF16, {step.num_pages, page, kKvHeads, kHeadDim}, Device::cuda(0));
+      args.kv.layout = KvLayout::kNHD;
+      args.kv.page_size = page;
+      args.q = TensorView::contiguous(q.data(), DType::kBF16, {step.num_rows, kQoHeads, kHeadDim},
+                                      Device::cuda(0));
+      args.out = TensorView::contiguous(out.data(), DType::kBF16,
+                                        {step.num_rows, kQoHeads, kHeadDim}, Device::cuda(0));
+      args.lse = TensorView::contiguous(lse.data(), DType::kF32, {step.num_rows, kQoHeads},
+                                        Device::cuda(0));
+      args.options.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+      args.options.causal = config.causal;
+      args.stream = stream;
+      backend->plan(*workspace, describe_op(args), args.meta);
+      const double ns = median_device_ns([&] { backend->run_prefill(*workspace, args); }, 2,
+                                         config.reps, true, stream);
+      const int64_t bad = count_not_finite(lse.data(), step.num_rows * kQoHeads, stream);
+      const double tflops = flops / ns / 1e3;
+      if (page == config.page_sizes[0]) first = tflops;
+      const double target = config.causal ? issue_target("prefill", kQoHeads, row) : 0.0;
+      fmt::print("{:>16} {:>4} {:>8} {:>10.1f} {:>9.1f} {:>8.3f} {:>7.2f} {:>7}{}\n", row.name(),
+                 page, step.num_rows, ns / 1e3, tflops, tflops / ceilings.matmul_tflops,
+                 tflops / first, target > 0 ? fmt::format("{:g}", target) : "-",
+                 bad > 0 ? fmt::format("  ({} lse not finite!)", bad) : "");
+      std::fflush(stdout);
+      rows.push_back({{"row", row.name()},
+                      {"batch", row.batch},
+                      {"q_lens", r.q_lens},
+                      {"kv_lens", r.kv_lens},
+                      {"page_size", page},
+                      {"causal", config.causal},
+                      {"median_us", ns / 1e3},
+                      {"flops", flops},
+                      {"tflops", tflops},
+                      {"ratio_to_matmul", tflops / ceilings.matmul_tflops},
+                      {"ratio_to_first_page_size", tflops / first},
+                      {"target_tflops", target},
+                      {"lse_not_finite", bad}});
+    }
+  }
+  return rows;
+}
+
+}  // namespace pagedattn::tools
