@@ -114,6 +114,9 @@ struct EncodeBenchmark {
 };
 EncodeBenchmark bench_encode(const Tokenizer& tokenizer, std::string_view text,
                              int64_t min_bytes = 4 << 20);
+// The same for many short texts (chat turns), each encoded by its own call.
+EncodeBenchmark bench_encode_lines(const Tokenizer& tokenizer, std::span<const std::string> lines,
+                                   int64_t min_bytes = 2 << 20);
 // Streaming decode cost: mean nanoseconds per IncrementalDecoder::feed over `ids`.
 double bench_incremental_decode_ns(const Tokenizer& tokenizer, std::span<const TokenId> ids,
                                    int repeats = 20);

@@ -28,6 +28,25 @@ EncodeBenchmark bench_encode(const Tokenizer& tokenizer, std::string_view text,
   return result;
 }
 
+EncodeBenchmark bench_encode_lines(const Tokenizer& tokenizer, std::span<const std::string> lines,
+                                   int64_t min_bytes) {
+  EncodeBenchmark result;
+  int64_t pass_bytes = 0;
+  for (const std::string& line : lines) pass_bytes += static_cast<int64_t>(line.size());
+  if (pass_bytes == 0) return result;
+  for (const std::string& line : lines) (void)tokenizer.encode(line, false);  // warm
+  auto start = std::chrono::steady_clock::now();
+  while (result.bytes < min_bytes) {
+    for (const std::string& line : lines) {
+      result.tokens += static_cast<int64_t>(tokenizer.encode(line, false).size());
+    }
+    result.bytes += pass_bytes;
+  }
+  result.seconds = seconds_since(start);
+  result.megabytes_per_second = static_cast<double>(result.bytes) / result.seconds / 1e6;
+  return result;
+}
+
 double bench_incremental_decode_ns(const Tokenizer& tokenizer, std::span<const TokenId> ids,
                                    int repeats) {
   if (ids.empty()) return 0;
