@@ -106,7 +106,7 @@ class IncrementalDecoder {
 };
 
 // Encode throughput, single-threaded, on `text` (repeated until `min_bytes` have gone through,
-// after one warm-up pass). For `pagedattn bench tokenize`.
+// after one warm-up pass), timed by the thread's CPU time. For `pagedattn bench tokenize`.
 struct EncodeBenchmark {
   double megabytes_per_second = 0;
   int64_t bytes = 0, tokens = 0;
