@@ -4,6 +4,8 @@
 // as `tokenizers` does.
 #include "decoder.h"
 
+#include <algorithm>
+
 #include "pattern.h"
 #include "unicode.h"
 
@@ -57,6 +59,10 @@ class ByteLevel final : public Decoder {
 class ByteFallback final : public Decoder {
  public:
   void decode_chain(std::vector<std::string>& tokens) const override {
+    if (std::none_of(tokens.begin(), tokens.end(),
+                     [](const std::string& token) { return byte_fallback_value(token) >= 0; })) {
+      return;  // the common case: nothing to do
+    }
     std::vector<std::string> result;
     std::string run;
     size_t run_tokens = 0;
@@ -120,7 +126,8 @@ class Strip final : public Decoder {
            ++i) {
         end -= content_.size();
       }
-      token = token.substr(begin, end - begin);
+      token.erase(end);
+      token.erase(0, begin);
     }
   }
 
@@ -134,7 +141,7 @@ class Replace final : public Decoder {
   explicit Replace(const JsonNode& node)
       : pattern_(node.at("pattern")), content_(node.at("content").string()) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
-    for (std::string& token : tokens) token = pattern_.replace_all(token, content_);
+    for (std::string& token : tokens) pattern_.replace_all(token, content_);
   }
 
  private:

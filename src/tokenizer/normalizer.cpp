@@ -40,7 +40,7 @@ class Replace final : public Normalizer {
  public:
   explicit Replace(const JsonNode& node)
       : pattern_(node.at("pattern")), content_(node.at("content").string()) {}
-  void normalize(std::string& text) const override { text = pattern_.replace_all(text, content_); }
+  void normalize(std::string& text) const override { pattern_.replace_all(text, content_); }
 
  private:
   Pattern pattern_;

@@ -22,20 +22,21 @@ void Pattern::find_all(std::string_view text,
   }
 }
 
-std::string Pattern::replace_all(std::string_view text, std::string_view content) const {
-  std::vector<std::pair<size_t, size_t>> matches;
+void Pattern::replace_all(std::string& text, std::string_view content) const {
+  thread_local std::vector<std::pair<size_t, size_t>> matches;
+  matches.clear();
   find_all(text, matches);
-  if (matches.empty()) return std::string(text);
+  if (matches.empty()) return;
   std::string result;
-  result.reserve(text.size());
+  result.reserve(text.size() + matches.size() * content.size());
   size_t previous = 0;
   for (auto [start, end] : matches) {
-    result.append(text.substr(previous, start - previous));
+    result.append(text, previous, start - previous);
     result.append(content);
     previous = end;
   }
-  result.append(text.substr(previous));
-  return result;
+  result.append(text, previous);
+  text = std::move(result);
 }
 
 }  // namespace pagedattn::tokenizer

@@ -18,8 +18,8 @@ class Pattern {
   explicit Pattern(const JsonNode& node);
   // Appends the [start, end) byte ranges of the matches in `text`.
   void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const;
-  // `text` with every match replaced by `content`.
-  std::string replace_all(std::string_view text, std::string_view content) const;
+  // Replaces every match in `text` by `content` (no copy when nothing matches).
+  void replace_all(std::string& text, std::string_view content) const;
 
  private:
   std::string literal_;
