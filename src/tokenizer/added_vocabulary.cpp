@@ -68,7 +68,9 @@ char32_t codepoint_before(std::string_view text, size_t position) {
   return next_codepoint(text, start);
 }
 
-bool is_word_character(char32_t codepoint) { return codepoint == '_' || is_alphanumeric(codepoint); }
+bool is_word_character(char32_t codepoint) {
+  return codepoint == '_' || is_alphanumeric(codepoint);
+}
 
 }  // namespace
 

@@ -17,8 +17,7 @@ double thread_seconds() {
 
 }  // namespace
 
-EncodeBenchmark bench_encode(const Tokenizer& tokenizer, std::string_view text,
-                             int64_t min_bytes) {
+EncodeBenchmark bench_encode(const Tokenizer& tokenizer, std::string_view text, int64_t min_bytes) {
   EncodeBenchmark result;
   if (text.empty()) return result;
   (void)tokenizer.encode(text, false);  // warm: the word cache, as in a running server

@@ -74,14 +74,14 @@ Bpe::Bpe(const JsonNode& model) {
     }
     auto left_id = lookup(left), right_id = lookup(right);
     if (!left_id || !right_id) merge.fail("a token of this merge is not in the vocabulary");
-    std::string merged = left + right.substr(std::min(right.size(),
-                                                      right.starts_with(continuing_subword_prefix_)
-                                                          ? continuing_subword_prefix_.size()
-                                                          : size_t{0}));
+    std::string merged =
+        left + right.substr(std::min(right.size(), right.starts_with(continuing_subword_prefix_)
+                                                       ? continuing_subword_prefix_.size()
+                                                       : size_t{0}));
     auto merged_id = lookup(merged);
-    if (!merged_id) merge.fail(fmt::format("the merged token \"{}\" is not in the vocabulary", merged));
-    merges_.emplace(pair_key(*left_id, *right_id),
-                    Merge{static_cast<int32_t>(rank), *merged_id});
+    if (!merged_id)
+      merge.fail(fmt::format("the merged token \"{}\" is not in the vocabulary", merged));
+    merges_.emplace(pair_key(*left_id, *right_id), Merge{static_cast<int32_t>(rank), *merged_id});
   }
 }
 
@@ -167,9 +167,9 @@ void Bpe::merge_word(std::string_view word, std::vector<TokenId>& ids) const {
       add(*id);
       continue;
     }
-    if (byte_fallback_ &&
-        std::all_of(character.begin(), character.end(),
-                    [&](char c) { return byte_ids_[static_cast<unsigned char>(c)] >= 0; })) {
+    if (byte_fallback_ && std::all_of(character.begin(), character.end(), [&](char c) {
+          return byte_ids_[static_cast<unsigned char>(c)] >= 0;
+        })) {
       if (pending_unk) add(*std::exchange(pending_unk, std::nullopt));
       for (char c : character) add(byte_ids_[static_cast<unsigned char>(c)]);
       continue;

@@ -51,10 +51,10 @@ class Bpe {
   std::optional<TokenId> lookup(std::string_view token) const;
 
   Vocabulary vocabulary_;
-  std::vector<std::string> tokens_;          // by id ("" for ids without a token)
-  std::vector<TokenId> codepoint_ids_;       // id of single characters below U+10000, -1 if none
+  std::vector<std::string> tokens_;     // by id ("" for ids without a token)
+  std::vector<TokenId> codepoint_ids_;  // id of single characters below U+10000, -1 if none
   std::unordered_map<uint64_t, Merge> merges_;
-  std::array<TokenId, 256> byte_ids_{};      // <0xNN> tokens (byte_fallback), -1 if absent
+  std::array<TokenId, 256> byte_ids_{};  // <0xNN> tokens (byte_fallback), -1 if absent
   std::optional<TokenId> unk_id_;
   std::string continuing_subword_prefix_, end_of_word_suffix_;
   bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;
@@ -62,8 +62,7 @@ class Bpe {
   static constexpr size_t kCacheCapacity = 1 << 16;
   static constexpr size_t kCacheMaxWordLength = 256;
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<TokenId>, StringHash, std::equal_to<>>
-      cache_;
+  mutable std::unordered_map<std::string, std::vector<TokenId>, StringHash, std::equal_to<>> cache_;
 };
 
 }  // namespace pagedattn::tokenizer

@@ -21,8 +21,8 @@ std::optional<std::string> special_token(const JsonNode& config, std::string_vie
 TokenizerConfig read_config(std::string_view config_json, std::string_view config_name,
                             std::string_view chat_template_jinja, const Tokenizer& tokenizer) {
   TokenizerConfig config;
-  nlohmann::json document = config_json.empty() ? nlohmann::json::object()
-                                                : parse_json(config_json, config_name);
+  nlohmann::json document =
+      config_json.empty() ? nlohmann::json::object() : parse_json(config_json, config_name);
   JsonNode root(document, std::string(config_name));
   if (!root.is_object()) root.fail("expected an object");
   config.bos_token = special_token(root, "bos_token");

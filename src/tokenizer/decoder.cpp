@@ -153,8 +153,7 @@ class Replace final : public Decoder {
 // unless the prepend scheme is "never".
 class Metaspace final : public Decoder {
  public:
-  explicit Metaspace(const JsonNode& node)
-      : replacement_(node.string_or("replacement", "\u2581")) {
+  explicit Metaspace(const JsonNode& node) : replacement_(node.string_or("replacement", "\u2581")) {
     std::string scheme = node.string_or("prepend_scheme", "");
     if (scheme.empty()) scheme = node.boolean_or("add_prefix_space", true) ? "always" : "never";
     strip_first_ = scheme != "never";
@@ -203,8 +202,8 @@ class Sequence final : public Decoder {
 }  // namespace
 
 std::unique_ptr<Decoder> make_decoder(const JsonNode& node) {
-  std::string type = node.type("decoder", {"ByteLevel", "ByteFallback", "Fuse", "Strip",
-                                           "Replace", "Metaspace", "Sequence"});
+  std::string type = node.type("decoder", {"ByteLevel", "ByteFallback", "Fuse", "Strip", "Replace",
+                                           "Metaspace", "Sequence"});
   if (type == "ByteLevel") return std::make_unique<ByteLevel>();
   if (type == "ByteFallback") return std::make_unique<ByteFallback>();
   if (type == "Fuse") return std::make_unique<Fuse>();

@@ -91,8 +91,8 @@ class Sequence final : public PostProcessor {
 }  // namespace
 
 std::unique_ptr<PostProcessor> make_post_processor(const JsonNode& node) {
-  std::string type = node.type("post processor",
-                               {"TemplateProcessing", "RobertaProcessing", "ByteLevel", "Sequence"});
+  std::string type = node.type(
+      "post processor", {"TemplateProcessing", "RobertaProcessing", "ByteLevel", "Sequence"});
   if (type == "TemplateProcessing") return std::make_unique<Template>(node);
   if (type == "RobertaProcessing") return std::make_unique<Roberta>(node);
   if (type == "ByteLevel") return std::make_unique<Identity>();

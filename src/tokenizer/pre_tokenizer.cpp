@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "pattern.h"
 #include "regex.h"
 #include "unicode.h"
@@ -88,9 +90,10 @@ SplitBehavior behavior_of(const JsonNode& node) {
   if (name == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
   if (name == "MergedWithNext") return SplitBehavior::kMergedWithNext;
   if (name == "Contiguous") return SplitBehavior::kContiguous;
-  node.fail(fmt::format("unknown split behavior \"{}\" (supported: Removed, Isolated, "
-                        "MergedWithPrevious, MergedWithNext, Contiguous)",
-                        name));
+  node.fail(
+      fmt::format("unknown split behavior \"{}\" (supported: Removed, Isolated, "
+                  "MergedWithPrevious, MergedWithNext, Contiguous)",
+                  name));
 }
 
 // Splits every word by the matches of `find` (a callable (text, matches&)).
@@ -185,8 +188,8 @@ class Digits final : public PreTokenizer {
       : individual_(node.boolean_or("individual_digits", false)),
         regex_(R"(\p{N})", node.file() + ": " + node.path()) {}
   void pre_tokenize(Words& words, Words& scratch) const override {
-    split_words(words, scratch,
-                individual_ ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, false,
+    split_words(words, scratch, individual_ ? SplitBehavior::kIsolated : SplitBehavior::kContiguous,
+                false,
                 [&](std::string_view text, auto& matches) { regex_.find_all(text, matches); });
   }
 
@@ -216,8 +219,7 @@ class Metaspace final : public PreTokenizer {
     for (auto [start, end] : words.ranges) {
       auto begin = static_cast<uint32_t>(scratch.text.size());
       std::string_view word = std::string_view(words.text).substr(start, end - start);
-      bool starts_with_replacement =
-          word.starts_with(replacement_) || (word.starts_with(' '));
+      bool starts_with_replacement = word.starts_with(replacement_) || (word.starts_with(' '));
       if (!starts_with_replacement && (prepend_ == 2 || (prepend_ == 1 && first))) {
         scratch.text += replacement_;
       }

@@ -41,7 +41,11 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonNode& node);
 
 // How the pieces of a split are kept (tokenizers' SplitDelimiterBehavior).
 enum class SplitBehavior : uint8_t {
-  kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous
+  kRemoved,
+  kIsolated,
+  kMergedWithPrevious,
+  kMergedWithNext,
+  kContiguous
 };
 // Splits [start, end) by `matches` (sorted, non-overlapping, inside it) and appends the pieces.
 void split_range(uint32_t start, uint32_t end,

@@ -1,5 +1,6 @@
 // Regex over PCRE2 (see regex.h). \s and \S are rewritten as Unicode White_Space classes first
-// (see with_white_space_spelled_out), the one difference from Oniguruma these patterns hit. The patterns of real tokenizer files use Unicode properties
+// (see with_white_space_spelled_out), the one difference from Oniguruma these patterns hit. The
+// patterns of real tokenizer files use Unicode properties
 // (\p{L}, \p{N}), case-insensitive groups and look-ahead: PCRE2 compiles all of them, and its JIT
 // makes matching several times faster than the interpreter. Each thread keeps its own match data
 // and JIT stack, so one compiled pattern serves every thread.
@@ -101,8 +102,7 @@ Regex::Regex(std::string_view pattern, std::string_view where) : pattern_(patter
 
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
-void Regex::find_all(std::string_view text,
-                     std::vector<std::pair<size_t, size_t>>& matches) const {
+void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const {
   MatchState& state = match_state();
   auto* code = static_cast<pcre2_code*>(code_);
   auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());

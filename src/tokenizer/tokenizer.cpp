@@ -42,7 +42,8 @@ Tokenizer Tokenizer::from_directory(const std::filesystem::path& directory) {
   Tokenizer tokenizer = from_json(read_file(json), json.string(), config, config_path.string());
   std::filesystem::path jinja = directory / "chat_template.jinja";
   if (std::filesystem::exists(jinja)) {
-    tokenizer.impl_->config = read_config(config, config_path.string(), read_file(jinja), tokenizer);
+    tokenizer.impl_->config =
+        read_config(config, config_path.string(), read_file(jinja), tokenizer);
   }
   return tokenizer;
 }

@@ -18,12 +18,12 @@
 namespace pagedattn::tokenizer {
 
 struct Tokenizer::Impl {
-  std::string name;                                // the file, for messages
-  std::unique_ptr<Normalizer> normalizer;          // may be null
-  std::unique_ptr<PreTokenizer> pre_tokenizer;     // may be null
+  std::string name;                             // the file, for messages
+  std::unique_ptr<Normalizer> normalizer;       // may be null
+  std::unique_ptr<PreTokenizer> pre_tokenizer;  // may be null
   std::unique_ptr<Bpe> model;
-  std::unique_ptr<PostProcessor> post_processor;   // may be null
-  std::unique_ptr<Decoder> decoder;                // may be null: tokens joined by spaces
+  std::unique_ptr<PostProcessor> post_processor;  // may be null
+  std::unique_ptr<Decoder> decoder;               // may be null: tokens joined by spaces
   AddedVocabulary added;
   TokenizerConfig config;
   int64_t vocab_size = 0;

@@ -3,10 +3,10 @@
 // implementation of both (libicu-dev).
 #include "unicode.h"
 
+#include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
-#include <unicode/locid.h>
 
 #include "core/check.h"
 
@@ -20,7 +20,8 @@ char32_t next_codepoint(std::string_view text, size_t& position) {
   char32_t codepoint = lead;
   if (length == 2) codepoint = (lead & 0x1F) << 6 | (byte(position + 1) & 0x3F);
   if (length == 3) {
-    codepoint = (lead & 0x0F) << 12 | (byte(position + 1) & 0x3F) << 6 | (byte(position + 2) & 0x3F);
+    codepoint =
+        (lead & 0x0F) << 12 | (byte(position + 1) & 0x3F) << 6 | (byte(position + 2) & 0x3F);
   }
   if (length == 4) {
     codepoint = (lead & 0x07) << 18 | (byte(position + 1) & 0x3F) << 12 |
@@ -153,10 +154,18 @@ const icu::Normalizer2& normalizer_of(NormalizationForm form) {
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* normalizer = nullptr;
   switch (form) {
-    case NormalizationForm::kNfc: normalizer = icu::Normalizer2::getNFCInstance(status); break;
-    case NormalizationForm::kNfd: normalizer = icu::Normalizer2::getNFDInstance(status); break;
-    case NormalizationForm::kNfkc: normalizer = icu::Normalizer2::getNFKCInstance(status); break;
-    case NormalizationForm::kNfkd: normalizer = icu::Normalizer2::getNFKDInstance(status); break;
+    case NormalizationForm::kNfc:
+      normalizer = icu::Normalizer2::getNFCInstance(status);
+      break;
+    case NormalizationForm::kNfd:
+      normalizer = icu::Normalizer2::getNFDInstance(status);
+      break;
+    case NormalizationForm::kNfkc:
+      normalizer = icu::Normalizer2::getNFKCInstance(status);
+      break;
+    case NormalizationForm::kNfkd:
+      normalizer = icu::Normalizer2::getNFKDInstance(status);
+      break;
   }
   PA_CHECK(U_SUCCESS(status) && normalizer, "ICU: no normalizer ({})", u_errorName(status));
   return *normalizer;

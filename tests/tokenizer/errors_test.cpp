@@ -23,9 +23,12 @@ std::string load_error(const std::string& json) {
 std::string with(const std::string& section, const std::string& value,
                  const std::string& model = R"({"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2},
                                                 "merges": ["a b"]})") {
-  nlohmann::json json = {{"added_tokens", nlohmann::json::array()}, {"normalizer", nullptr},
-                         {"pre_tokenizer", nullptr},  {"post_processor", nullptr},
-                         {"decoder", nullptr},        {"model", nlohmann::json::parse(model)}};
+  nlohmann::json json = {{"added_tokens", nlohmann::json::array()},
+                         {"normalizer", nullptr},
+                         {"pre_tokenizer", nullptr},
+                         {"post_processor", nullptr},
+                         {"decoder", nullptr},
+                         {"model", nlohmann::json::parse(model)}};
   if (!section.empty()) json[section] = nlohmann::json::parse(value);
   return json.dump();
 }
@@ -60,8 +63,8 @@ TEST(TokenizerErrors, UnknownStages) {
 }
 
 TEST(TokenizerErrors, MalformedJsonAndModel) {
-  EXPECT_TRUE(load_error(R"({"model": {"type": "BPE", )").starts_with(
-      "bad/tokenizer.json: malformed JSON at byte"));
+  EXPECT_TRUE(load_error(R"({"model": {"type": "BPE", )")
+                  .starts_with("bad/tokenizer.json: malformed JSON at byte"));
   EXPECT_EQ(load_error(with("", "", R"({"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]})")),
             "bad/tokenizer.json: $.model.merges[0]: a token of this merge is not in the "
             "vocabulary (value: \"a b\")");
@@ -81,18 +84,20 @@ TEST(TokenizerErrors, MalformedJsonAndModel) {
 }
 
 TEST(TokenizerErrors, RegexThatDoesNotCompile) {
-  std::string message = load_error(with(
-      "pre_tokenizer",
-      R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"));
-  EXPECT_TRUE(message.starts_with("bad/tokenizer.json: $.pre_tokenizer.pattern.Regex: the "
-                                  "regular expression \"(unclosed\" does not compile"))
+  std::string message = load_error(
+      with("pre_tokenizer",
+           R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"));
+  EXPECT_TRUE(
+      message.starts_with("bad/tokenizer.json: $.pre_tokenizer.pattern.Regex: the "
+                          "regular expression \"(unclosed\" does not compile"))
       << message;
 }
 
 TEST(TokenizerErrors, ConfigFile) {
   std::string json = with("", "");
   try {
-    Tokenizer::from_json(json, "tokenizer.json", R"({"bos_token": 5})", "dir/tokenizer_config.json");
+    Tokenizer::from_json(json, "tokenizer.json", R"({"bos_token": 5})",
+                         "dir/tokenizer_config.json");
     FAIL() << "no error";
   } catch (const Error& error) {
     EXPECT_STREQ(error.what(),

@@ -24,9 +24,9 @@ std::string tokenizer_json(const std::string& vocab, const std::string& merges,
                            const std::string& added_tokens = "[]") {
   return R"({"version": "1.0", "truncation": null, "padding": null, "added_tokens": )" +
          added_tokens + R"(, "normalizer": )" + normalizer + R"(, "pre_tokenizer": )" +
-         pre_tokenizer + R"(, "post_processor": )" + post_processor + R"(, "decoder": )" +
-         decoder + R"(, "model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": )" +
-         merges + extra_model + "}}";
+         pre_tokenizer + R"(, "post_processor": )" + post_processor + R"(, "decoder": )" + decoder +
+         R"(, "model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": )" + merges +
+         extra_model + "}}";
 }
 
 Tokenizer load(const std::string& json) { return Tokenizer::from_json(json, "handmade.json"); }
@@ -69,18 +69,18 @@ const std::string kUnicodeVocab =
 TEST(Handmade, NfkcFoldsCompatibilityCharacters) {
   auto tokenizer = load(tokenizer_json(kUnicodeVocab, R"(["f i"])", R"(, "unk_token": "<unk>")",
                                        R"({"type": "NFKC"})"));
-  EXPECT_EQ(tokenizer.encode("\uFB01", false), (Ids{3}));     // the ligature fi -> f i -> fi
-  EXPECT_EQ(tokenizer.encode("\u2460", false), (Ids{4}));     // circled one -> 1
-  EXPECT_EQ(tokenizer.encode("e\u0301", false), (Ids{5}));    // composed to é
+  EXPECT_EQ(tokenizer.encode("\uFB01", false), (Ids{3}));   // the ligature fi -> f i -> fi
+  EXPECT_EQ(tokenizer.encode("\u2460", false), (Ids{4}));   // circled one -> 1
+  EXPECT_EQ(tokenizer.encode("e\u0301", false), (Ids{5}));  // composed to é
 }
 
 TEST(Handmade, NfcComposesButKeepsCompatibilityCharacters) {
   auto tokenizer = load(tokenizer_json(kUnicodeVocab, R"(["f i"])", R"(, "unk_token": "<unk>")",
                                        R"({"type": "NFC"})"));
   EXPECT_EQ(tokenizer.encode("e\u0301", false), (Ids{5}));
-  EXPECT_EQ(tokenizer.encode("\uFB01", false), (Ids{0}));     // not in the vocabulary: unk
+  EXPECT_EQ(tokenizer.encode("\uFB01", false), (Ids{0}));  // not in the vocabulary: unk
   auto plain = load(tokenizer_json(kUnicodeVocab, "[]", R"(, "unk_token": "<unk>")"));
-  EXPECT_EQ(plain.encode("e\u0301", false), (Ids{6, 7}));     // no normalizer: as written
+  EXPECT_EQ(plain.encode("e\u0301", false), (Ids{6, 7}));  // no normalizer: as written
 }
 
 const std::string kByteVocab =
@@ -107,10 +107,10 @@ TEST(Handmade, ByteFallbackAndUnknownCharacters) {
 
 TEST(Handmade, ContinuingSubwordPrefixAndEndOfWordSuffix) {
   // a, ##b, ##c</w>: a+##b -> "ab" (prefix dropped from the right part), ab+##c</w> -> abc</w>.
-  auto tokenizer = load(tokenizer_json(
-      R"({"a": 0, "##b": 1, "##c</w>": 2, "ab": 3, "abc</w>": 4, "b": 5})",
-      R"(["a ##b", "ab ##c</w>"])",
-      R"(, "continuing_subword_prefix": "##", "end_of_word_suffix": "</w>")"));
+  auto tokenizer =
+      load(tokenizer_json(R"({"a": 0, "##b": 1, "##c</w>": 2, "ab": 3, "abc</w>": 4, "b": 5})",
+                          R"(["a ##b", "ab ##c</w>"])",
+                          R"(, "continuing_subword_prefix": "##", "end_of_word_suffix": "</w>")"));
   EXPECT_EQ(tokenizer.encode("abc", false), (Ids{4}));
   // "ab": the last character is "##b</w>", not in the vocabulary and no unk: dropped.
   EXPECT_EQ(tokenizer.encode("ab", false), (Ids{0}));
@@ -124,19 +124,19 @@ const std::string kAddedTokens = R"([
 
 Tokenizer added_tokens_tokenizer() {
   // Normalizer: "@" -> "<n>", "r" -> "x". Model: single characters, no merges.
-  return load(tokenizer_json(
-      R"({" ": 0, "a": 1, "b": 2, "x": 3, "<": 4, ">": 5, "n": 6, "t": 7})", "[]", "",
-      R"({"type": "Sequence", "normalizers": [
+  return load(tokenizer_json(R"({" ": 0, "a": 1, "b": 2, "x": 3, "<": 4, ">": 5, "n": 6, "t": 7})",
+                             "[]", "",
+                             R"({"type": "Sequence", "normalizers": [
           {"type": "Replace", "pattern": {"String": "@"}, "content": "<n>"},
           {"type": "Replace", "pattern": {"String": "r"}, "content": "x"}]})",
-      "null", "null", "null", kAddedTokens));
+                             "null", "null", "null", kAddedTokens));
 }
 
 TEST(Handmade, AddedTokenStripFlagsTakeTheWhitespaceBeside) {
   auto tokenizer = added_tokens_tokenizer();
   EXPECT_EQ(tokenizer.encode("a  <t>b", false), (Ids{1, 10, 2}));  // lstrip: "  " is the token's
   EXPECT_EQ(tokenizer.encode("a <t> b", false), (Ids{1, 10, 0, 2}));
-  EXPECT_EQ(tokenizer.encode("<r>  a", false), (Ids{11, 1}));      // rstrip
+  EXPECT_EQ(tokenizer.encode("<r>  a", false), (Ids{11, 1}));  // rstrip
   EXPECT_EQ(tokenizer.encode("a <r>", false), (Ids{1, 0, 11}));
 }
 
@@ -144,8 +144,8 @@ TEST(Handmade, AddedTokenSingleWordNeedsNoWordCharacterBeside) {
   auto tokenizer = added_tokens_tokenizer();
   EXPECT_EQ(tokenizer.encode("ab", false), (Ids{12}));
   EXPECT_EQ(tokenizer.encode("a ab b", false), (Ids{1, 0, 12, 0, 2}));
-  EXPECT_EQ(tokenizer.encode("bab", false), (Ids{2, 1, 2}));        // letter before
-  EXPECT_EQ(tokenizer.encode("ab_", false), (Ids{1, 2}));           // '_' after; '_' unknown
+  EXPECT_EQ(tokenizer.encode("bab", false), (Ids{2, 1, 2}));  // letter before
+  EXPECT_EQ(tokenizer.encode("ab_", false), (Ids{1, 2}));     // '_' after; '_' unknown
 }
 
 TEST(Handmade, AddedTokensNormalizedOrNot) {
@@ -170,9 +170,8 @@ TEST(Handmade, DecodeSkipsSpecialAddedTokensAndJoinsWithoutDecoder) {
 }
 
 TEST(Handmade, TemplateProcessingAddsBosAndEos) {
-  auto tokenizer = load(tokenizer_json(
-      R"({"<s>": 0, "</s>": 1, "a": 2})", "[]", "", "null", "null",
-      R"({"type": "TemplateProcessing",
+  auto tokenizer = load(tokenizer_json(R"({"<s>": 0, "</s>": 1, "a": 2})", "[]", "", "null", "null",
+                                       R"({"type": "TemplateProcessing",
           "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
                      {"SpecialToken": {"id": "</s>", "type_id": 0}}],
           "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]},

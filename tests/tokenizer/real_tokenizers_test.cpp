@@ -3,13 +3,13 @@
 // without special tokens, decoded with and without skip_special_tokens, and random id sequences
 // (invalid UTF-8 included) decoded. 100% equality; the first mismatch of each kind is printed
 // with its line, text, expected and actual values, and the count of the rest.
+#include "real_tokenizers.h"
+
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
-
-#include "real_tokenizers.h"
 
 namespace pagedattn::tokenizer::testing {
 namespace {
@@ -33,8 +33,8 @@ TEST_P(RealTokenizer, EncodeEqualsTokenizersOnEveryCorpusLine) {
       if (mismatches++ == 0) {
         ADD_FAILURE() << GetParam() << " corpus line " << line + 1
                       << " add_special_tokens=" << special << "\n  text:     " << quoted(item.text)
-                      << "\n  expected: " << format_ids(want) << "\n  got:      "
-                      << format_ids(ids);
+                      << "\n  expected: " << format_ids(want)
+                      << "\n  got:      " << format_ids(ids);
       }
     }
   }
@@ -52,17 +52,17 @@ TEST_P(RealTokenizer, DecodeEqualsTokenizersOnEveryCorpusLine) {
       bool skip;
       const std::string& want;
     };
-    for (const Check& check : {Check{item.ids, false, item.decoded},
-                               Check{item.ids, true, item.decoded_skip},
-                               Check{item.ids_special, false, item.decoded_special},
-                               Check{item.ids_special, true, item.decoded_special_skip}}) {
+    for (const Check& check :
+         {Check{item.ids, false, item.decoded}, Check{item.ids, true, item.decoded_skip},
+          Check{item.ids_special, false, item.decoded_special},
+          Check{item.ids_special, true, item.decoded_special_skip}}) {
       std::string text = tokenizer.decode(check.ids, check.skip);
       if (text == check.want) continue;
       if (mismatches++ == 0) {
         ADD_FAILURE() << GetParam() << " corpus line " << line + 1
-                      << " skip_special_tokens=" << check.skip << "\n  ids:      "
-                      << format_ids(check.ids) << "\n  expected: " << quoted(check.want)
-                      << "\n  got:      " << quoted(text);
+                      << " skip_special_tokens=" << check.skip
+                      << "\n  ids:      " << format_ids(check.ids)
+                      << "\n  expected: " << quoted(check.want) << "\n  got:      " << quoted(text);
       }
     }
   }
@@ -82,8 +82,8 @@ TEST_P(RealTokenizer, DecodeOfRandomIdsEqualsTokenizers) {
       if (text == want) continue;
       if (mismatches++ == 0) {
         ADD_FAILURE() << GetParam() << " random sequence " << i << " skip_special_tokens=" << skip
-                      << "\n  ids:      " << format_ids(item.ids) << "\n  expected: "
-                      << quoted(want) << "\n  got:      " << quoted(text);
+                      << "\n  ids:      " << format_ids(item.ids)
+                      << "\n  expected: " << quoted(want) << "\n  got:      " << quoted(text);
       }
     }
   }
@@ -102,9 +102,7 @@ TEST_P(RealTokenizer, ConfigSpecialTokens) {
   };
   static const std::map<std::string, Expected> table = {
       {"qwen3", {std::nullopt, std::nullopt, "<|im_end|>", 151645, false, true}},
-      {"deepseek_v3",
-       {"<｜begin▁of▁sentence｜>", 0,
-        "<｜end▁of▁sentence｜>", 1, true, true}},
+      {"deepseek_v3", {"<｜begin▁of▁sentence｜>", 0, "<｜end▁of▁sentence｜>", 1, true, true}},
       {"llama3", {"<|begin_of_text|>", 128000, "<|eot_id|>", 128009, std::nullopt, true}},
       {"llama2", {"<s>", 1, "</s>", 2, true, false}},
   };

@@ -131,12 +131,14 @@ TEST(Unicode, LossyUtf8ReplacesEachMaximalSubpart) {
     append_lossy_utf8(out, bytes);
     return out;
   };
-  EXPECT_EQ(lossy("a\xE2\x82" "b"), "a\uFFFDb");          // truncated 3-byte character
-  EXPECT_EQ(lossy("\xF0\x80\x80"), "\uFFFD\uFFFD\uFFFD");  // F0 80: not a valid start
-  EXPECT_EQ(lossy("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");  // a surrogate
-  EXPECT_EQ(lossy("\xC0\xAF"), "\uFFFD\uFFFD");            // overlong
+  EXPECT_EQ(lossy("a\xE2\x82"
+                  "b"),
+            "a\uFFFDb");                                             // truncated 3-byte character
+  EXPECT_EQ(lossy("\xF0\x80\x80"), "\uFFFD\uFFFD\uFFFD");            // F0 80: not a valid start
+  EXPECT_EQ(lossy("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");            // a surrogate
+  EXPECT_EQ(lossy("\xC0\xAF"), "\uFFFD\uFFFD");                      // overlong
   EXPECT_EQ(lossy("\xF4\x90\x80\x80"), "\uFFFD\uFFFD\uFFFD\uFFFD");  // past U+10FFFF
-  EXPECT_EQ(lossy("\xF0\x9F\x98"), "\uFFFD");              // truncated 4-byte character
+  EXPECT_EQ(lossy("\xF0\x9F\x98"), "\uFFFD");                        // truncated 4-byte character
   EXPECT_EQ(lossy("\xF0\x9F\x98\x80"), "\U0001F600");
 }
 

@@ -36,9 +36,8 @@ class CliTokenize : public CliTest {
 };
 
 TEST_F(CliTokenize, JsonLinesWithAndWithoutSpecialTokens) {
-  const std::string base =
-      "tokenize --tokenizer " + directory_.string() + " --input " +
-      (directory_ / "input.jsonl").string() + " --json";
+  const std::string base = "tokenize --tokenizer " + directory_.string() + " --input " +
+                           (directory_ / "input.jsonl").string() + " --json";
   CliRun run = run_cli(base);
   ASSERT_EQ(run.status, 0) << run.output;
   // No decoder: decode joins the tokens with spaces.
@@ -49,7 +48,8 @@ TEST_F(CliTokenize, JsonLinesWithAndWithoutSpecialTokens) {
             "{\"ids\":[4,3,2],\"text\":\"<s> ab c\"}\n{\"ids\":[4,2,3],\"text\":\"<s> c ab\"}\n");
   run = run_cli(base + " --add-special-tokens --skip-special-tokens");
   ASSERT_EQ(run.status, 0) << run.output;
-  EXPECT_EQ(run.output, "{\"ids\":[4,3,2],\"text\":\"ab c\"}\n{\"ids\":[4,2,3],\"text\":\"c ab\"}\n");
+  EXPECT_EQ(run.output,
+            "{\"ids\":[4,3,2],\"text\":\"ab c\"}\n{\"ids\":[4,2,3],\"text\":\"c ab\"}\n");
 }
 
 TEST_F(CliTokenize, TableAndErrors) {

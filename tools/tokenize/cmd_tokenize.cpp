@@ -30,8 +30,8 @@ using tokenizer::TokenId;
 using tokenizer::Tokenizer;
 
 std::string json_string(std::string_view text) {
-  return nlohmann::json(std::string(text)).dump(-1, ' ', false,
-                                                nlohmann::json::error_handler_t::replace);
+  return nlohmann::json(std::string(text))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // One JSON string per line (blank lines skipped).
@@ -122,9 +122,10 @@ void run_bench_tokenize(const BenchOptions& options) {
     PA_CHECK(file.good(), "--hf {}: cannot open the file", options.hf);
     hf = nlohmann::json::parse(file);
   }
-  fmt::print("encode, single thread: the corpus ({} lines, {} bytes) joined and encoded whole, "
-             "and line by line\n{}\n",
-             lines.size(), text.size(), machine_description());
+  fmt::print(
+      "encode, single thread: the corpus ({} lines, {} bytes) joined and encoded whole, "
+      "and line by line\n{}\n",
+      lines.size(), text.size(), machine_description());
   Table table({"tokenizer", "document MB/s", "HF", "x HF", "lines MB/s", "HF", "x HF",
                "tokens/s (M)", "stream decode ns/token"});
   nlohmann::json results = nlohmann::json::array();
@@ -169,8 +170,8 @@ void run_bench_tokenize(const BenchOptions& options) {
   if (!options.json_path.empty()) {
     std::ofstream out(options.json_path);
     PA_CHECK(out.good(), "bench tokenize: --json {}: cannot open for writing", options.json_path);
-    out << nlohmann::json({{"machine", machine_description()}, {"time", utc_timestamp()},
-                           {"rows", results}})
+    out << nlohmann::json(
+               {{"machine", machine_description()}, {"time", utc_timestamp()}, {"rows", results}})
                .dump(2)
         << '\n';
   }
