@@ -215,15 +215,15 @@ class Metaspace final : public PreTokenizer {
   void pre_tokenize(Words& words, Words& scratch) const override {
     scratch.text.clear();
     scratch.ranges.clear();
-    bool first = words.first_segment;
     for (auto [start, end] : words.ranges) {
       auto begin = static_cast<uint32_t>(scratch.text.size());
       std::string_view word = std::string_view(words.text).substr(start, end - start);
       bool starts_with_replacement = word.starts_with(replacement_) || (word.starts_with(' '));
+      // "first": only the word at the very start of the input (tokenizers: original offset 0).
+      bool first = words.first_segment && start == 0;
       if (!starts_with_replacement && (prepend_ == 2 || (prepend_ == 1 && first))) {
         scratch.text += replacement_;
       }
-      first = false;
       for (char c : word) {
         if (c == ' ') {
           scratch.text += replacement_;

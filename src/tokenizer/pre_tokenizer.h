@@ -18,8 +18,8 @@ namespace pagedattn::tokenizer {
 struct Words {
   std::string text;
   std::vector<std::pair<uint32_t, uint32_t>> ranges;  // [start, end) in text, none empty
-  // Whether this is the first segment of the input without an added token (Metaspace's
-  // prepend_scheme "first").
+  // Whether the segment starts at the start of the input (no added token before it): Metaspace's
+  // prepend_scheme "first".
   bool first_segment = true;
 
   void reset(std::string_view segment, bool first) {

@@ -98,7 +98,6 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_t
   thread_local std::string normalized;
   raw_segments.clear();
   impl.added.split(text, false, raw_segments);
-  bool first_segment = true;
   for (const Segment& raw : raw_segments) {
     if (raw.id >= 0) {
       ids.push_back(raw.id);
@@ -114,8 +113,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_t
         continue;
       }
       words.reset(std::string_view(normalized).substr(segment.start, segment.end - segment.start),
-                  first_segment);
-      first_segment = false;
+                  raw.start == 0 && segment.start == 0);
       if (impl.pre_tokenizer) impl.pre_tokenizer->pre_tokenize(words, scratch);
       for (auto [start, end] : words.ranges) {
         impl.model->tokenize(std::string_view(words.text).substr(start, end - start), ids);

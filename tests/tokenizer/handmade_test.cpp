@@ -181,5 +181,19 @@ TEST(Handmade, TemplateProcessingAddsBosAndEos) {
   EXPECT_EQ(tokenizer.encode("", true), (Ids{0, 1}));
 }
 
+TEST(Handmade, MetaspacePrependFirstOnlyAtTheStartOfTheInput) {
+  // prepend_scheme "first": "▁" before the word at input offset 0 only; after an added token the
+  // text does not start the input, so "a" stays bare there.
+  auto tokenizer = load(tokenizer_json(
+      R"({"\u2581": 0, "a": 1, "b": 2, "\u2581a": 3, "\u2581b": 4, "<s>": 5})",
+      R"(["\u2581 a", "\u2581 b"])", "", "null",
+      R"({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": true})",
+      "null", "null",
+      R"([{"id": 5, "content": "<s>", "special": true, "normalized": false, "lstrip": false,
+           "rstrip": false, "single_word": false}])"));
+  EXPECT_EQ(tokenizer.encode("a b", false), (Ids{3, 4}));
+  EXPECT_EQ(tokenizer.encode("<s>a b", false), (Ids{5, 1, 4}));
+}
+
 }  // namespace
 }  // namespace pagedattn::tokenizer
