@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -88,6 +90,26 @@ TEST_P(RealTokenizer, DecodeOfRandomIdsEqualsTokenizers) {
     }
   }
   EXPECT_EQ(mismatches, 0) << "decodes differing from tokenizers (first one above)";
+}
+
+TEST_P(RealTokenizer, ThreadsShareOneTokenizer) {
+  // Four threads encode interleaved corpus lines at once (the word cache is shared): every
+  // line as tokenizers has it.
+  const Tokenizer& tokenizer = real_tokenizer(GetParam());
+  const Fixtures& expected = fixtures(GetParam());
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (size_t thread = 0; thread < 4; ++thread) {
+    threads.emplace_back([&, thread] {
+      for (size_t line = thread; line < expected.corpus.size(); line += 4) {
+        if (tokenizer.encode(expected.corpus[line].text, false) != expected.corpus[line].ids) {
+          ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST_P(RealTokenizer, ConfigSpecialTokens) {
