@@ -98,8 +98,8 @@ TEST_F(Cli, PlanErrorsNameTheEntry) {
 // subcommand, is in the help, in alphabetical order.
 TEST_F(Cli, HelpListsEveryRegisteredCommand) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
-      {"--help", {"bench", "demo", "info", "plan"}},
-      {"bench --help", {"decode", "mla", "plan", "prefill"}}};
+      {"--help", {"bench", "demo", "info", "plan", "tokenize"}},
+      {"bench --help", {"decode", "mla", "plan", "prefill", "tokenize"}}};
   for (const auto& [arguments, commands] : expected) {
     const CliRun run = run_cli(arguments);
     ASSERT_EQ(run.status, 0) << arguments << "\n" << run.output;

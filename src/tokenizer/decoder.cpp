@@ -1,0 +1,216 @@
+// Decoders (see decoder.h). The subtle one is text from bytes: ByteLevel concatenates the bytes
+// of every token and replaces each maximal invalid UTF-8 subpart with one U+FFFD, while
+// ByteFallback replaces a whole invalid run of <0xNN> tokens with one U+FFFD per token, exactly
+// as `tokenizers` does.
+#include "decoder.h"
+
+#include <algorithm>
+
+#include "pattern.h"
+#include "unicode.h"
+
+namespace pagedattn::tokenizer {
+
+int byte_fallback_value(std::string_view token) {
+  if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') return -1;
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  int high = hex(token[3]), low = hex(token[4]);
+  if (high < 0 || low < 0) return -1;
+  return high * 16 + low;
+}
+
+namespace {
+
+constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";
+
+class ByteLevel final : public Decoder {
+ public:
+  void decode_chain(std::vector<std::string>& tokens) const override {
+    const ByteAlphabet& alphabet = byte_alphabet();
+    std::string bytes;
+    for (const std::string& token : tokens) {
+      size_t mark = bytes.size();
+      bool mapped = true;
+      for (size_t position = 0; position < token.size();) {
+        char32_t codepoint = next_codepoint(token, position);
+        int byte = codepoint < 512 ? alphabet.byte_of_char[codepoint] : -1;
+        if (byte < 0) {
+          mapped = false;
+          break;
+        }
+        bytes += static_cast<char>(byte);
+      }
+      if (!mapped) {  // a token outside the alphabet (an added token) keeps its own bytes
+        bytes.resize(mark);
+        bytes += token;
+      }
+    }
+    std::string text;
+    append_lossy_utf8(text, bytes);
+    tokens.assign(1, std::move(text));
+  }
+};
+
+class ByteFallback final : public Decoder {
+ public:
+  void decode_chain(std::vector<std::string>& tokens) const override {
+    if (std::none_of(tokens.begin(), tokens.end(),
+                     [](const std::string& token) { return byte_fallback_value(token) >= 0; })) {
+      return;  // the common case: nothing to do
+    }
+    std::vector<std::string> result;
+    std::string run;
+    size_t run_tokens = 0;
+    auto flush = [&] {
+      if (run_tokens == 0) return;
+      if (is_valid_utf8(run)) {
+        result.push_back(run);
+      } else {
+        for (size_t i = 0; i < run_tokens; ++i) result.emplace_back(kReplacementCharacter);
+      }
+      run.clear();
+      run_tokens = 0;
+    };
+    for (std::string& token : tokens) {
+      int byte = byte_fallback_value(token);
+      if (byte >= 0) {
+        run += static_cast<char>(byte);
+        ++run_tokens;
+      } else {
+        flush();
+        result.push_back(std::move(token));
+      }
+    }
+    flush();
+    tokens = std::move(result);
+  }
+  bool has_byte_fallback() const override { return true; }
+};
+
+class Fuse final : public Decoder {
+ public:
+  void decode_chain(std::vector<std::string>& tokens) const override {
+    std::string text;
+    for (const std::string& token : tokens) text += token;
+    tokens.assign(1, std::move(text));
+  }
+};
+
+// Removes up to `start` leading and `stop` trailing occurrences of one character per token.
+class Strip final : public Decoder {
+ public:
+  explicit Strip(const JsonNode& node)
+      : content_(node.at("content").string()),
+        start_(node.at("start").integer()),
+        stop_(node.at("stop").integer()) {
+    size_t position = 0;
+    if (content_.empty() || (next_codepoint(content_, position), position != content_.size())) {
+      node.at("content").fail("expected one character");
+    }
+  }
+  void decode_chain(std::vector<std::string>& tokens) const override {
+    for (std::string& token : tokens) {
+      size_t begin = 0, end = token.size();
+      for (int64_t i = 0; i < start_ && token.compare(begin, content_.size(), content_) == 0 &&
+                          begin + content_.size() <= end;
+           ++i) {
+        begin += content_.size();
+      }
+      for (int64_t i = 0; i < stop_ && end >= begin + content_.size() &&
+                          token.compare(end - content_.size(), content_.size(), content_) == 0;
+           ++i) {
+        end -= content_.size();
+      }
+      token.erase(end);
+      token.erase(0, begin);
+    }
+  }
+
+ private:
+  std::string content_;
+  int64_t start_, stop_;
+};
+
+class Replace final : public Decoder {
+ public:
+  explicit Replace(const JsonNode& node)
+      : pattern_(node.at("pattern")), content_(node.at("content").string()) {}
+  void decode_chain(std::vector<std::string>& tokens) const override {
+    for (std::string& token : tokens) pattern_.replace_all(token, content_);
+  }
+
+ private:
+  Pattern pattern_;
+  std::string content_;
+};
+
+// Metaspace: the replacement character becomes a space; the first token loses a leading space
+// unless the prepend scheme is "never".
+class Metaspace final : public Decoder {
+ public:
+  explicit Metaspace(const JsonNode& node) : replacement_(node.string_or("replacement", "\u2581")) {
+    std::string scheme = node.string_or("prepend_scheme", "");
+    if (scheme.empty()) scheme = node.boolean_or("add_prefix_space", true) ? "always" : "never";
+    strip_first_ = scheme != "never";
+  }
+  void decode_chain(std::vector<std::string>& tokens) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string text;
+      std::string_view token = tokens[i];
+      for (size_t position = 0; position < token.size();) {
+        if (token.substr(position).starts_with(replacement_)) {
+          text += ' ';
+          position += replacement_.size();
+        } else {
+          text += token[position++];
+        }
+      }
+      if (i == 0 && strip_first_ && !text.empty() && text[0] == ' ') text.erase(0, 1);
+      tokens[i] = std::move(text);
+    }
+  }
+
+ private:
+  std::string replacement_;
+  bool strip_first_;
+};
+
+class Sequence final : public Decoder {
+ public:
+  explicit Sequence(const JsonNode& node) {
+    for (const JsonNode& item : node.at("decoders").items()) members_.push_back(make_decoder(item));
+  }
+  void decode_chain(std::vector<std::string>& tokens) const override {
+    for (const auto& member : members_) member->decode_chain(tokens);
+  }
+  bool has_byte_fallback() const override {
+    for (const auto& member : members_) {
+      if (member->has_byte_fallback()) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Decoder>> members_;
+};
+
+}  // namespace
+
+std::unique_ptr<Decoder> make_decoder(const JsonNode& node) {
+  std::string type = node.type("decoder", {"ByteLevel", "ByteFallback", "Fuse", "Strip", "Replace",
+                                           "Metaspace", "Sequence"});
+  if (type == "ByteLevel") return std::make_unique<ByteLevel>();
+  if (type == "ByteFallback") return std::make_unique<ByteFallback>();
+  if (type == "Fuse") return std::make_unique<Fuse>();
+  if (type == "Strip") return std::make_unique<Strip>(node);
+  if (type == "Replace") return std::make_unique<Replace>(node);
+  if (type == "Metaspace") return std::make_unique<Metaspace>(node);
+  return std::make_unique<Sequence>(node);
+}
+
+}  // namespace pagedattn::tokenizer

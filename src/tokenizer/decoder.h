@@ -1,0 +1,28 @@
+// Decoders: token strings -> text (tokenizer.json "decoder"). Each stage rewrites the list of
+// token strings as tokenizers' decode_chain does; the text is their concatenation.
+// Supported: ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "json_node.h"
+
+namespace pagedattn::tokenizer {
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+  // Whether this decoder (or a member of its sequence) is ByteFallback: the text of a run of
+  // <0xNN> tokens depends on the whole run (the incremental decoder holds such runs back).
+  virtual bool has_byte_fallback() const { return false; }
+};
+
+std::unique_ptr<Decoder> make_decoder(const JsonNode& node);
+
+// A <0xNN> token's byte (tokens of six characters "<0x" hex hex ">"), -1 otherwise.
+int byte_fallback_value(std::string_view token);
+
+}  // namespace pagedattn::tokenizer
