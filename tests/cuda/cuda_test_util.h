@@ -12,18 +12,22 @@
 #include <vector>
 
 #include "common/cases.h"
+#include "common/gpu_skip.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/workspace.h"
 
-// Skips the test, with the reason, where no CUDA device can be used (as in CI).
-#define PA_REQUIRE_GPU()                                                                        \
-  do {                                                                                          \
-    if (const ::pagedattn::Support pa_gpu_ = ::pagedattn::cuda::device_available(); !pa_gpu_) { \
-      GTEST_SKIP() << "no GPU: " << pa_gpu_.reason;                                             \
-    }                                                                                           \
-  } while (0)
+// Skips the test, with the reason, where no CUDA device can be used (as in CI); fails it instead
+// under PAGEDATTN_REQUIRE_GPU=1 (scripts/gpu-check), see common/gpu_skip.h.
+#define PA_REQUIRE_GPU() PA_SKIP_OR_FAIL_WITHOUT_GPU(::pagedattn::testing::gpu_unusable_reason())
 
 namespace pagedattn::testing {
+
+// Why no CUDA device can be used here, or "" when one can.
+inline std::string gpu_unusable_reason() {
+  const Support support = cuda::device_available();
+  if (support) return {};
+  return support.reason.empty() ? std::string("no usable CUDA device") : support.reason;
+}
 
 // Bytes spanned by a view (its extent through the strides).
 int64_t extent_bytes(const TensorView& view);

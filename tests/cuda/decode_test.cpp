@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cuda/cuda_test_util.h"
 
@@ -245,12 +246,11 @@ TEST(CudaDecode, BenchmarkSwitchesStayCorrect) {
     const std::string text(name);
     const size_t eq = text.find('=');
     const std::string variable = text.substr(0, eq);
-    ASSERT_EQ(setenv(variable.c_str(), text.substr(eq + 1).c_str(), 1), 0);
+    const ScopedEnv env(variable, text.substr(eq + 1));
     for (const CaseSpec& spec : {split, capped}) {
       const std::string report = check_cuda_decode(spec, fresh_seed());
       EXPECT_TRUE(report.empty()) << name << " " << spec.name() << "\n" << report;
     }
-    unsetenv(variable.c_str());
   }
 }
 
@@ -294,7 +294,7 @@ TEST(CudaDecode, SupportsSaysWhy) {
     const Support answer = backend->supports(op);
     EXPECT_FALSE(answer.ok);
     EXPECT_NE(answer.reason.find("no CUDA device"), std::string::npos) << answer.reason;
-    GTEST_SKIP() << "no GPU: " << device.reason;
+    PA_SKIP_OR_FAIL_WITHOUT_GPU(device.reason.empty() ? "unusable" : device.reason);
   }
   EXPECT_TRUE(backend->supports(op).ok) << backend->supports(op).reason;
   op.head_dim_qk = op.head_dim_vo = 96;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cpu/cpu_backend.h"
 #include "cuda/cuda_check.h"
@@ -384,15 +385,8 @@ class CudaMlaOtherKernel : public ::testing::TestWithParam<OtherKernel> {};
 
 TEST_P(CudaMlaOtherKernel, MatchesReference) {
   PA_REQUIRE_GPU();
-  struct Force {
-    const OtherKernel& kernel;
-    explicit Force(const OtherKernel& k) : kernel(k) {
-      for (const auto& [name, value] : kernel.env) setenv(name, value, 1);
-    }
-    ~Force() {
-      for (const auto& [name, value] : kernel.env) unsetenv(name);
-    }
-  } force(GetParam());
+  ScopedEnv force;
+  for (const auto& [name, value] : GetParam().env) force.set(name, value);
   CaseSpec spec = base_mla(128, 16);
   spec.kv_lens = {3000, 17, 1, 64};
   spec.q_lens = {1, 3, 4, 2};
@@ -428,12 +422,8 @@ TEST(CudaMla, ClustersOfCtas) {
   PA_CUDA_CHECK(cudaGetDevice(&device));
   PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   for (const auto& [cluster, limit] : {std::pair{2, ""}, std::pair{4, "4"}, std::pair{8, "8"}}) {
-    struct Limit {
-      explicit Limit(const char* value) {
-        if (*value != '\0') setenv("PAGEDATTN_MLA_CLUSTER", value, 1);
-      }
-      ~Limit() { unsetenv("PAGEDATTN_MLA_CLUSTER"); }
-    } set_limit(limit);
+    const ScopedEnv set_limit("PAGEDATTN_MLA_CLUSTER",
+                              *limit != '\0' ? std::optional<std::string>(limit) : std::nullopt);
     const int32_t batch = std::max(1, sms / cluster);
     for (int32_t page : {1, 16, 64}) {
       CaseSpec spec = base_mla(16, page);
@@ -506,12 +496,9 @@ class CudaMlaGraph : public ::testing::TestWithParam<std::pair<int32_t, GraphMod
 TEST_P(CudaMlaGraph, Replay) {
   PA_REQUIRE_GPU();
   const GraphMode mode = GetParam().second;
-  struct Merge {
-    explicit Merge(bool fused) {
-      if (fused) setenv("PAGEDATTN_MLA_MERGE", "fused", 1);
-    }
-    ~Merge() { unsetenv("PAGEDATTN_MLA_MERGE"); }
-  } merge(mode == GraphMode::kFusedMerge);
+  const ScopedEnv merge("PAGEDATTN_MLA_MERGE", mode == GraphMode::kFusedMerge
+                                                   ? std::optional<std::string>("fused")
+                                                   : std::nullopt);
   CaseSpec spec = base_mla(GetParam().first, 16);
   spec.kv_lens = {2500, 5, 300};
   if (mode == GraphMode::kClusters) {

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "common/cases.h"
+#include "common/gpu_skip.h"
+#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cpu/cpu_backend.h"
 #include "cuda/workspace.h"
@@ -30,6 +32,7 @@ namespace {
 
 using testing::AttentionCase;
 using testing::CaseSpec;
+using testing::ScopedEnv;
 
 // Empty when a CUDA device is usable, else why not (CI: "CUDA driver version is insufficient").
 std::string gpu_missing() {
@@ -41,12 +44,7 @@ std::string gpu_missing() {
   return count > 0 ? std::string() : std::string("no CUDA device");
 }
 
-#define SKIP_WITHOUT_GPU()                                                        \
-  do {                                                                            \
-    if (const std::string why = gpu_missing(); !why.empty()) {                    \
-      GTEST_SKIP() << "no usable CUDA device, CUDA test skipped (" << why << ")"; \
-    }                                                                             \
-  } while (0)
+#define SKIP_WITHOUT_GPU() PA_SKIP_OR_FAIL_WITHOUT_GPU(gpu_missing())
 
 void check_cuda(cudaError_t status, const char* what) {
   ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
@@ -133,9 +131,10 @@ Result run_gpu(const AttentionCase& c, const char* kernel = "", bool drop_hint =
   const PrefillArgs host = c.prefill_args();
   PrefillArgs args = to_device(host, mirror);
   if (drop_hint) args.meta.max_q_len = 0;
-  setenv("PAGEDATTN_PREFILL_KERNEL", kernel, 1);
-  run_prefill(workspace(), args);
-  unsetenv("PAGEDATTN_PREFILL_KERNEL");
+  {
+    const ScopedEnv force("PAGEDATTN_PREFILL_KERNEL", std::string(kernel));
+    run_prefill(workspace(), args);
+  }
   if (cudaDeviceSynchronize() != cudaSuccess) throw Error("prefill kernel failed");
   DeviceMirror::copy_back(args.out, host.out);
   DeviceMirror::copy_back(args.lse, host.lse);

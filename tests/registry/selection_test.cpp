@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 
+#include "common/scoped_env.h"
 #include "pagedattn/error.h"
 #include "pagedattn/registry.h"
 
@@ -105,6 +106,7 @@ TEST_P(SelectMatrix, ChoosesOrExplains) {
 }
 
 using K = OpKind;
+using testing::ScopedEnv;
 constexpr auto kCpu = DeviceType::kCPU;
 constexpr auto kCuda = DeviceType::kCUDA;
 
@@ -173,21 +175,20 @@ TEST(Registry, SpecParsing) {
 }
 
 TEST(Registry, EnvironmentVariable) {
-  ::unsetenv("PAGEDATTN_BACKEND");
+  ScopedEnv env("PAGEDATTN_BACKEND", std::nullopt);
   EXPECT_EQ(Selection::from_env().decode, "auto");
-  ::setenv("PAGEDATTN_BACKEND", "prefill=cuda,decode=cpu", 1);
+  env.set("PAGEDATTN_BACKEND", "prefill=cuda,decode=cpu");
   EXPECT_EQ(Selection::from_env().prefill, "cuda");
   EXPECT_EQ(Selection::from_env().decode, "cpu");
-  ::setenv("PAGEDATTN_BACKEND", "", 1);
+  env.set("PAGEDATTN_BACKEND", "");
   EXPECT_EQ(Selection::from_env().prefill, "auto");
-  ::setenv("PAGEDATTN_BACKEND", "bogus=1", 1);
+  env.set("PAGEDATTN_BACKEND", "bogus=1");
   try {
     Selection::from_env();
     ADD_FAILURE() << "no error";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("PAGEDATTN_BACKEND"), std::string::npos);
   }
-  ::unsetenv("PAGEDATTN_BACKEND");
 }
 
 TEST(Registry, AddRejectsDuplicatesNullAndAuto) {
