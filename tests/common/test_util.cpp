@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "pagedattn/error.h"
+
 namespace pagedattn::testing {
 
 uint64_t fresh_seed() {
@@ -159,6 +161,24 @@ std::string compare_rows(std::span<const double> got, std::span<const double> ex
       "relative L2 {}):{}",
       what, bad_rows, rows, bad_elements, tolerance.element_rel, tolerance.row_floor,
       tolerance.row_rel_l2, report);
+}
+
+std::string error_containing(const std::function<void()>& statement,
+                             std::initializer_list<std::string_view> needles) {
+  try {
+    statement();
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    std::string missing;
+    for (std::string_view needle : needles) {
+      if (message.find(needle) == std::string::npos) missing += fmt::format(" '{}'", needle);
+    }
+    if (missing.empty()) return {};
+    return fmt::format("the error \"{}\" lacks{}", message, missing);
+  } catch (const std::exception& other) {
+    return fmt::format("threw another exception, not pagedattn::Error: {}", other.what());
+  }
+  return "no error thrown";
 }
 
 std::string compare(std::span<const double> got, std::span<const double> expected,

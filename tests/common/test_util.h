@@ -6,9 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pagedattn/tensor.h"
@@ -65,6 +68,13 @@ inline constexpr Tolerance kLseTolerance{5e-5, 1e-5};
 // a report naming the first few bad rows / elements and the counts.
 std::string compare_rows(std::span<const double> got, std::span<const double> expected,
                          int64_t row_length, RowTolerance tolerance, const std::string& what);
+
+// Runs `statement`; returns "" when it throws pagedattn::Error whose message contains every one of
+// `needles` (the argument's name and the bad value, not only words every message of that function
+// has), else what happened instead (no throw, another exception, the message lacking a needle).
+//   EXPECT_EQ(error_containing([&] { plan(...); }, {"limits.max_batch = 2", "3"}), "");
+std::string error_containing(const std::function<void()>& statement,
+                             std::initializer_list<std::string_view> needles);
 
 // Compares every element; NaN never passes. Returns an empty string when all match, else a
 // message naming the first few mismatches (index, got, expected) and the count.

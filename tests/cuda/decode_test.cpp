@@ -31,7 +31,7 @@ CaseSpec base_decode() {
   spec.head_dim_qk = spec.head_dim_vo = 128;
   spec.page_size = 16;
   spec.kv_lens = edge_lengths(16, 300);
-  return spec;
+  return with_power(spec);  // logits of std 2.5, dominant keys, V with a mean (cases.h)
 }
 
 std::vector<CaseSpec> cuda_decode_cases() {
@@ -90,9 +90,13 @@ std::vector<CaseSpec> cuda_decode_cases() {
     cases.push_back(spec);
   }
   {
-    CaseSpec spec = base_decode();  // sequential pages, no lse, explicit sm_scale
+    CaseSpec spec = base_decode();  // sequential pages, no lse
     spec.shuffle_pages = false;
     spec.with_lse = false;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();  // explicit sm_scale, lse checked against float64
     spec.sm_scale = 0.3f;
     cases.push_back(spec);
   }
@@ -209,21 +213,26 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeTest, ::testing::ValuesIn(cuda_decode_
 TEST(CudaDecode, PageSizeInvariance) {
   PA_REQUIRE_GPU();
   const uint64_t seed = fresh_seed();
-  std::vector<std::vector<double>> outputs;
+  std::vector<std::vector<double>> outputs, lses;
   for (int32_t page : {1, 16, 64}) {
     CaseSpec spec = base_decode();
     spec.page_size = page;
     spec.alloc_page_size = 64;
     spec.kv_lens = {700, 3, 64, 129};
+    // Each P against float64 (out and lse) and the CPU backend, then run against run.
+    EXPECT_EQ(check_cuda_decode(spec, seed), "") << "P " << page;
     const AttentionCase c(spec, seed);
     DeviceDecodeCase device_case(c);
     run_cuda_decode(device_case);
     device_case.out.copy_to(c.out());
+    device_case.lse.copy_to(c.lse());
     outputs.push_back(to_doubles(c.out()));
+    lses.push_back(to_doubles(c.lse()));
   }
   for (size_t i = 1; i < outputs.size(); ++i) {
-    const std::string report =
-        compare(outputs[i], outputs[0], tolerance_for(DType::kBF16), "P vs P=1");
+    std::string report = compare_rows(outputs[i], outputs[0], 128,
+                                      gpu_row_tolerance(DType::kBF16), "P vs P=1");
+    report += compare(lses[i], lses[0], kGpuLseTolerance, "lse: P vs P=1");
     EXPECT_TRUE(report.empty()) << "seed " << seed << "\n" << report;
   }
 }

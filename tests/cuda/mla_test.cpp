@@ -33,8 +33,6 @@
 namespace pagedattn::testing {
 namespace {
 
-constexpr Tolerance kLseTolerance{2e-3, 2e-4};
-
 CaseSpec base_mla(int32_t heads, int32_t page_size) {
   CaseSpec spec;
   spec.op = OpKind::kMlaDecode;
@@ -47,7 +45,7 @@ CaseSpec base_mla(int32_t heads, int32_t page_size) {
   spec.page_size = page_size;
   spec.kv_lens = {1, std::max(1, page_size - 1), page_size, page_size + 1, 300};
   spec.sm_scale = 1.0f / std::sqrt(192.0f);  // DeepSeek: from the unabsorbed head dim
-  return spec;
+  return with_power(spec);  // logits of std 2.5, dominant keys, V with a mean (cases.h)
 }
 
 // The case's inputs on the device. `split_buffers`: ckv and kpe in two buffers of their own
@@ -173,7 +171,10 @@ std::string check_outputs(const AttentionCase& c, const Outputs& gpu) {
   auto append = [&report](const std::string& r) {
     if (!r.empty()) report += (report.empty() ? "" : "\n") + r;
   };
-  if (c.lse().defined()) append(compare(gpu.lse, ref_lse, kLseTolerance, "lse vs reference"));
+  const int64_t dim_vo = c.spec().head_dim_vo;
+  append(compare_rows(gpu.out, ref, dim_vo, gpu_row_tolerance(DType::kBF16),
+                      "out vs reference (relative to the row)"));
+  if (c.lse().defined()) append(compare(gpu.lse, ref_lse, kGpuLseTolerance, "lse vs reference"));
   // The CPU backend on the same inputs (into the case's host buffers, poisoned first).
   static const std::unique_ptr<Backend> cpu = cpu::make_backend();
   WorkspaceLimits limits;
@@ -186,6 +187,11 @@ std::string check_outputs(const AttentionCase& c, const Outputs& gpu) {
   cpu->run_mla(*workspace, c.mla_args());
   append(
       compare(gpu.out, to_doubles(c.out()), {2 * tolerance.abs, 2 * tolerance.rel}, "out vs cpu"));
+  append(compare_rows(gpu.out, to_doubles(c.out()), dim_vo, gpu_row_tolerance(DType::kBF16),
+                      "out vs cpu (relative to the row)"));
+  if (c.lse().defined()) {
+    append(compare(gpu.lse, to_doubles(c.lse()), kGpuLseTolerance, "lse vs cpu"));
+  }
   return report;
 }
 
@@ -295,9 +301,13 @@ std::vector<CaseSpec> mla_cases() {
     cases.push_back(spec);
   }
   {
-    CaseSpec spec = base_mla(32, 16);  // sequential pages, no lse, another sm_scale
+    CaseSpec spec = base_mla(32, 16);  // sequential pages, no lse
     spec.shuffle_pages = false;
     spec.with_lse = false;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_mla(32, 16);  // another sm_scale, lse checked against float64
     spec.sm_scale = 0.05f;
     cases.push_back(spec);
   }
@@ -443,7 +453,7 @@ TEST(CudaMla, ClustersOfCtas) {
 TEST(CudaMla, PageSizeInvariance) {
   PA_REQUIRE_GPU();
   const uint64_t seed = fresh_seed();
-  std::vector<std::vector<double>> outputs;
+  std::vector<Outputs> outputs;
   for (int32_t page : {1, 16, 64}) {
     CaseSpec spec = base_mla(32, page);
     spec.alloc_page_size = 64;
@@ -451,11 +461,15 @@ TEST(CudaMla, PageSizeInvariance) {
     const AttentionCase c(spec, seed);
     DeviceMlaCase d(c, false);
     run_gpu(d, d.args());
-    outputs.push_back(fetch(d).out);
+    outputs.push_back(fetch(d));
+    // Each run against float64 too (not only run against run).
+    const std::string report = check_outputs(c, outputs.back());
+    EXPECT_TRUE(report.empty()) << "P " << page << ", seed " << seed << "\n" << report;
   }
   for (size_t i = 1; i < outputs.size(); ++i) {
-    const std::string report =
-        compare(outputs[i], outputs[0], tolerance_for(DType::kBF16), "P vs P=1");
+    std::string report = compare_rows(outputs[i].out, outputs[0].out, 512,
+                                      gpu_row_tolerance(DType::kBF16), "P vs P=1");
+    report += compare(outputs[i].lse, outputs[0].lse, kGpuLseTolerance, "lse: P vs P=1");
     EXPECT_TRUE(report.empty()) << "seed " << seed << "\n" << report;
   }
 }
@@ -521,6 +535,9 @@ TEST_P(CudaMlaGraph, Replay) {
   cuda_backend().run_mla(*workspace, args);  // eager once (one-time kernel attributes)
   PA_CUDA_CHECK(cudaStreamSynchronize(stream));
   PA_CUDA_CHECK(cudaMemset(args.out.data, 0xff, static_cast<size_t>(extent_bytes(args.out))));
+  if (args.lse.defined()) {
+    PA_CUDA_CHECK(cudaMemset(args.lse.data, 0xff, static_cast<size_t>(extent_bytes(args.lse))));
+  }
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   PA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -529,8 +546,13 @@ TEST_P(CudaMlaGraph, Replay) {
   PA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   PA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 2; ++replay) {
+    // out and lse poisoned before each replay: check_outputs compares both with float64.
     PA_CUDA_CHECK(
         cudaMemsetAsync(args.out.data, 0xff, static_cast<size_t>(extent_bytes(args.out)), stream));
+    if (args.lse.defined()) {
+      PA_CUDA_CHECK(cudaMemsetAsync(args.lse.data, 0xff,
+                                    static_cast<size_t>(extent_bytes(args.lse)), stream));
+    }
     PA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
     PA_CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::string report = check_outputs(c, fetch(d));

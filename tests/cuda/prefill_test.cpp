@@ -23,6 +23,7 @@
 #include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cpu/cpu_backend.h"
+#include "cuda/cuda_test_util.h"
 #include "cuda/workspace.h"
 #include "pagedattn/error.h"
 #include "reference/reference.h"
@@ -159,6 +160,10 @@ void check_case(const CaseSpec& spec) {
     SCOPED_TRACE(std::string("kernel ") + (*kernel != '\0' ? kernel : "default"));
     gpu = run_gpu(c, kernel);
     EXPECT_EQ(testing::compare(gpu.out, ref, tolerance, "out vs reference"), "");
+    EXPECT_EQ(testing::compare_rows(gpu.out, ref, spec.head_dim_vo,
+                                    testing::gpu_row_tolerance(spec.q_dtype),
+                                    "out vs reference (relative to the row)"),
+              "");
     if (spec.with_lse) {
       EXPECT_EQ(testing::compare(gpu.lse, ref_lse, kLseTolerance, "lse"), "");
     }
@@ -169,11 +174,21 @@ void check_case(const CaseSpec& spec) {
   const AttentionCase cpu_case(spec, seed);  // same inputs, its own output buffers
   const PrefillArgs cpu_args = cpu_case.prefill_args();
   testing::poison(cpu_args.out);
+  if (cpu_args.lse.defined()) testing::poison(cpu_args.lse);
   auto cpu_ws = cpu->create_workspace(WorkspaceLimits{});
   cpu->plan(*cpu_ws, cpu_case.op_desc(), cpu_args.meta);
   cpu->run_prefill(*cpu_ws, cpu_args);
   const testing::Tolerance twice{2 * tolerance.abs, 2 * tolerance.rel};
   EXPECT_EQ(testing::compare(gpu.out, testing::to_doubles(cpu_args.out), twice, "out vs CPU"), "");
+  EXPECT_EQ(testing::compare_rows(gpu.out, testing::to_doubles(cpu_args.out), spec.head_dim_vo,
+                                  testing::gpu_row_tolerance(spec.q_dtype),
+                                  "out vs CPU (relative to the row)"),
+            "");
+  if (spec.with_lse) {
+    EXPECT_EQ(testing::compare(gpu.lse, testing::to_doubles(cpu_args.lse), kLseTolerance,
+                               "lse vs CPU"),
+              "");
+  }
 }
 
 // ---- parametrized sweep ----
@@ -244,7 +259,7 @@ CaseSpec base_spec() {
   spec.page_size = 16;
   spec.kv_lens = {96, 40};
   spec.q_lens = {96, 17};
-  return spec;
+  return testing::with_power(spec);  // logits of std 2.5, dominant keys, V with a mean
 }
 
 TEST(CudaPrefill, LongRequestManyTiles) {
