@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "common/scoped_env.h"
+#include "common/test_util.h"
 #include "pagedattn/error.h"
 #include "pagedattn/registry.h"
 
@@ -163,9 +164,21 @@ TEST(Registry, SpecParsing) {
   EXPECT_EQ(split.for_op(OpKind::kMlaDecode), "cpu");
   const Selection one = Selection::parse("decode=cpu");
   EXPECT_EQ(one.prefill, "auto");
-  for (const char* bad : {"prefill=", "=cpu", "verify=cpu", "prefill=a,prefill=b", "CPU",
-                          "cpu,decode=cuda", "cuda cpu", "prefill=cpu,"}) {
-    EXPECT_THROW(Selection::parse(bad), Error) << bad;
+  // Each message quotes the spec and says what in it is wrong.
+  const std::pair<const char*, const char*> bad_specs[] = {
+      {"prefill=", "'' is not a backend name for role 'prefill'"},
+      {"=cpu", "unknown role ''"},
+      {"verify=cpu", "unknown role 'verify'"},
+      {"prefill=a,prefill=b", "role 'prefill' given twice"},
+      {"CPU", "expected 'auto', a backend name"},
+      {"cpu,decode=cuda", "item 'cpu' is not ROLE=NAME"},
+      {"cuda cpu", "expected 'auto', a backend name"},
+      {"prefill=cpu,", "item '' is not ROLE=NAME"}};
+  for (const auto& [bad, why] : bad_specs) {
+    EXPECT_EQ(testing::error_containing([&] { Selection::parse(bad); },
+                                        {fmt::format("backend spec '{}'", bad), why}),
+              "")
+        << bad;
   }
   try {
     Selection::parse("verify=cpu");
@@ -193,11 +206,19 @@ TEST(Registry, EnvironmentVariable) {
 
 TEST(Registry, AddRejectsDuplicatesNullAndAuto) {
   Registry registry = make_fake_registry();
-  EXPECT_THROW(registry.add(std::make_unique<FakeBackend>("cpu", DeviceType::kCPU, everything)),
-               Error);
-  EXPECT_THROW(registry.add(std::make_unique<FakeBackend>("auto", DeviceType::kCPU, everything)),
-               Error);
-  EXPECT_THROW(registry.add(nullptr), Error);
+  EXPECT_EQ(testing::error_containing(
+                [&] {
+                  registry.add(std::make_unique<FakeBackend>("cpu", DeviceType::kCPU, everything));
+                },
+                {"a backend named 'cpu' is already registered"}),
+            "");
+  EXPECT_EQ(testing::error_containing(
+                [&] {
+                  registry.add(std::make_unique<FakeBackend>("auto", DeviceType::kCPU, everything));
+                },
+                {"'auto' is reserved"}),
+            "");
+  EXPECT_EQ(testing::error_containing([&] { registry.add(nullptr); }, {"backend is null"}), "");
   EXPECT_EQ(registry.find("nope"), nullptr);
   EXPECT_EQ(registry.names().size(), 5u);
 }
