@@ -97,6 +97,14 @@ std::vector<CaseSpec> decode_cases() {
     spec.logit_std = 6.0f;
     cases.push_back(spec);
   }
+  {
+    CaseSpec spec = base_decode();  // soft-cap with a window: masked keys must weigh 0, not e^-cap
+    spec.q_dtype = spec.kv_dtype = DType::kF32;
+    spec.logits_soft_cap = 5.0f;
+    spec.logit_std = 6.0f;
+    spec.window_left = 30;
+    cases.push_back(spec);
+  }
   for (int32_t window : {0, 7, 100}) {
     CaseSpec spec = base_decode();
     spec.q_dtype = spec.kv_dtype = DType::kF32;

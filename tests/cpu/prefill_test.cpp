@@ -81,6 +81,15 @@ std::vector<CaseSpec> prefill_cases() {
     cases.push_back(spec);
   }
   {
+    CaseSpec spec = base_prefill();  // soft-cap with a window, not causal: masked keys weigh 0
+    spec.q_dtype = spec.kv_dtype = DType::kBF16;
+    spec.logits_soft_cap = 4.0f;
+    spec.logit_std = 6.0f;
+    spec.causal = false;
+    spec.window_left = 9;
+    cases.push_back(spec);
+  }
+  {
     CaseSpec spec = base_prefill();  // padding requests with no query rows and no KV
     spec.padded_batch = 8;
     cases.push_back(spec);

@@ -273,7 +273,9 @@ TEST(CudaDecode, RejectsBadArguments) {
   std::unique_ptr<Workspace> workspace = backend->create_workspace({});
   DecodeArgs args = device_case.args();
   // Not planned.
-  EXPECT_THROW(backend->run_decode(*workspace, args), Error);
+  EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, args); },
+                             {"run_decode: the workspace holds no decode plan"}),
+            "");
   backend->plan(*workspace, describe_op(args), args.meta);
   DecodeArgs bad = args;
   bad.options.sm_scale = 0.0f;
@@ -285,10 +287,12 @@ TEST(CudaDecode, RejectsBadArguments) {
   }
   bad = args;
   bad.q = c.decode_args().q;  // host memory
-  EXPECT_THROW(backend->run_decode(*workspace, bad), Error);
+  EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, bad); }, {"device cpu"}), "");
   bad = args;
   bad.out.shape[2] = 64;
-  EXPECT_THROW(backend->run_decode(*workspace, bad), Error);
+  EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, bad); },
+                             {"out: shape [5, 8, 64]"}),
+            "");
   // The poisoned output is untouched.
   device_case.out.copy_to(c.out());
   for (double value : to_doubles(c.out())) ASSERT_TRUE(value != value);
