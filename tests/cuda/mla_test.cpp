@@ -12,6 +12,7 @@
 #include "cuda/mla.h"
 
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -570,10 +571,12 @@ INSTANTIATE_TEST_SUITE_P(Heads, CudaMlaGraph,
                                            std::pair{16, GraphMode::kClusters}),
                          [](const auto& info) {
                            const GraphMode mode = info.param.second;
-                           return "h" + std::to_string(info.param.first) +
-                                  (mode == GraphMode::kFusedMerge ? "_fused"
-                                   : mode == GraphMode::kClusters ? "_clusters"
-                                                                  : "");
+                           // fmt, not string operator+: GCC 12 warns (-Wrestrict) falsely
+                           // on the latter.
+                           return fmt::format("h{}{}", info.param.first,
+                                              mode == GraphMode::kFusedMerge ? "_fused"
+                                              : mode == GraphMode::kClusters ? "_clusters"
+                                                                             : "");
                          });
 
 // Bad input: an Error naming the argument, and nothing written.
