@@ -12,11 +12,16 @@
 // Decode (at most 8 rows, bf16/f32 KV) skips the f32 block: K and V are converted inside the FMA
 // loops (simd::score_rows_fused / accumulate_rows_fused), and the next block is read ahead.
 // Finally out = acc / l * v_scale and lse = m + log(l), or 0 and -inf for a row that saw nothing.
+//
+// Fault injection (CMake -DPAGEDATTN_INJECT_FAULT=<name>, see cpu/cpu_fault.h): each kFault*
+// branch below compiles one deliberate bug, so that scripts/fault-check can prove the tests catch
+// it. In a normal build every kFault* is false and the branches vanish.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "core/check.h"
+#include "cpu/cpu_fault.h"
 #include "cpu/cpu_plan.h"
 #include "cpu/cpu_simd.h"
 
@@ -106,7 +111,7 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
   const int32_t dqk = p.dim_qk, dvo = p.dim_vo;
 
   // Query tile, pre-scaled: row = hh * rows + token * group + g, head = (head0 + hh) * group + g.
-  const float q_scale = p.sm_scale * p.k_scale;
+  const float q_scale = p.sm_scale * p.k_scale * (kFaultSmScale ? 1.02f : 1.0f);
   for (int32_t hh = 0; hh < num_heads; ++hh) {
     for (int64_t t = 0; t < tokens; ++t) {
       for (int32_t g = 0; g < group; ++g) {
@@ -122,13 +127,19 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
   }
   // Visible keys of token t: [lo(t), hi(t)]; both grow with t.
   const int64_t first_position = kv_len - q_len + (item.q_begin - p.q_begin(r));
-  auto hi = [&](int64_t t) { return p.causal ? first_position + t : kv_len - 1; };
-  auto lo = [&](int64_t t) {
-    return p.window_left >= 0 ? first_position + t - p.window_left : int64_t{0};
+  auto hi = [&](int64_t t) {
+    return p.causal ? first_position + t + (kFaultCausalShift ? 1 : 0) : kv_len - 1;
   };
-  const int64_t begin = std::max<int64_t>({int64_t{item.page_begin} * p.page_size, lo(0), 0});
-  const int64_t end =
-      std::min<int64_t>({int64_t{item.page_end} * p.page_size, kv_len, hi(tokens - 1) + 1});
+  auto lo = [&](int64_t t) {
+    return p.window_left >= 0 ? first_position + t - p.window_left - (kFaultWindow ? 1 : 0)
+                              : int64_t{0};
+  };
+  // kFaultSplitPage: a split request's chunks after the first lose their first page.
+  const int64_t first_page =
+      item.page_begin + (kFaultSplitPage && item.partial >= 0 && item.page_begin > 0 ? 1 : 0);
+  const int64_t begin = std::max<int64_t>({first_page * p.page_size, lo(0), 0});
+  const int64_t end = std::min<int64_t>({int64_t{item.page_end} * p.page_size,
+                                         kv_len - (kFaultLastKey ? 1 : 0), hi(tokens - 1) + 1});
 
   std::fill(sc.m, sc.m + all_rows, kNegInf);
   std::fill(sc.l, sc.l + all_rows, 0.0f);
@@ -157,7 +168,7 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
     auto page_bases = [&] {
       const int64_t page = pages[page_index];
       const int64_t alloc_page = page / p.pages_per_alloc;
-      const int64_t first_token = (page % p.pages_per_alloc) * p.page_size;
+      const int64_t first_token = kFaultAllocPage ? 0 : (page % p.pages_per_alloc) * p.page_size;
       k_base = alloc_page * p.k.page_stride + first_token * p.k.token_stride + k_head;
       v_base = alloc_page * second.page_stride + first_token * second.token_stride + v_head;
     };
@@ -232,13 +243,15 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
         }
         simd::score_block(q, rows, sc.k, n, dqk, scores, kBlockTokens);
       }
-      if (p.soft_cap > 0) {
+      auto apply_soft_cap = [&] {
+        if (p.soft_cap <= 0) return;
         const float cap = p.soft_cap, inv_cap = 1.0f / p.soft_cap;
         for (int32_t row = 0; row < rows; ++row) {
           float* s = scores + int64_t{row} * kBlockTokens;
           for (int32_t j = 0; j < n; ++j) s[j] = cap * std::tanh(s[j] * inv_cap);
         }
-      }
+      };
+      if (!kFaultSoftCapAfterMask) apply_soft_cap();
       for (int64_t t = 0; t < tokens; ++t) {
         const int64_t key_lo = lo(t), key_hi = hi(t);
         if (t0 >= key_lo && t0 + n - 1 <= key_hi) continue;  // block fully visible
@@ -249,6 +262,7 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
           }
         }
       }
+      if (kFaultSoftCapAfterMask) apply_soft_cap();  // masked -inf become -cap: still weighted
       simd::softmax_block(scores, rows, n, kBlockTokens, sc.m + row0, sc.l + row0, sc.alpha + row0);
       if (fused) {
         simd::accumulate_rows_fused(acc, rows, sc.alpha + row0, scores, kBlockTokens, rows_of->v,
@@ -267,7 +281,7 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
         const int64_t head = int64_t{head0 + hh} * group + g;
         const bool seen = sc.l[row] > 0;
         float* acc = sc.acc + int64_t{row} * dvo;
-        const float scale = seen ? p.v_scale / sc.l[row] : 0.0f;
+        const float scale = seen ? (kFaultVScale ? 1.0f : p.v_scale) / sc.l[row] : 0.0f;
         const float lse = seen ? sc.m[row] + std::log(sc.l[row]) : kNegInf;
         const int64_t abs_row = item.q_begin + t;
         if (item.partial >= 0) {
@@ -281,7 +295,9 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
                  p.out + (abs_row * p.out_row_stride + head * p.out_head_stride) *
                              dtype_size(p.out_dtype),
                  p.out_dtype, dvo, scale);
-        if (p.lse) p.lse[abs_row * p.lse_row_stride + head * p.lse_head_stride] = lse;
+        if (p.lse && !kFaultLseNotWritten) {
+          p.lse[abs_row * p.lse_row_stride + head * p.lse_head_stride] = lse;
+        }
       }
     }
   }
@@ -300,8 +316,11 @@ void merge_group(const Problem& p, const CpuWorkspace& ws, const MergeGroup& gro
       }
       std::fill(tmp, tmp + dvo, 0.0f);
       float total = 0;
+      // kFaultMergeLast: the last partial of a request split three or more ways is left out.
+      const int32_t merged =
+          group.num_items - (kFaultMergeLast && group.num_items >= 3 ? 1 : 0);
       if (max_lse != kNegInf) {
-        for (int32_t i = 0; i < group.num_items; ++i) {
+        for (int32_t i = 0; i < merged; ++i) {
           const WorkItem& item = ws.items[group.first_item + i];
           const int64_t prow = item.partial + t * p.heads + head;
           const float lse = ws.partial_lse[prow];
@@ -317,7 +336,7 @@ void merge_group(const Problem& p, const CpuWorkspace& ws, const MergeGroup& gro
           tmp,
           p.out + (row * p.out_row_stride + head * p.out_head_stride) * dtype_size(p.out_dtype),
           p.out_dtype, dvo, total > 0 ? 1.0f / total : 0.0f);
-      if (p.lse) {
+      if (p.lse && !kFaultLseNotWritten) {
         p.lse[row * p.lse_row_stride + head * p.lse_head_stride] =
             total > 0 ? max_lse + std::log(total) : kNegInf;
       }

@@ -206,4 +206,12 @@ void build_plan(CpuWorkspace& ws, const OpDesc& op, const StepMetadata& meta) {
   }
 }
 
+int32_t planned_kv_chunks(const CpuWorkspace& workspace) {
+  int32_t chunks = 1;
+  for (int32_t g = 0; g < workspace.plan.num_merges; ++g) {
+    chunks = std::max(chunks, workspace.merges[g].num_items);
+  }
+  return chunks;
+}
+
 }  // namespace pagedattn::cpu

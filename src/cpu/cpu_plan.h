@@ -98,6 +98,10 @@ class CpuWorkspace final : public Workspace {
 // step exceeds the workspace's limits.
 void build_plan(CpuWorkspace& workspace, const OpDesc& op, const StepMetadata& meta);
 
+// Which path the last plan() chose (for the tests that mean a path): the most KV chunks any
+// (request, query tile) was split into; 1 = no split.
+int32_t planned_kv_chunks(const CpuWorkspace& workspace);
+
 // A hash of the per-request page and row counts (kv_indptr, qo_indptr; null = one row each).
 uint64_t metadata_fingerprint(int32_t batch, const int32_t* kv_indptr, const int32_t* qo_indptr);
 

@@ -30,6 +30,7 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "cuda/cuda_fault.h"
 #include "cuda/mla/config.h"
 #include "cuda/planner/planner_kernels.h"
 #include "cuda/workspace.h"
@@ -213,7 +214,7 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   p.q_nope = args.q_nope.data;
   p.q_pe = args.q_pe.data;
   p.out = args.out.data;
-  p.lse = args.lse.defined() ? args.lse.data_as<float>() : nullptr;
+  p.lse = args.lse.defined() && !kFaultLseNotWritten ? args.lse.data_as<float>() : nullptr;
   p.q_nope_stride_token = args.q_nope.strides[0];
   p.q_nope_stride_head = args.q_nope.strides[1];
   p.q_pe_stride_token = args.q_pe.strides[0];
@@ -240,7 +241,7 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   p.batch_size = batch;
   p.num_heads = heads;
   constexpr float kLog2e = 1.4426950408889634f;
-  p.scale_log2 = args.sm_scale * args.kv.scale * kLog2e;
+  p.scale_log2 = faulty_sm_scale(args.sm_scale) * args.kv.scale * kLog2e;
   p.out_scale = args.kv.scale;
   p.causal = args.causal;
   p.partition = workspace.partition();

@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "cuda/cuda_fault.h"
 #include "cuda/prefill/params.h"
 #include "cuda/workspace.h"
 
@@ -192,7 +193,7 @@ void run_prefill(CudaWorkspace& workspace, const PrefillArgs& args) {
   prefill::PrefillParams p;
   p.q = args.q.data;
   p.out = args.out.data;
-  p.lse = args.lse.defined() ? args.lse.data_as<float>() : nullptr;
+  p.lse = args.lse.defined() && !kFaultLseNotWritten ? args.lse.data_as<float>() : nullptr;
   p.q_stride_token = args.q.strides[0];
   p.q_stride_head = args.q.strides[1];
   p.out_stride_token = args.out.strides[0];
@@ -220,9 +221,9 @@ void run_prefill(CudaWorkspace& workspace, const PrefillArgs& args) {
   p.group_size = group;
   p.page_size = kv.page_size;
   p.pages_per_alloc = kv.alloc_page_size() / kv.page_size;
-  p.sm_scale = options.sm_scale;
+  p.sm_scale = faulty_sm_scale(options.sm_scale);
   p.logits_soft_cap = options.logits_soft_cap;
-  p.window_left = options.window_left;
+  p.window_left = faulty_window(options.window_left);
   p.causal = options.causal;
   p.num_qo_rows = rows;
   p.max_q_len = meta.max_q_len;

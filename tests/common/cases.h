@@ -51,6 +51,15 @@ struct CaseSpec {
   bool causal = true;
   bool with_lse = true;
   float value_range = 1.0f;  // inputs uniform in [-range, range)
+  // Power of the inputs (issue 20). Uniform inputs with sm_scale 1/sqrt(D) give logits of standard
+  // deviation ~1/3: nearly flat softmax, an output ~0.58/sqrt(L) that hides a dropped key below
+  // the output's rounding, and a running max that hardly moves. Real models' logits spread more.
+  float logit_std = 0;        // > 0: q's range is set so that the logits have this std
+  int32_t dominant_keys = 0;  // > 0: per request the first key, the last and (n - 2) at random
+                              // positions get logits ~`dominant_boost` above the rest (q and
+                              // those keys share a direction u), so the softmax has sharp maxima
+  float dominant_boost = 8.0f;
+  float v_mean = 0;  // > 0: V of each request is offset by its own mean, |mean| in [v/2, v)
 
   std::string name() const;  // readable and GoogleTest-safe ([A-Za-z0-9_])
 };
@@ -107,6 +116,9 @@ class AttentionCase {
 
 // Benchmark / smoke cases shared by the benchmarks and the device tests: the issue's targets
 // (decode: Hq 32, Hkv 8, D 128, bf16 KV, B 16, kv_len 4096, P 16; prefill; MLA decode).
+// Turns on the inputs with power (logits of std `logit_std`, 3 dominant keys, V with a mean).
+CaseSpec with_power(CaseSpec spec, float logit_std = 2.5f);
+
 CaseSpec decode_target_case();
 CaseSpec prefill_target_case();
 CaseSpec mla_decode_target_case();

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "pagedattn/error.h"
+
 namespace pagedattn::testing {
 
 uint64_t fresh_seed() {
@@ -101,6 +103,82 @@ Tolerance tolerance_for(DType out_dtype) {
     case DType::kBF16: return {1e-2, 2e-2};
     default: return {5e-2, 1e-1};
   }
+}
+
+RowTolerance row_tolerance_for(DType out_dtype) {
+  // element_rel: twice the output rounding (2^-24 f32, 2^-11 fp16, 2^-8 bf16 ulp halves), plus the
+  // f32 accumulation for f32; row_floor: where an element is near 0 in a row of larger values,
+  // rounding of the row's other terms; row_rel_l2: the rounding's rms plus a margin.
+  switch (out_dtype) {
+    case DType::kF32: return {2e-5, 1e-5, 1e-5};
+    case DType::kF16: return {1e-3, 3e-4, 8e-4};
+    case DType::kBF16: return {8e-3, 2e-3, 5e-3};
+    default: return {5e-2, 2e-2, 3e-2};
+  }
+}
+
+std::string compare_rows(std::span<const double> got, std::span<const double> expected,
+                         int64_t row_length, RowTolerance tolerance, const std::string& what) {
+  if (got.size() != expected.size() || row_length <= 0 ||
+      expected.size() % static_cast<size_t>(row_length) != 0) {
+    return fmt::format("{}: {} elements, expected {} in rows of {}", what, got.size(),
+                       expected.size(), row_length);
+  }
+  std::string report;
+  int64_t bad_rows = 0, bad_elements = 0;
+  const int64_t rows = static_cast<int64_t>(expected.size()) / row_length;
+  for (int64_t row = 0; row < rows; ++row) {
+    const double* g = got.data() + row * row_length;
+    const double* e = expected.data() + row * row_length;
+    double norm2 = 0, error2 = 0;
+    for (int64_t i = 0; i < row_length; ++i) norm2 += e[i] * e[i];
+    const double rms = std::sqrt(norm2 / double(row_length));
+    int64_t bad_here = 0;
+    for (int64_t i = 0; i < row_length; ++i) {
+      const double diff = std::fabs(g[i] - e[i]);
+      error2 += std::isfinite(diff) ? diff * diff : HUGE_VAL;
+      const bool ok = std::isfinite(g[i]) &&
+                      diff <= tolerance.element_rel * std::fabs(e[i]) + tolerance.row_floor * rms;
+      if (!ok) {
+        if (bad_elements < 6) {
+          report += fmt::format("\n  row {} [{}] got {:.8g}, expected {:.8g} (row rms {:.3g})", row,
+                                i, g[i], e[i], rms);
+        }
+        ++bad_elements;
+        ++bad_here;
+      }
+    }
+    const bool row_ok = std::sqrt(error2) <= tolerance.row_rel_l2 * std::sqrt(norm2);
+    if (!row_ok && bad_here == 0 && bad_rows < 6) {
+      report += fmt::format("\n  row {}: relative L2 error {:.3g} > {}", row,
+                            std::sqrt(error2 / norm2), tolerance.row_rel_l2);
+    }
+    if (!row_ok || bad_here > 0) ++bad_rows;
+  }
+  if (bad_rows == 0) return {};
+  return fmt::format(
+      "{}: {} of {} rows out of tolerance ({} elements; element rel {}, row floor {} x rms, row "
+      "relative L2 {}):{}",
+      what, bad_rows, rows, bad_elements, tolerance.element_rel, tolerance.row_floor,
+      tolerance.row_rel_l2, report);
+}
+
+std::string error_containing(const std::function<void()>& statement,
+                             std::initializer_list<std::string_view> needles) {
+  try {
+    statement();
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    std::string missing;
+    for (std::string_view needle : needles) {
+      if (message.find(needle) == std::string::npos) missing += fmt::format(" '{}'", needle);
+    }
+    if (missing.empty()) return {};
+    return fmt::format("the error \"{}\" lacks{}", message, missing);
+  } catch (const std::exception& other) {
+    return fmt::format("threw another exception, not pagedattn::Error: {}", other.what());
+  }
+  return "no error thrown";
 }
 
 std::string compare(std::span<const double> got, std::span<const double> expected,

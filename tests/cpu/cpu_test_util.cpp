@@ -12,7 +12,7 @@
 
 namespace pagedattn::testing {
 
-void run_cpu(const AttentionCase& c, int32_t threads) {
+int32_t run_cpu(const AttentionCase& c, int32_t threads) {
   static const std::unique_ptr<Backend> backend = cpu::make_backend();
   WorkspaceLimits limits;
   limits.max_qo_rows = std::max<int64_t>(1024, c.num_rows());
@@ -33,6 +33,7 @@ void run_cpu(const AttentionCase& c, int32_t threads) {
       backend->run_mla(*workspace, c.mla_args());
       break;
   }
+  return cpu::planned_kv_chunks(dynamic_cast<const cpu::CpuWorkspace&>(*workspace));
 }
 
 std::string run_and_check(const CaseSpec& spec, uint64_t seed, const RunOptions& options,
@@ -40,7 +41,7 @@ std::string run_and_check(const CaseSpec& spec, uint64_t seed, const RunOptions&
   const AttentionCase c(spec, seed);
   poison(c.out());
   if (c.lse().defined()) poison(c.lse());
-  run_cpu(c, options.threads);
+  const int32_t chunks = run_cpu(c, options.threads);
   std::vector<double> expected_lse;
   std::vector<double> expected;
   switch (spec.op) {
@@ -55,12 +56,21 @@ std::string run_and_check(const CaseSpec& spec, uint64_t seed, const RunOptions&
       break;
   }
   const std::vector<double> got = to_doubles(c.out());
-  std::string report = compare(got, expected, tolerance_for(spec.q_dtype), "out");
+  std::string report =
+      compare_rows(got, expected, spec.head_dim_vo, row_tolerance_for(spec.q_dtype), "out");
   std::vector<double> got_lse;
   if (c.lse().defined()) {
     got_lse = to_doubles(c.lse());
-    const std::string lse_report = compare(got_lse, expected_lse, {2e-4, 2e-5}, "lse");
+    const std::string lse_report = compare(got_lse, expected_lse, kLseTolerance, "lse");
     if (!lse_report.empty()) report += (report.empty() ? "" : "\n") + lse_report;
+  }
+  if (options.min_kv_chunks > 0 && chunks < options.min_kv_chunks) {
+    report += fmt::format("{}path: the plan split the KV into {} chunks, the test means >= {}",
+                          report.empty() ? "" : "\n", chunks, options.min_kv_chunks);
+  }
+  if (options.min_kv_chunks < 0 && chunks > 1) {
+    report += fmt::format("{}path: the plan split the KV into {} chunks, the test means no split",
+                          report.empty() ? "" : "\n", chunks);
   }
   if (outputs) *outputs = {got, got_lse};
   if (report.empty()) return report;
@@ -84,7 +94,7 @@ bool still_poisoned(const TensorView& view) {
   return true;
 }
 
-std::string check_page_size_invariance(CaseSpec spec, uint64_t seed, bool compare_lse) {
+std::string check_page_size_invariance(CaseSpec spec, uint64_t seed) {
   RunOutputs first;
   for (int32_t page : {1, 16, 64}) {
     spec.page_size = page;
@@ -96,8 +106,9 @@ std::string check_page_size_invariance(CaseSpec spec, uint64_t seed, bool compar
       first = outputs;
       continue;
     }
-    std::string report = compare(outputs.out, first.out, tolerance_for(DType::kF32), "out vs P=1");
-    if (compare_lse) report += compare(outputs.lse, first.lse, {1e-5, 1e-6}, "lse vs P=1");
+    std::string report = compare_rows(outputs.out, first.out, spec.head_dim_vo,
+                                      row_tolerance_for(spec.q_dtype), "out vs P=1");
+    if (spec.with_lse) report += compare(outputs.lse, first.lse, kLseTolerance, "lse vs P=1");
     if (!report.empty()) return fmt::format("P {} (seed {}): {}", page, seed, report);
   }
   return "";

@@ -18,6 +18,9 @@ struct RunOptions {
   int32_t threads = 0;  // 0: the backend's own workspace; > 0: a workspace for this many threads
                         // without the work-based thread cap (forces the split-KV path on small
                         // cases)
+  // The path the test means, asserted through cpu::planned_kv_chunks(): > 0, the plan must split
+  // some request's KV into at least this many chunks; -1, it must split none.
+  int32_t min_kv_chunks = 0;
 };
 
 // Outputs of one run, as doubles (row-major), for cross-run comparisons.
@@ -31,13 +34,14 @@ struct RunOutputs {
 std::string run_and_check(const CaseSpec& spec, uint64_t seed, const RunOptions& options = {},
                           RunOutputs* outputs = nullptr);
 
-// Runs the case's op on the cpu backend (plan + run) with the case's own buffers.
-void run_cpu(const AttentionCase& c, int32_t threads = 0);
+// Runs the case's op on the cpu backend (plan + run) with the case's own buffers; returns the
+// plan's KV chunks (cpu::planned_kv_chunks: 1 = no split).
+int32_t run_cpu(const AttentionCase& c, int32_t threads = 0);
 
 // Runs `spec` with attention page sizes 1, 16 and 64 on one seed (the same logical KV); returns ""
-// when every run matches the reference and its outputs (and lse, when `compare_lse`) match the
+// when every run matches the reference and its outputs and lse (when the case has lse) match the
 // P = 1 run's, else the reports.
-std::string check_page_size_invariance(CaseSpec spec, uint64_t seed, bool compare_lse);
+std::string check_page_size_invariance(CaseSpec spec, uint64_t seed);
 
 // Readable test names for parametrized cases: "<index>_<case name>".
 std::string case_name(const ::testing::TestParamInfo<CaseSpec>& info);

@@ -26,7 +26,7 @@ CaseSpec base_mla() {
   spec.page_size = 16;
   spec.kv_lens = {1, 15, 16, 17, 150};
   spec.sm_scale = 1.0f / std::sqrt(192.0f) * 1.3f;  // DeepSeek-style: not derived from the dims
-  return spec;
+  return with_power(spec);
 }
 
 std::vector<CaseSpec> mla_cases() {
@@ -82,6 +82,13 @@ std::vector<CaseSpec> mla_cases() {
     spec.with_lse = false;
     cases.push_back(spec);
   }
+  {
+    CaseSpec spec = base_mla();  // flat softmax: the plain uniform inputs
+    spec.logit_std = 0;
+    spec.dominant_keys = 0;
+    spec.v_mean = 0;
+    cases.push_back(spec);
+  }
   return cases;
 }
 
@@ -98,8 +105,9 @@ TEST_P(MlaTest, MatchesReferenceWithSplitKv) {
   spec.kv_lens = {600};
   spec.q_lens = spec.q_lens.empty() ? std::vector<int32_t>{} : std::vector<int32_t>{2};
   spec.padded_batch = 0;
+  spec.with_lse = true;  // whatever the base case: split partials merge through lse
   const uint64_t seed = fresh_seed();
-  const std::string report = run_and_check(spec, seed, {.threads = 8});
+  const std::string report = run_and_check(spec, seed, {.threads = 8, .min_kv_chunks = 2});
   EXPECT_TRUE(report.empty()) << report;
 }
 
@@ -108,7 +116,14 @@ INSTANTIATE_TEST_SUITE_P(Cpu, MlaTest, ::testing::ValuesIn(mla_cases()), case_na
 TEST(MlaCorners, PageSizeInvariance) {
   CaseSpec spec = base_mla();
   spec.q_dtype = spec.kv_dtype = DType::kF32;
-  EXPECT_EQ(check_page_size_invariance(spec, fresh_seed(), /*compare_lse=*/false), "");
+  EXPECT_EQ(check_page_size_invariance(spec, fresh_seed()), "");
+}
+
+// The long MLA request (6,000 keys), split across 8 threads, bf16, inputs with power.
+TEST(LongSplitKv, Mla6000Keys) {
+  CaseSpec spec = base_mla();
+  spec.kv_lens = {6000};
+  EXPECT_EQ(run_and_check(spec, fresh_seed(), {.threads = 8, .min_kv_chunks = 3}), "");
 }
 
 }  // namespace

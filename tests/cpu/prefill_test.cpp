@@ -22,7 +22,7 @@ CaseSpec base_prefill() {
   spec.page_size = 16;
   spec.kv_lens = {1, 15, 16, 17, 130};
   spec.q_lens = {1, 15, 5, 1, 70};  // decode rows (q_len 1) beside prefill and extend rows
-  return spec;
+  return with_power(spec);
 }
 
 std::vector<CaseSpec> prefill_cases() {
@@ -77,7 +77,16 @@ std::vector<CaseSpec> prefill_cases() {
     CaseSpec spec = base_prefill();
     spec.q_dtype = spec.kv_dtype = DType::kF32;
     spec.logits_soft_cap = 4.0f;
-    spec.value_range = 3.0f;
+    spec.logit_std = 6.0f;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_prefill();  // soft-cap with a window, not causal: masked keys weigh 0
+    spec.q_dtype = spec.kv_dtype = DType::kBF16;
+    spec.logits_soft_cap = 4.0f;
+    spec.logit_std = 6.0f;
+    spec.causal = false;
+    spec.window_left = 9;
     cases.push_back(spec);
   }
   {
@@ -90,6 +99,13 @@ std::vector<CaseSpec> prefill_cases() {
     spec.kv_lens = {200, 33};
     spec.q_lens = {200, 33};
     spec.with_lse = false;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_prefill();  // flat softmax: the plain uniform inputs
+    spec.logit_std = 0;
+    spec.dominant_keys = 0;
+    spec.v_mean = 0;
     cases.push_back(spec);
   }
   return cases;
@@ -110,8 +126,9 @@ TEST_P(PrefillTest, MatchesReferenceWithSplitKv) {
   spec.kv_lens = {700};
   spec.q_lens = {3};
   spec.padded_batch = 0;
+  spec.with_lse = true;  // whatever the base case: split partials merge through lse
   const uint64_t seed = fresh_seed();
-  const std::string report = run_and_check(spec, seed, {.threads = 8});
+  const std::string report = run_and_check(spec, seed, {.threads = 8, .min_kv_chunks = 2});
   EXPECT_TRUE(report.empty()) << report;
 }
 
@@ -128,7 +145,7 @@ TEST(PrefillCorners, RowsWithoutKeys) {
 TEST(PrefillCorners, PageSizeInvariance) {
   CaseSpec spec = base_prefill();
   spec.q_dtype = spec.kv_dtype = DType::kF32;
-  EXPECT_EQ(check_page_size_invariance(spec, fresh_seed(), /*compare_lse=*/false), "");
+  EXPECT_EQ(check_page_size_invariance(spec, fresh_seed()), "");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cuda/cuda_test_util.h"
 
@@ -30,7 +31,7 @@ CaseSpec base_decode() {
   spec.head_dim_qk = spec.head_dim_vo = 128;
   spec.page_size = 16;
   spec.kv_lens = edge_lengths(16, 300);
-  return spec;
+  return with_power(spec);  // logits of std 2.5, dominant keys, V with a mean (cases.h)
 }
 
 std::vector<CaseSpec> cuda_decode_cases() {
@@ -89,9 +90,13 @@ std::vector<CaseSpec> cuda_decode_cases() {
     cases.push_back(spec);
   }
   {
-    CaseSpec spec = base_decode();  // sequential pages, no lse, explicit sm_scale
+    CaseSpec spec = base_decode();  // sequential pages, no lse
     spec.shuffle_pages = false;
     spec.with_lse = false;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_decode();  // explicit sm_scale, lse checked against float64
     spec.sm_scale = 0.3f;
     cases.push_back(spec);
   }
@@ -208,21 +213,26 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeTest, ::testing::ValuesIn(cuda_decode_
 TEST(CudaDecode, PageSizeInvariance) {
   PA_REQUIRE_GPU();
   const uint64_t seed = fresh_seed();
-  std::vector<std::vector<double>> outputs;
+  std::vector<std::vector<double>> outputs, lses;
   for (int32_t page : {1, 16, 64}) {
     CaseSpec spec = base_decode();
     spec.page_size = page;
     spec.alloc_page_size = 64;
     spec.kv_lens = {700, 3, 64, 129};
+    // Each P against float64 (out and lse) and the CPU backend, then run against run.
+    EXPECT_EQ(check_cuda_decode(spec, seed), "") << "P " << page;
     const AttentionCase c(spec, seed);
     DeviceDecodeCase device_case(c);
     run_cuda_decode(device_case);
     device_case.out.copy_to(c.out());
+    device_case.lse.copy_to(c.lse());
     outputs.push_back(to_doubles(c.out()));
+    lses.push_back(to_doubles(c.lse()));
   }
   for (size_t i = 1; i < outputs.size(); ++i) {
-    const std::string report =
-        compare(outputs[i], outputs[0], tolerance_for(DType::kBF16), "P vs P=1");
+    std::string report = compare_rows(outputs[i], outputs[0], 128,
+                                      gpu_row_tolerance(DType::kBF16), "P vs P=1");
+    report += compare(lses[i], lses[0], kGpuLseTolerance, "lse: P vs P=1");
     EXPECT_TRUE(report.empty()) << "seed " << seed << "\n" << report;
   }
 }
@@ -245,12 +255,11 @@ TEST(CudaDecode, BenchmarkSwitchesStayCorrect) {
     const std::string text(name);
     const size_t eq = text.find('=');
     const std::string variable = text.substr(0, eq);
-    ASSERT_EQ(setenv(variable.c_str(), text.substr(eq + 1).c_str(), 1), 0);
+    const ScopedEnv env(variable, text.substr(eq + 1));
     for (const CaseSpec& spec : {split, capped}) {
       const std::string report = check_cuda_decode(spec, fresh_seed());
       EXPECT_TRUE(report.empty()) << name << " " << spec.name() << "\n" << report;
     }
-    unsetenv(variable.c_str());
   }
 }
 
@@ -264,7 +273,9 @@ TEST(CudaDecode, RejectsBadArguments) {
   std::unique_ptr<Workspace> workspace = backend->create_workspace({});
   DecodeArgs args = device_case.args();
   // Not planned.
-  EXPECT_THROW(backend->run_decode(*workspace, args), Error);
+  EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, args); },
+                             {"run_decode: the workspace holds no decode plan"}),
+            "");
   backend->plan(*workspace, describe_op(args), args.meta);
   DecodeArgs bad = args;
   bad.options.sm_scale = 0.0f;
@@ -276,10 +287,12 @@ TEST(CudaDecode, RejectsBadArguments) {
   }
   bad = args;
   bad.q = c.decode_args().q;  // host memory
-  EXPECT_THROW(backend->run_decode(*workspace, bad), Error);
+  EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, bad); }, {"device cpu"}), "");
   bad = args;
   bad.out.shape[2] = 64;
-  EXPECT_THROW(backend->run_decode(*workspace, bad), Error);
+  EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, bad); },
+                             {"out: shape [5, 8, 64]"}),
+            "");
   // The poisoned output is untouched.
   device_case.out.copy_to(c.out());
   for (double value : to_doubles(c.out())) ASSERT_TRUE(value != value);
@@ -294,7 +307,7 @@ TEST(CudaDecode, SupportsSaysWhy) {
     const Support answer = backend->supports(op);
     EXPECT_FALSE(answer.ok);
     EXPECT_NE(answer.reason.find("no CUDA device"), std::string::npos) << answer.reason;
-    GTEST_SKIP() << "no GPU: " << device.reason;
+    PA_SKIP_OR_FAIL_WITHOUT_GPU(device.reason.empty() ? "unusable" : device.reason);
   }
   EXPECT_TRUE(backend->supports(op).ok) << backend->supports(op).reason;
   op.head_dim_qk = op.head_dim_vo = 96;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -86,6 +87,9 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
     fill_uniform(q.view(), rng);
     PA_CUDA_CHECK(cudaMemcpyAsync(runner.q().data, q.view().data, num_reqs * q_row_bytes,
                                   cudaMemcpyHostToDevice, stream.stream));
+    // Poison out and lse (full capacity) so that a replay that skips either one shows.
+    PA_CUDA_CHECK(cudaMemsetAsync(runner.out().data, 0xff, runner.out().numel() * 2, stream.stream));
+    PA_CUDA_CHECK(cudaMemsetAsync(runner.lse().data, 0xff, runner.lse().numel() * 4, stream.stream));
     const int32_t batch = runner.step(block_table, seq_lens, /*use_graph=*/true);
     ASSERT_GE(batch, num_reqs);
     const auto graph_out = download(runner.out(), int64_t{batch} * q_row_bytes, stream.stream);
@@ -93,6 +97,7 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
     runner.check_last_step();
     // Poison, then the same step eagerly.
     PA_CUDA_CHECK(cudaMemsetAsync(runner.out().data, 0xff, batch * q_row_bytes, stream.stream));
+    PA_CUDA_CHECK(cudaMemsetAsync(runner.lse().data, 0xff, runner.lse().numel() * 4, stream.stream));
     runner.step(block_table, seq_lens, /*use_graph=*/false);
     const auto eager_out = download(runner.out(), int64_t{batch} * q_row_bytes, stream.stream);
     const auto eager_lse = download(runner.lse(), int64_t{batch} * kHeads * 4, stream.stream);
@@ -130,9 +135,19 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
         TensorView::contiguous(plan_storage.kv_last_page_len.data(), DType::kI32, {batch});
     args.out = out.view();
     args.options = graph_config.options;
-    const std::vector<double> expected = reference_decode(args);
-    const std::string report = compare(to_doubles(out.view()), expected,
-                                       tolerance_for(DType::kBF16), "replay vs reference");
+    std::vector<double> expected_lse;
+    const std::vector<double> expected = reference_decode(args, &expected_lse);
+    std::string report = compare_rows(to_doubles(out.view()), expected, kDim,
+                                      row_tolerance_for(DType::kBF16), "replay vs reference");
+    // The replay's lse against float64 too (graph == eager alone passes a replay and an eager
+    // step that both leave lse unwritten).
+    std::vector<double> replay_lse(static_cast<size_t>(batch) * kHeads);
+    for (size_t i = 0; i < replay_lse.size(); ++i) {
+      float value;
+      std::memcpy(&value, graph_lse.data() + i * 4, 4);
+      replay_lse[i] = value;
+    }
+    report += compare(replay_lse, expected_lse, kGpuLseTolerance, "replay lse vs reference");
     ASSERT_TRUE(report.empty()) << "step " << step << "\n" << report;
   }
 }

@@ -12,6 +12,7 @@
 #include "cuda/mla.h"
 
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cpu/cpu_backend.h"
 #include "cuda/cuda_check.h"
@@ -31,8 +33,6 @@
 
 namespace pagedattn::testing {
 namespace {
-
-constexpr Tolerance kLseTolerance{2e-3, 2e-4};
 
 CaseSpec base_mla(int32_t heads, int32_t page_size) {
   CaseSpec spec;
@@ -46,7 +46,7 @@ CaseSpec base_mla(int32_t heads, int32_t page_size) {
   spec.page_size = page_size;
   spec.kv_lens = {1, std::max(1, page_size - 1), page_size, page_size + 1, 300};
   spec.sm_scale = 1.0f / std::sqrt(192.0f);  // DeepSeek: from the unabsorbed head dim
-  return spec;
+  return with_power(spec);  // logits of std 2.5, dominant keys, V with a mean (cases.h)
 }
 
 // The case's inputs on the device. `split_buffers`: ckv and kpe in two buffers of their own
@@ -172,7 +172,10 @@ std::string check_outputs(const AttentionCase& c, const Outputs& gpu) {
   auto append = [&report](const std::string& r) {
     if (!r.empty()) report += (report.empty() ? "" : "\n") + r;
   };
-  if (c.lse().defined()) append(compare(gpu.lse, ref_lse, kLseTolerance, "lse vs reference"));
+  const int64_t dim_vo = c.spec().head_dim_vo;
+  append(compare_rows(gpu.out, ref, dim_vo, gpu_row_tolerance(DType::kBF16),
+                      "out vs reference (relative to the row)"));
+  if (c.lse().defined()) append(compare(gpu.lse, ref_lse, kGpuLseTolerance, "lse vs reference"));
   // The CPU backend on the same inputs (into the case's host buffers, poisoned first).
   static const std::unique_ptr<Backend> cpu = cpu::make_backend();
   WorkspaceLimits limits;
@@ -185,6 +188,11 @@ std::string check_outputs(const AttentionCase& c, const Outputs& gpu) {
   cpu->run_mla(*workspace, c.mla_args());
   append(
       compare(gpu.out, to_doubles(c.out()), {2 * tolerance.abs, 2 * tolerance.rel}, "out vs cpu"));
+  append(compare_rows(gpu.out, to_doubles(c.out()), dim_vo, gpu_row_tolerance(DType::kBF16),
+                      "out vs cpu (relative to the row)"));
+  if (c.lse().defined()) {
+    append(compare(gpu.lse, to_doubles(c.lse()), kGpuLseTolerance, "lse vs cpu"));
+  }
   return report;
 }
 
@@ -294,9 +302,13 @@ std::vector<CaseSpec> mla_cases() {
     cases.push_back(spec);
   }
   {
-    CaseSpec spec = base_mla(32, 16);  // sequential pages, no lse, another sm_scale
+    CaseSpec spec = base_mla(32, 16);  // sequential pages, no lse
     spec.shuffle_pages = false;
     spec.with_lse = false;
+    cases.push_back(spec);
+  }
+  {
+    CaseSpec spec = base_mla(32, 16);  // another sm_scale, lse checked against float64
     spec.sm_scale = 0.05f;
     cases.push_back(spec);
   }
@@ -384,15 +396,8 @@ class CudaMlaOtherKernel : public ::testing::TestWithParam<OtherKernel> {};
 
 TEST_P(CudaMlaOtherKernel, MatchesReference) {
   PA_REQUIRE_GPU();
-  struct Force {
-    const OtherKernel& kernel;
-    explicit Force(const OtherKernel& k) : kernel(k) {
-      for (const auto& [name, value] : kernel.env) setenv(name, value, 1);
-    }
-    ~Force() {
-      for (const auto& [name, value] : kernel.env) unsetenv(name);
-    }
-  } force(GetParam());
+  ScopedEnv force;
+  for (const auto& [name, value] : GetParam().env) force.set(name, value);
   CaseSpec spec = base_mla(128, 16);
   spec.kv_lens = {3000, 17, 1, 64};
   spec.q_lens = {1, 3, 4, 2};
@@ -428,12 +433,8 @@ TEST(CudaMla, ClustersOfCtas) {
   PA_CUDA_CHECK(cudaGetDevice(&device));
   PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   for (const auto& [cluster, limit] : {std::pair{2, ""}, std::pair{4, "4"}, std::pair{8, "8"}}) {
-    struct Limit {
-      explicit Limit(const char* value) {
-        if (*value != '\0') setenv("PAGEDATTN_MLA_CLUSTER", value, 1);
-      }
-      ~Limit() { unsetenv("PAGEDATTN_MLA_CLUSTER"); }
-    } set_limit(limit);
+    const ScopedEnv set_limit("PAGEDATTN_MLA_CLUSTER",
+                              *limit != '\0' ? std::optional<std::string>(limit) : std::nullopt);
     const int32_t batch = std::max(1, sms / cluster);
     for (int32_t page : {1, 16, 64}) {
       CaseSpec spec = base_mla(16, page);
@@ -453,7 +454,7 @@ TEST(CudaMla, ClustersOfCtas) {
 TEST(CudaMla, PageSizeInvariance) {
   PA_REQUIRE_GPU();
   const uint64_t seed = fresh_seed();
-  std::vector<std::vector<double>> outputs;
+  std::vector<Outputs> outputs;
   for (int32_t page : {1, 16, 64}) {
     CaseSpec spec = base_mla(32, page);
     spec.alloc_page_size = 64;
@@ -461,11 +462,15 @@ TEST(CudaMla, PageSizeInvariance) {
     const AttentionCase c(spec, seed);
     DeviceMlaCase d(c, false);
     run_gpu(d, d.args());
-    outputs.push_back(fetch(d).out);
+    outputs.push_back(fetch(d));
+    // Each run against float64 too (not only run against run).
+    const std::string report = check_outputs(c, outputs.back());
+    EXPECT_TRUE(report.empty()) << "P " << page << ", seed " << seed << "\n" << report;
   }
   for (size_t i = 1; i < outputs.size(); ++i) {
-    const std::string report =
-        compare(outputs[i], outputs[0], tolerance_for(DType::kBF16), "P vs P=1");
+    std::string report = compare_rows(outputs[i].out, outputs[0].out, 512,
+                                      gpu_row_tolerance(DType::kBF16), "P vs P=1");
+    report += compare(outputs[i].lse, outputs[0].lse, kGpuLseTolerance, "lse: P vs P=1");
     EXPECT_TRUE(report.empty()) << "seed " << seed << "\n" << report;
   }
 }
@@ -506,12 +511,9 @@ class CudaMlaGraph : public ::testing::TestWithParam<std::pair<int32_t, GraphMod
 TEST_P(CudaMlaGraph, Replay) {
   PA_REQUIRE_GPU();
   const GraphMode mode = GetParam().second;
-  struct Merge {
-    explicit Merge(bool fused) {
-      if (fused) setenv("PAGEDATTN_MLA_MERGE", "fused", 1);
-    }
-    ~Merge() { unsetenv("PAGEDATTN_MLA_MERGE"); }
-  } merge(mode == GraphMode::kFusedMerge);
+  const ScopedEnv merge("PAGEDATTN_MLA_MERGE", mode == GraphMode::kFusedMerge
+                                                   ? std::optional<std::string>("fused")
+                                                   : std::nullopt);
   CaseSpec spec = base_mla(GetParam().first, 16);
   spec.kv_lens = {2500, 5, 300};
   if (mode == GraphMode::kClusters) {
@@ -534,6 +536,9 @@ TEST_P(CudaMlaGraph, Replay) {
   cuda_backend().run_mla(*workspace, args);  // eager once (one-time kernel attributes)
   PA_CUDA_CHECK(cudaStreamSynchronize(stream));
   PA_CUDA_CHECK(cudaMemset(args.out.data, 0xff, static_cast<size_t>(extent_bytes(args.out))));
+  if (args.lse.defined()) {
+    PA_CUDA_CHECK(cudaMemset(args.lse.data, 0xff, static_cast<size_t>(extent_bytes(args.lse))));
+  }
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   PA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -542,8 +547,13 @@ TEST_P(CudaMlaGraph, Replay) {
   PA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   PA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 2; ++replay) {
+    // out and lse poisoned before each replay: check_outputs compares both with float64.
     PA_CUDA_CHECK(
         cudaMemsetAsync(args.out.data, 0xff, static_cast<size_t>(extent_bytes(args.out)), stream));
+    if (args.lse.defined()) {
+      PA_CUDA_CHECK(cudaMemsetAsync(args.lse.data, 0xff,
+                                    static_cast<size_t>(extent_bytes(args.lse)), stream));
+    }
     PA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
     PA_CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::string report = check_outputs(c, fetch(d));
@@ -561,10 +571,12 @@ INSTANTIATE_TEST_SUITE_P(Heads, CudaMlaGraph,
                                            std::pair{16, GraphMode::kClusters}),
                          [](const auto& info) {
                            const GraphMode mode = info.param.second;
-                           return "h" + std::to_string(info.param.first) +
-                                  (mode == GraphMode::kFusedMerge ? "_fused"
-                                   : mode == GraphMode::kClusters ? "_clusters"
-                                                                  : "");
+                           // fmt, not string operator+: GCC 12 warns (-Wrestrict) falsely
+                           // on the latter.
+                           return fmt::format("h{}{}", info.param.first,
+                                              mode == GraphMode::kFusedMerge ? "_fused"
+                                              : mode == GraphMode::kClusters ? "_clusters"
+                                                                             : "");
                          });
 
 // Bad input: an Error naming the argument, and nothing written.
@@ -574,7 +586,9 @@ TEST(CudaMla, RejectsBadArguments) {
   DeviceMlaCase d(c, false);
   const MlaArgs args = d.args();
   std::unique_ptr<Workspace> workspace = make_workspace(c);
-  EXPECT_THROW(cuda_backend().run_mla(*workspace, args), Error);  // not planned
+  EXPECT_EQ(error_containing([&] { cuda_backend().run_mla(*workspace, args); },  // not planned
+                             {"run_mla: the workspace holds no MLA plan"}),
+            "");
   cuda_backend().plan(*workspace, d.op(), args.meta);
   auto expect_error = [&](const MlaArgs& bad, const std::string& word) {
     try {

@@ -271,7 +271,9 @@ TEST(MlaLaunchShape, ClustersForSixteenRowBlocks) {
 
 TEST(GpuPlanner, ReportsBadTables) {
   PA_REQUIRE_GPU();
-  std::mt19937_64 rng(fresh_seed());
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (PAGEDATTN_TEST_SEED to reproduce)");
+  std::mt19937_64 rng(seed);
   EngineBatch batch = make_batch(rng, 16, {40, 20, 33}, false);
   const int32_t b = 3;
   for (int which = 0; which < 3; ++which) {

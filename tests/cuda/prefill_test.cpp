@@ -19,8 +19,11 @@
 #include <vector>
 
 #include "common/cases.h"
+#include "common/gpu_skip.h"
+#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cpu/cpu_backend.h"
+#include "cuda/cuda_test_util.h"
 #include "cuda/workspace.h"
 #include "pagedattn/error.h"
 #include "reference/reference.h"
@@ -30,6 +33,7 @@ namespace {
 
 using testing::AttentionCase;
 using testing::CaseSpec;
+using testing::ScopedEnv;
 
 // Empty when a CUDA device is usable, else why not (CI: "CUDA driver version is insufficient").
 std::string gpu_missing() {
@@ -41,12 +45,7 @@ std::string gpu_missing() {
   return count > 0 ? std::string() : std::string("no CUDA device");
 }
 
-#define SKIP_WITHOUT_GPU()                                                        \
-  do {                                                                            \
-    if (const std::string why = gpu_missing(); !why.empty()) {                    \
-      GTEST_SKIP() << "no usable CUDA device, CUDA test skipped (" << why << ")"; \
-    }                                                                             \
-  } while (0)
+#define SKIP_WITHOUT_GPU() PA_SKIP_OR_FAIL_WITHOUT_GPU(gpu_missing())
 
 void check_cuda(cudaError_t status, const char* what) {
   ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
@@ -133,9 +132,10 @@ Result run_gpu(const AttentionCase& c, const char* kernel = "", bool drop_hint =
   const PrefillArgs host = c.prefill_args();
   PrefillArgs args = to_device(host, mirror);
   if (drop_hint) args.meta.max_q_len = 0;
-  setenv("PAGEDATTN_PREFILL_KERNEL", kernel, 1);
-  run_prefill(workspace(), args);
-  unsetenv("PAGEDATTN_PREFILL_KERNEL");
+  {
+    const ScopedEnv force("PAGEDATTN_PREFILL_KERNEL", std::string(kernel));
+    run_prefill(workspace(), args);
+  }
   if (cudaDeviceSynchronize() != cudaSuccess) throw Error("prefill kernel failed");
   DeviceMirror::copy_back(args.out, host.out);
   DeviceMirror::copy_back(args.lse, host.lse);
@@ -160,6 +160,10 @@ void check_case(const CaseSpec& spec) {
     SCOPED_TRACE(std::string("kernel ") + (*kernel != '\0' ? kernel : "default"));
     gpu = run_gpu(c, kernel);
     EXPECT_EQ(testing::compare(gpu.out, ref, tolerance, "out vs reference"), "");
+    EXPECT_EQ(testing::compare_rows(gpu.out, ref, spec.head_dim_vo,
+                                    testing::gpu_row_tolerance(spec.q_dtype),
+                                    "out vs reference (relative to the row)"),
+              "");
     if (spec.with_lse) {
       EXPECT_EQ(testing::compare(gpu.lse, ref_lse, kLseTolerance, "lse"), "");
     }
@@ -170,11 +174,21 @@ void check_case(const CaseSpec& spec) {
   const AttentionCase cpu_case(spec, seed);  // same inputs, its own output buffers
   const PrefillArgs cpu_args = cpu_case.prefill_args();
   testing::poison(cpu_args.out);
+  if (cpu_args.lse.defined()) testing::poison(cpu_args.lse);
   auto cpu_ws = cpu->create_workspace(WorkspaceLimits{});
   cpu->plan(*cpu_ws, cpu_case.op_desc(), cpu_args.meta);
   cpu->run_prefill(*cpu_ws, cpu_args);
   const testing::Tolerance twice{2 * tolerance.abs, 2 * tolerance.rel};
   EXPECT_EQ(testing::compare(gpu.out, testing::to_doubles(cpu_args.out), twice, "out vs CPU"), "");
+  EXPECT_EQ(testing::compare_rows(gpu.out, testing::to_doubles(cpu_args.out), spec.head_dim_vo,
+                                  testing::gpu_row_tolerance(spec.q_dtype),
+                                  "out vs CPU (relative to the row)"),
+            "");
+  if (spec.with_lse) {
+    EXPECT_EQ(testing::compare(gpu.lse, testing::to_doubles(cpu_args.lse), kLseTolerance,
+                               "lse vs CPU"),
+              "");
+  }
 }
 
 // ---- parametrized sweep ----
@@ -245,7 +259,7 @@ CaseSpec base_spec() {
   spec.page_size = 16;
   spec.kv_lens = {96, 40};
   spec.q_lens = {96, 17};
-  return spec;
+  return testing::with_power(spec);  // logits of std 2.5, dominant keys, V with a mean
 }
 
 TEST(CudaPrefill, LongRequestManyTiles) {

@@ -111,7 +111,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaStoreTest, ::testing::ValuesIn(store_cases()
 
 TEST(CudaStore, LatentMatchesHostStore) {
   PA_REQUIRE_GPU();
-  std::mt19937_64 rng(fresh_seed());
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (PAGEDATTN_TEST_SEED to reproduce)");
+  std::mt19937_64 rng(seed);
   MlaCacheConfig config;
   config.num_pages = 4;
   config.alloc_page_size = 16;
@@ -142,7 +144,9 @@ TEST(CudaStore, LatentMatchesHostStore) {
 
 TEST(CudaStore, OutOfRangeSlotWritesNothing) {
   PA_REQUIRE_GPU();
-  std::mt19937_64 rng(fresh_seed());
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (PAGEDATTN_TEST_SEED to reproduce)");
+  std::mt19937_64 rng(seed);
   KvCacheConfig config;
   config.num_pages = 2;
   config.alloc_page_size = 4;

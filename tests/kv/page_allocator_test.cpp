@@ -297,13 +297,24 @@ class Simulation {
     } else {  // misuse: must throw and change nothing
       const RequestId id = pick_live();
       if (choice == 97) {
-        EXPECT_THROW(allocator_.free(next_id_ + 100), Error);
+        const RequestId unknown = next_id_ + 100;
+        EXPECT_EQ(testing::error_containing(
+                      [&] { allocator_.free(unknown); },
+                      {fmt::format("request: id {} is not a live request", unknown)}),
+                  "");
       } else if (choice == 98 && !model_[id].tokens.empty()) {
-        EXPECT_THROW(allocator_.grow(id, static_cast<int64_t>(model_[id].tokens.size()) - 1),
-                     Error);
+        const int64_t fewer = static_cast<int64_t>(model_[id].tokens.size()) - 1;
+        EXPECT_EQ(testing::error_containing(
+                      [&] { allocator_.grow(id, fewer); },
+                      {fmt::format("num_tokens: {} is fewer than request {} already holds ({})",
+                                   fewer, id, fewer + 1)}),
+                  "");
       } else {
         PageCopy copy;
-        EXPECT_THROW(allocator_.fork(id, id, &copy), Error);
+        EXPECT_EQ(testing::error_containing(
+                      [&] { allocator_.fork(id, id, &copy); },
+                      {fmt::format("child: id {} already exists", id)}),
+                  "");
       }
       EXPECT_EQ(snapshot(), before) << "a rejected call changed the allocator";
     }

@@ -166,7 +166,9 @@ INSTANTIATE_TEST_SUITE_P(Planner, PlannerProperty, ::testing::ValuesIn(all_cases
 // ---- explicit corners ----
 
 TEST(Planner, PageSizeOneIsTheFlattenedLayout) {
-  std::mt19937_64 rng(testing::fresh_seed());
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(fmt::format("seed {} (PAGEDATTN_TEST_SEED to reproduce)", seed));
+  std::mt19937_64 rng(seed);
   const EngineBatch batch = testing::make_batch(rng, 16, {37, 16, 1}, false);
   PlanStorage s(3, 64);
   plan(batch.input(false, 1), s.buffers());
@@ -179,7 +181,9 @@ TEST(Planner, PageSizeOneIsTheFlattenedLayout) {
 }
 
 TEST(Planner, PageSizeEqualToAllocationPageCopiesTheBlockTable) {
-  std::mt19937_64 rng(testing::fresh_seed());
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(fmt::format("seed {} (PAGEDATTN_TEST_SEED to reproduce)", seed));
+  std::mt19937_64 rng(seed);
   const EngineBatch batch = testing::make_batch(rng, 64, {64 * 3, 65, 63}, false);
   PlanStorage s(3, 16);
   plan(batch.input(true, 64), s.buffers());
@@ -244,8 +248,10 @@ TEST(Planner, PlanStorageSizesItsBuffers) {
   EXPECT_EQ(b.kv_indices.size(), 100u);
   EXPECT_EQ(b.kv_last_page_len.size(), 5u);
   EXPECT_EQ(b.kv_lens.size(), 5u);
-  EXPECT_THROW(PlanStorage(-1, 1), Error);
-  EXPECT_THROW(PlanStorage(1, -1), Error);
+  EXPECT_EQ(testing::error_containing([] { PlanStorage(-1, 1); }, {"PlanStorage: max_batch = -1"}),
+            "");
+  EXPECT_EQ(testing::error_containing([] { PlanStorage(1, -1); }, {"PlanStorage: max_pages = -1"}),
+            "");
 }
 
 }  // namespace

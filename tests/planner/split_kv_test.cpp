@@ -123,11 +123,26 @@ TEST(SplitKv, ErrorsNameTheArgument) {
   }
   indptr = {0, 100};
   std::vector<int32_t> small(3);
-  EXPECT_THROW(split_kv_partition(indptr, 1, {true, 10, 1}, {small, chunk, merge}), Error);
-  EXPECT_THROW(split_kv_partition(indptr, 1, {true, 10, 1}, {request, small, merge}), Error);
-  EXPECT_THROW(split_kv_partition(indptr, 1, {true, 10, 1}, {request, chunk, {}}), Error);
-  EXPECT_THROW(split_kv_partition(indptr, 2, {}, {request, chunk, merge}), Error);
-  EXPECT_THROW(split_kv_partition(indptr, 1, {true, 10, 0}, {request, chunk, merge}), Error);
+  using testing::error_containing;
+  EXPECT_EQ(error_containing(
+                [&] { split_kv_partition(indptr, 1, {true, 10, 1}, {small, chunk, merge}); },
+                {"work_request holds 3 entries"}),
+            "");
+  EXPECT_EQ(error_containing(
+                [&] { split_kv_partition(indptr, 1, {true, 10, 1}, {request, small, merge}); },
+                {"work_chunk holds 3 entries"}),
+            "");
+  EXPECT_EQ(error_containing(
+                [&] { split_kv_partition(indptr, 1, {true, 10, 1}, {request, chunk, {}}); },
+                {"merge_indptr holds 0 entries", "batch + 1 = 2"}),
+            "");
+  EXPECT_EQ(error_containing([&] { split_kv_partition(indptr, 2, {}, {request, chunk, merge}); },
+                             {"kv_indptr has 2 entries", "batch + 1 = 3"}),
+            "");
+  EXPECT_EQ(error_containing(
+                [&] { split_kv_partition(indptr, 1, {true, 10, 0}, {request, chunk, merge}); },
+                {"min_chunk_pages = 0"}),
+            "");
 }
 
 }  // namespace

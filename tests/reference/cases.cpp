@@ -37,6 +37,23 @@ void store(const TensorView& view, int64_t offset, float value) {
   }
 }
 
+// The element at `offset` of a floating view as a double (no fp8 scale).
+double element_value(const TensorView& view, int64_t offset) {
+  const char* base = static_cast<const char*>(view.data);
+  switch (view.dtype) {
+    case DType::kF32:
+      return reinterpret_cast<const float*>(base)[offset];
+    case DType::kF16:
+      return half_to_float(reinterpret_cast<const uint16_t*>(base)[offset]);
+    case DType::kBF16:
+      return bf16_to_float(reinterpret_cast<const uint16_t*>(base)[offset]);
+    case DType::kFP8E4M3:
+      return fp8e4m3_to_float(reinterpret_cast<const uint8_t*>(base)[offset]);
+    default:
+      fail("element_value: not a floating dtype");
+  }
+}
+
 void fill_nan(const HostTensor& tensor) {
   std::memset(tensor.view().data, 0xff, static_cast<size_t>(tensor.bytes()));  // NaN in all
 }
@@ -95,6 +112,9 @@ std::string CaseSpec::name() const {
   if (logits_soft_cap > 0) text += "_cap";
   if (window_left >= 0) text += fmt::format("_win{}", window_left);
   if (!causal) text += "_noncausal";
+  if (logit_std > 0) text += fmt::format("_std{}", static_cast<int>(logit_std * 10));
+  if (dominant_keys > 0) text += fmt::format("_dom{}", dominant_keys);
+  if (v_mean > 0) text += "_vmean";
   for (char& c : text) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   }
@@ -155,17 +175,62 @@ AttentionCase::AttentionCase(const CaseSpec& spec, uint64_t seed) : spec_(spec) 
   const int64_t heads = spec.num_qo_heads;
   const int64_t kv_heads = spec.num_kv_heads;
   const float range = spec.value_range;
+  // Logit spread: q.k over D dims of uniform q in [-a, a), k in [-b, b) has std sqrt(D) a b / 3.
+  const float sm_scale =
+      spec.sm_scale > 0 ? spec.sm_scale : 1.0f / std::sqrt(float(spec.head_dim_qk));
+  const float q_range =
+      spec.logit_std > 0
+          ? 3.0f * spec.logit_std / (sm_scale * std::sqrt(float(spec.head_dim_qk)) * range)
+          : range;
+  // Power extras from their own stream (the main stream, and so page-size invariance, unchanged):
+  // the shared direction u (entries +-c, sm_scale * D * c^2 = boost), each request's dominant key
+  // positions and V mean.
+  std::mt19937_64 extra_rng(seed ^ 0x5851f42d4c957f2dull);
+  std::vector<float> direction;
+  std::vector<std::vector<int32_t>> dominant(batch_);
+  std::vector<float> v_means(batch_, 0.0f);
+  if (spec.dominant_keys > 0) {
+    const float c = std::sqrt(spec.dominant_boost / (sm_scale * float(spec.head_dim_qk)));
+    for (int32_t d = 0; d < spec.head_dim_qk; ++d) direction.push_back(extra_rng() & 1 ? c : -c);
+    for (int32_t r = 0; r < batch_; ++r) {
+      if (kv_lens_[r] == 0) continue;
+      dominant[r] = {0, kv_lens_[r] - 1};
+      for (int32_t i = 2; i < spec.dominant_keys; ++i) {
+        dominant[r].push_back(static_cast<int32_t>(extra_rng() % uint64_t(kv_lens_[r])));
+      }
+    }
+  }
+  if (spec.v_mean > 0) {
+    std::uniform_real_distribution<float> magnitude(0.5f * spec.v_mean, spec.v_mean);
+    for (float& mean : v_means) mean = (extra_rng() & 1 ? 1.0f : -1.0f) * magnitude(extra_rng);
+  }
+  auto is_dominant = [&](int32_t r, int32_t t) {
+    return std::find(dominant[r].begin(), dominant[r].end(), t) != dominant[r].end();
+  };
+  // Adds u to every query row (q_nope then q_pe for MLA: u spans head_dim_qk).
+  auto add_direction_to_queries = [&](const HostTensor& tensor, int64_t dim_offset) {
+    if (direction.empty()) return;
+    const TensorView view = tensor.view();
+    const int64_t dim = view.shape[2];
+    for (int64_t i = 0; i < view.numel(); ++i) {
+      const double value = element_value(view, i) + direction[dim_offset + i % dim];
+      store(view, i, static_cast<float>(value));
+    }
+  };
   if (mla) {
     const int64_t rank = spec.head_dim_vo, rope = spec.head_dim_qk - spec.head_dim_vo;
     if (rope <= 0) fail("MLA: head_dim_qk must exceed head_dim_vo (rank + rope)");
     q_ = HostTensor(spec.q_dtype, {rows_, heads, rank});
     q_pe_ = HostTensor(spec.q_dtype, {rows_, heads, rope});
-    fill(q_, rng, range);
-    fill(q_pe_, rng, range);
+    fill(q_, rng, q_range);
+    fill(q_pe_, rng, q_range);
+    add_direction_to_queries(q_, 0);
+    add_direction_to_queries(q_pe_, rank);
     k_ = HostTensor(spec.kv_dtype, {num_alloc_pages_, alloc, rank + rope});
   } else {
     q_ = HostTensor(spec.q_dtype, {rows_, heads, spec.head_dim_qk});
-    fill(q_, rng, range);
+    fill(q_, rng, q_range);
+    add_direction_to_queries(q_, 0);
     const bool nhd = spec.layout == KvLayout::kNHD;
     k_ = nhd ? HostTensor(spec.kv_dtype, {num_alloc_pages_, alloc, kv_heads, spec.head_dim_qk})
              : HostTensor(spec.kv_dtype, {num_alloc_pages_, kv_heads, alloc, spec.head_dim_qk});
@@ -184,20 +249,29 @@ AttentionCase::AttentionCase(const CaseSpec& spec, uint64_t seed) : spec_(spec) 
     for (int32_t t = 0; t < kv_lens_[r]; ++t) {
       const int64_t page = pool[alloc_pages_of[r] + t / alloc];
       const int64_t offset = t % alloc;
+      const bool boost = !direction.empty() && is_dominant(r, t);
       if (mla) {
+        // The latent is K and (its first rank columns) V: u on K, the mean on the V part.
         const TensorView& view = k_.view();
         const int64_t base = page * view.strides[0] + offset * view.strides[1];
-        for (int64_t d = 0; d < view.shape[2]; ++d) store(view, base + d, dist(rng) / kv_div);
+        for (int64_t d = 0; d < view.shape[2]; ++d) {
+          const float shift = (boost ? direction[d] : 0.0f) + (d < spec.head_dim_vo ? v_means[r] : 0);
+          store(view, base + d, (dist(rng) + shift) / kv_div);
+        }
         continue;
       }
       for (const HostTensor* tensor : {&k_, &v_}) {
         const TensorView& view = tensor->view();
         const bool nhd = spec.layout == KvLayout::kNHD;
+        const bool is_k = tensor == &k_;
         for (int64_t h = 0; h < kv_heads; ++h) {
           const int64_t base =
               page * view.strides[0] + (nhd ? offset * view.strides[1] + h * view.strides[2]
                                             : h * view.strides[1] + offset * view.strides[2]);
-          for (int64_t d = 0; d < view.shape[3]; ++d) store(view, base + d, dist(rng) / kv_div);
+          for (int64_t d = 0; d < view.shape[3]; ++d) {
+            const float shift = is_k ? (boost ? direction[d] : 0.0f) : v_means[r];
+            store(view, base + d, (dist(rng) + shift) / kv_div);
+          }
         }
       }
     }
@@ -318,6 +392,13 @@ double AttentionCase::flops() const {
     }
   }
   return 2.0 * pairs * spec_.num_qo_heads * (spec_.head_dim_qk + spec_.head_dim_vo);
+}
+
+CaseSpec with_power(CaseSpec spec, float logit_std) {
+  spec.logit_std = logit_std;
+  spec.dominant_keys = 3;
+  spec.v_mean = 0.5f;
+  return spec;
 }
 
 CaseSpec decode_target_case() {

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <functional>
 
+#include "common/scoped_env.h"
+#include "common/test_util.h"
 #include "pagedattn/error.h"
 #include "pagedattn/registry.h"
 
@@ -105,6 +107,7 @@ TEST_P(SelectMatrix, ChoosesOrExplains) {
 }
 
 using K = OpKind;
+using testing::ScopedEnv;
 constexpr auto kCpu = DeviceType::kCPU;
 constexpr auto kCuda = DeviceType::kCUDA;
 
@@ -161,9 +164,21 @@ TEST(Registry, SpecParsing) {
   EXPECT_EQ(split.for_op(OpKind::kMlaDecode), "cpu");
   const Selection one = Selection::parse("decode=cpu");
   EXPECT_EQ(one.prefill, "auto");
-  for (const char* bad : {"prefill=", "=cpu", "verify=cpu", "prefill=a,prefill=b", "CPU",
-                          "cpu,decode=cuda", "cuda cpu", "prefill=cpu,"}) {
-    EXPECT_THROW(Selection::parse(bad), Error) << bad;
+  // Each message quotes the spec and says what in it is wrong.
+  const std::pair<const char*, const char*> bad_specs[] = {
+      {"prefill=", "'' is not a backend name for role 'prefill'"},
+      {"=cpu", "unknown role ''"},
+      {"verify=cpu", "unknown role 'verify'"},
+      {"prefill=a,prefill=b", "role 'prefill' given twice"},
+      {"CPU", "expected 'auto', a backend name"},
+      {"cpu,decode=cuda", "item 'cpu' is not ROLE=NAME"},
+      {"cuda cpu", "expected 'auto', a backend name"},
+      {"prefill=cpu,", "item '' is not ROLE=NAME"}};
+  for (const auto& [bad, why] : bad_specs) {
+    EXPECT_EQ(testing::error_containing([&] { Selection::parse(bad); },
+                                        {fmt::format("backend spec '{}'", bad), why}),
+              "")
+        << bad;
   }
   try {
     Selection::parse("verify=cpu");
@@ -173,30 +188,37 @@ TEST(Registry, SpecParsing) {
 }
 
 TEST(Registry, EnvironmentVariable) {
-  ::unsetenv("PAGEDATTN_BACKEND");
+  ScopedEnv env("PAGEDATTN_BACKEND", std::nullopt);
   EXPECT_EQ(Selection::from_env().decode, "auto");
-  ::setenv("PAGEDATTN_BACKEND", "prefill=cuda,decode=cpu", 1);
+  env.set("PAGEDATTN_BACKEND", "prefill=cuda,decode=cpu");
   EXPECT_EQ(Selection::from_env().prefill, "cuda");
   EXPECT_EQ(Selection::from_env().decode, "cpu");
-  ::setenv("PAGEDATTN_BACKEND", "", 1);
+  env.set("PAGEDATTN_BACKEND", "");
   EXPECT_EQ(Selection::from_env().prefill, "auto");
-  ::setenv("PAGEDATTN_BACKEND", "bogus=1", 1);
+  env.set("PAGEDATTN_BACKEND", "bogus=1");
   try {
     Selection::from_env();
     ADD_FAILURE() << "no error";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("PAGEDATTN_BACKEND"), std::string::npos);
   }
-  ::unsetenv("PAGEDATTN_BACKEND");
 }
 
 TEST(Registry, AddRejectsDuplicatesNullAndAuto) {
   Registry registry = make_fake_registry();
-  EXPECT_THROW(registry.add(std::make_unique<FakeBackend>("cpu", DeviceType::kCPU, everything)),
-               Error);
-  EXPECT_THROW(registry.add(std::make_unique<FakeBackend>("auto", DeviceType::kCPU, everything)),
-               Error);
-  EXPECT_THROW(registry.add(nullptr), Error);
+  EXPECT_EQ(testing::error_containing(
+                [&] {
+                  registry.add(std::make_unique<FakeBackend>("cpu", DeviceType::kCPU, everything));
+                },
+                {"a backend named 'cpu' is already registered"}),
+            "");
+  EXPECT_EQ(testing::error_containing(
+                [&] {
+                  registry.add(std::make_unique<FakeBackend>("auto", DeviceType::kCPU, everything));
+                },
+                {"'auto' is reserved"}),
+            "");
+  EXPECT_EQ(testing::error_containing([&] { registry.add(nullptr); }, {"backend is null"}), "");
   EXPECT_EQ(registry.find("nope"), nullptr);
   EXPECT_EQ(registry.names().size(), 5u);
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/gpu_skip.h"
 #include "tools/cli_util.h"
 
 namespace pagedattn {
@@ -39,7 +40,7 @@ TEST_P(CliBenchCuda, RunsOrSaysWhyNot) {
   if (run.output.find("no usable CUDA device: ") != std::string::npos) {
     EXPECT_FALSE(fs::exists(path)) << "no JSON without a device";
     fs::remove(path);
-    GTEST_SKIP() << "said why: " << run.output;
+    PA_SKIP_OR_FAIL_WITHOUT_GPU("said why: " + run.output);
   }
   std::ifstream file(path);
   ASSERT_TRUE(file.good()) << run.output;
@@ -112,7 +113,7 @@ TEST_F(CliCuda, HostDataMlaRunsOrSaysWhyNot) {
       "bench mla --device cuda --host-data --batch 1 --kv-len 64 --qo-heads 16 --min-time 0.001");
   ASSERT_EQ(run.status, 0) << run.output;
   if (run.output.find("no usable CUDA device: ") != std::string::npos) {
-    GTEST_SKIP() << "said why: " << run.output;
+    PA_SKIP_OR_FAIL_WITHOUT_GPU("said why: " + run.output);
   }
   EXPECT_NE(run.output.find("mla_decode"), std::string::npos) << run.output;
 }

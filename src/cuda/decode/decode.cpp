@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "cuda/cuda_fault.h"
 #include "cuda/decode/decode_params.h"
 #include "cuda/planner/planner_kernels.h"
 
@@ -169,7 +170,7 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.out = args.out.data;
   params.out_stride_batch = args.out.strides[0];
   params.out_stride_head = args.out.strides[1];
-  params.lse = args.lse.defined() ? args.lse.data_as<float>() : nullptr;
+  params.lse = args.lse.defined() && !kFaultLseNotWritten ? args.lse.data_as<float>() : nullptr;
   params.lse_stride_batch = args.lse.defined() ? args.lse.strides[0] : 0;
   params.lse_stride_head = args.lse.defined() ? args.lse.strides[1] : 0;
   params.k = k.data;
@@ -192,11 +193,12 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.group_tiles = (params.group + kMaxGroupPerCta - 1) / kMaxGroupPerCta;
   constexpr float kLog2e = 1.4426950408889634f;
   const float cap = args.options.logits_soft_cap;
-  params.q_scale = args.options.sm_scale * args.kv.k_scale * (cap > 0.0f ? 1.0f : kLog2e);
+  params.q_scale =
+      faulty_sm_scale(args.options.sm_scale) * args.kv.k_scale * (cap > 0.0f ? 1.0f : kLog2e);
   params.soft_cap = cap;
   params.soft_cap_log2 = cap * kLog2e;
   params.v_scale = args.kv.v_scale;
-  params.window_left = args.options.window_left;
+  params.window_left = faulty_window(args.options.window_left);
   params.kv_evict_first = env_is("PAGEDATTN_DECODE_L2", "evict_first");
   params.partition = workspace.partition();
   params.partial_out = workspace.partial_out();
