@@ -138,7 +138,7 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
     std::vector<double> expected_lse;
     const std::vector<double> expected = reference_decode(args, &expected_lse);
     std::string report = compare_rows(to_doubles(out.view()), expected, kDim,
-                                      row_tolerance_for(DType::kBF16), "replay vs reference");
+                                      gpu_row_tolerance(DType::kBF16), "replay vs reference");
     // The replay's lse against float64 too (graph == eager alone passes a replay and an eager
     // step that both leave lse unwritten).
     std::vector<double> replay_lse(static_cast<size_t>(batch) * kHeads);
