@@ -152,10 +152,16 @@ struct ModelConfig {
   std::optional<int64_t> pad_token_id;
   std::optional<DType> dtype;       // `dtype` / `torch_dtype` (f32, f16, bf16) when given
   std::string hidden_act = "silu";  // only silu is accepted
+  // quantization_config.quant_method ("fp8", ...) when config.json has one, else empty. The config
+  // parses; Checkpoint::open rejects such checkpoints (block-quantized weights are not supported).
+  std::string quantization_method;
 
   RopeConfig rope;
   std::optional<MlaConfig> mla;  // DeepSeek-V2/V3
   std::optional<MoeConfig> moe;  // DeepSeek-V2/V3 (n_routed_experts set)
+  // DeepSeek-V3's multi-token-prediction layers (model.layers.L .. L + n - 1 in the file, L =
+  // num_hidden_layers): not run, their tensors are ignored on load.
+  int64_t num_nextn_predict_layers = 0;
 
   bool is_mla() const { return mla.has_value(); }
   bool is_moe_layer(int64_t layer) const { return moe && moe->is_moe_layer(layer); }
