@@ -18,6 +18,8 @@
 // MoE: router logits = gate(x) in f32; ops::moe_route (V2 softmax greedy / group-limited, V3
 // sigmoid noaux_tc); the routed experts as grouped GEMMs (ops::MoeExperts); plus the shared
 // experts' MLP on every token.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/check.h"
@@ -98,7 +100,9 @@ class MlaAttention final : public AttentionLayer {
 
     // q_lat[t, h] = q_nope[t, h] · W_UK_h, one GEMM per head over all tokens.
     float* q_lat = q_lat_buffer_.get(t * heads_ * rank_);
-#pragma omp parallel for if (heads_ > 1)
+    // Threads only for products worth a fork/join (see ops::Linear).
+    const bool parallel = heads_ > 1 && t * heads_ * rank_ * std::max(nope_, v_) >= (int64_t{1} << 19);
+#pragma omp parallel for if (parallel)
     for (int64_t h = 0; h < heads_; ++h) {
       ops::gemm_f32(false, t, rank_, nope_, 1.0f, q + h * qk, q_width,
                     kv_b_.data() + h * (nope_ + v_) * rank_, rank_, 0.0f, q_lat + h * rank_,
@@ -116,7 +120,7 @@ class MlaAttention final : public AttentionLayer {
     step.backend->run_mla(*step.workspace, args);
 
     float* o = o_buffer_.get(t * heads_ * v_);
-#pragma omp parallel for if (heads_ > 1)
+#pragma omp parallel for if (parallel)
     for (int64_t h = 0; h < heads_; ++h) {
       ops::gemm_f32(true, t, v_, rank_, 1.0f, o_lat + h * rank_, heads_ * rank_,
                     kv_b_.data() + (h * (nope_ + v_) + nope_) * rank_, rank_, 0.0f, o + h * v_,

@@ -32,6 +32,9 @@ using detail::rows_of;
 
 namespace {
 
+// Below this many elements a row-wise op runs on one thread: the fork/join would cost more.
+constexpr int64_t kParallelElements = int64_t{1} << 16;
+
 void check_same_rows(std::string_view name, const Rows& a, const Rows& b) {
   PA_CHECK(a.count == b.count && a.dim == b.dim,
            "{}: {} rows of {} elements, expected {} rows of {}", name, b.count, b.dim, a.count,
@@ -52,7 +55,7 @@ void rms_norm(const TensorView& x, const TensorView& weight, float eps, const Te
   const Rows o = rows_of("rms_norm out", out, DType::kF32);
   check_same_rows("rms_norm out", in, o);
   const std::vector<float> w = detail::weight_vector("rms_norm", weight, in.dim);
-#pragma omp parallel for if (in.count > 64)
+#pragma omp parallel for if (in.count * in.dim >= kParallelElements)
   for (int64_t r = 0; r < in.count; ++r) {
     normalize_row(in.row<float>(r), w.data(), in.dim, eps, o.row<float>(r));
   }
@@ -70,7 +73,7 @@ void add_rms_norm(const TensorView& residual, const TensorView& x, const TensorV
     check_same_rows("add_rms_norm x", res, in);
   }
   const std::vector<float> w = detail::weight_vector("add_rms_norm", weight, res.dim);
-#pragma omp parallel for if (res.count > 64)
+#pragma omp parallel for if (res.count * res.dim >= kParallelElements)
   for (int64_t r = 0; r < res.count; ++r) {
     float* acc = res.row<float>(r);
     if (has_x) {
@@ -85,7 +88,7 @@ void add_inplace(const TensorView& residual, const TensorView& x) {
   const Rows res = rows_of("add residual", residual, DType::kF32);
   const Rows in = rows_of("add x", x, DType::kF32);
   check_same_rows("add x", res, in);
-#pragma omp parallel for if (res.count > 64)
+#pragma omp parallel for if (res.count * res.dim >= kParallelElements)
   for (int64_t r = 0; r < res.count; ++r) {
     float* acc = res.row<float>(r);
     const float* add = in.row<float>(r);
@@ -100,7 +103,7 @@ void silu_mul(const TensorView& gate_up, const TensorView& out) {
            "silu_mul: gate_up has {} rows of {}, out {} rows of {} (expected out = [rows, {}])",
            in.count, in.dim, o.count, o.dim, in.dim / 2);
   const int64_t half = o.dim;
-#pragma omp parallel for if (in.count > 16)
+#pragma omp parallel for if (in.count * in.dim >= kParallelElements)
   for (int64_t r = 0; r < in.count; ++r) {
     const float* g = in.row<float>(r);
     const float* u = g + half;
@@ -138,7 +141,7 @@ namespace {
 template <bool kLog>
 void softmax_impl(const TensorView& x) {
   const Rows rows = rows_of(kLog ? "log_softmax" : "softmax", x, DType::kF32);
-#pragma omp parallel for if (rows.count > 1)
+#pragma omp parallel for if (rows.count > 1 && rows.count * rows.dim >= kParallelElements)
   for (int64_t r = 0; r < rows.count; ++r) {
     float* v = rows.row<float>(r);
     float max = -INFINITY;

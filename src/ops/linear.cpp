@@ -160,7 +160,10 @@ void Linear::forward(const TensorView& x, const TensorView& y) const {
     }
   }
   const int64_t num_tiles = static_cast<int64_t>(tiles.size());
-#pragma omp parallel for schedule(dynamic, 1) if (num_tiles > 1)
+  // Threads only where the product is worth a fork/join (~1 MFLOP; below that one core is done
+  // before a second one has woken, and an oversubscribed host makes every join expensive).
+  const bool parallel = num_tiles > 1 && m * out_features_ * k >= (int64_t{1} << 19);
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (int64_t t = 0; t < num_tiles; ++t) {
     const Tile& tile = tiles[static_cast<size_t>(t)];
     const Segment& seg = segments_[static_cast<size_t>(tile.segment)];

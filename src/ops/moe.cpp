@@ -178,7 +178,7 @@ void MoeExperts::forward(const TensorView& x, const MoeAssignment& assignment,
                                           view(sorted_y.data() + begin * hidden_, n, hidden_));
   }
   auto* o = out.data_as<float>();
-#pragma omp parallel for if (tokens > 16)
+#pragma omp parallel for if (int64_t{tokens} * hidden_ >= (int64_t{1} << 16))
   for (int32_t t = 0; t < tokens; ++t) {
     float* row = o + t * out.strides[0];
     std::fill(row, row + hidden_, 0.0f);

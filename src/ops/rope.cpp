@@ -44,7 +44,7 @@ void apply_rope(const TensorView& x, std::span<const int32_t> positions, const R
              "rope: position {} of row {} is outside the table [0, {})",
              positions[static_cast<size_t>(t)], t, table.max_positions());
   }
-#pragma omp parallel for if (rows.count > 64)
+#pragma omp parallel for if (rows.count * half >= (int64_t{1} << 15))
   for (int64_t r = 0; r < rows.count; ++r) {
     float* v = rows.row<float>(r);
     const int64_t position = positions[static_cast<size_t>(r / rows.heads)];

@@ -19,8 +19,9 @@
 //    router scores (a discrete step): that token's output, and every later row attending to its
 //    K/V, moves by O(1) (measured: up to 4.2 on a few rows of the DeepSeek-V3 fixtures, none with
 //    f16 KV). There the bound is: the median row within 2e-2 and at least 85% of rows within 5e-2.
-//    In all cases a greedy token may differ only where transformers' token is in our top 5 (vLLM's
-//    rule); how often is printed.
+//    A greedy token may differ only where transformers' token is in our top 5 (vLLM's rule); for
+//    the MoE models, on the rows within 5e-2 (a flipped row can lose it: measured once in each
+//    DeepSeek-V3 fixture). How often is printed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,6 +42,7 @@ struct Comparison {
   double max_diff = 0;
   std::vector<double> row_max;  // per row: max over the vocabulary of |dlogprob|
   int64_t rows = 0, token_mismatches = 0, top5_misses = 0;
+  int64_t top5_misses_within_bound = 0;  // on rows within 5e-2
   bool moe = false;
   double median() const {
     std::vector<double> v = row_max;
@@ -82,7 +84,10 @@ Comparison compare_fixture(const Fixture& fixture, DType kv_dtype, int32_t page_
       const int32_t expected_token = testing::argmax(expected_row);
       if (testing::argmax(rows[r]) != expected_token) {
         ++result.token_mismatches;
-        if (!testing::in_top_k(rows[r], expected_token, 5)) ++result.top5_misses;
+        if (!testing::in_top_k(rows[r], expected_token, 5)) {
+          ++result.top5_misses;
+          if (row_max <= 5e-2) ++result.top5_misses_within_bound;
+        }
       }
     }
     // The greedy chain itself: the last prefill row picks generated[0], decode row i picks
@@ -132,10 +137,12 @@ TEST_P(ForwardVsTransformers, Bf16KvWithinBound) {
   if (c.moe) {
     EXPECT_LE(c.median(), 2e-2) << fixture.name;
     EXPECT_GE(c.fraction_within(5e-2), 0.85) << fixture.name;
+    // A flipped row may lose transformers' token from our top 5; every other row keeps it.
+    EXPECT_EQ(c.top5_misses_within_bound, 0) << fixture.name;
   } else {
     EXPECT_LE(c.max_diff, 5e-2) << fixture.name;
+    EXPECT_EQ(c.top5_misses, 0) << fixture.name;
   }
-  EXPECT_EQ(c.top5_misses, 0) << fixture.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardVsTransformers,
