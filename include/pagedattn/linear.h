@@ -61,7 +61,7 @@ class Linear {
   void forward(const TensorView& x, const TensorView& y) const;
 
  private:
-  struct Segment {   // rows [row_begin, row_begin + rows) of the stacked weight
+  struct Segment {  // rows [row_begin, row_begin + rows) of the stacked weight
     const char* data = nullptr;
     DType dtype = DType::kF32;
     int64_t row_stride = 0;  // elements

@@ -73,11 +73,11 @@ class KvPool {
 // ---- a step ----
 
 struct RequestStep {
-  std::span<const int32_t> tokens;        // the new tokens (>= 1)
-  int32_t cached_len = 0;                 // tokens already in the KV; new token i is number
-                                          // cached_len + i of the sequence (its KV slot)
-  std::span<const int32_t> positions;     // RoPE positions of the new tokens; empty: cached_len + i
-  std::span<const int32_t> block_table;   // allocation pages, >= ceil((cached + new) / alloc)
+  std::span<const int32_t> tokens;       // the new tokens (>= 1)
+  int32_t cached_len = 0;                // tokens already in the KV; new token i is number
+                                         // cached_len + i of the sequence (its KV slot)
+  std::span<const int32_t> positions;    // RoPE positions of the new tokens; empty: cached_len + i
+  std::span<const int32_t> block_table;  // allocation pages, >= ceil((cached + new) / alloc)
 };
 
 enum class LogitsRows : uint8_t { kLastOfEachRequest, kAll };
@@ -102,9 +102,10 @@ struct Logits {
 
 struct ModelOptions {
   ops::WeightMode weight_mode = ops::WeightMode::kAuto;
-  std::string backend = "auto";  // a registry selection spec ("auto", "cpu", "prefill=..,decode=..")
-  int threads = 0;               // OpenMP threads (0: OMP_NUM_THREADS or the core count)
-  int64_t max_positions = 0;     // RoPE table length (0: max_position_embeddings)
+  std::string backend =
+      "auto";                 // a registry selection spec ("auto", "cpu", "prefill=..,decode=..")
+  int threads = 0;            // OpenMP threads (0: OMP_NUM_THREADS or the core count)
+  int64_t max_positions = 0;  // RoPE table length (0: max_position_embeddings)
 };
 
 class Model {

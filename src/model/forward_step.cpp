@@ -111,8 +111,8 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
     attention_pages += (seq_len + pool.page_size() - 1) / pool.page_size();
     for (int64_t i = 0; i < new_tokens; ++i) {
       const int64_t index = req.cached_len + i;
-      const int32_t position =
-          req.positions.empty() ? static_cast<int32_t>(index) : req.positions[static_cast<size_t>(i)];
+      const int32_t position = req.positions.empty() ? static_cast<int32_t>(index)
+                                                     : req.positions[static_cast<size_t>(i)];
       PA_CHECK(position >= 0 && position < rope.max_positions(),
                "step: request {} token {} has position {} outside [0, {}) (the RoPE table; "
                "ModelOptions::max_positions)",

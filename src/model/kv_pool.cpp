@@ -21,11 +21,11 @@ KvPool::KvPool(const ModelConfig& config, const KvPoolConfig& pool) : config_(po
   PA_CHECK(config_.page_size >= 1 && config_.alloc_page_size % config_.page_size == 0,
            "kv pool: page_size {} does not divide alloc_page_size {}", config_.page_size,
            config_.alloc_page_size);
-  PA_CHECK(config_.dtype == DType::kF32 || config_.dtype == DType::kBF16 ||
-               config_.dtype == DType::kF16,
-           "kv pool: dtype {} (expected f32, f16 or bf16; fp8 needs scales the model does not "
-           "compute yet)",
-           dtype_name(config_.dtype));
+  PA_CHECK(
+      config_.dtype == DType::kF32 || config_.dtype == DType::kBF16 || config_.dtype == DType::kF16,
+      "kv pool: dtype {} (expected f32, f16 or bf16; fp8 needs scales the model does not "
+      "compute yet)",
+      dtype_name(config_.dtype));
   const int64_t page_bytes = bytes_per_page(config, config_.alloc_page_size, config_.dtype);
   if (config_.num_pages <= 0) {
     PA_CHECK(config_.byte_budget >= page_bytes,

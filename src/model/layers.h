@@ -38,11 +38,11 @@ inline TensorView f32_view(float* data, std::initializer_list<int64_t> shape) {
 // What every layer of one step shares: the new tokens' positions and KV slots, the attention
 // metadata planned once, and the backend that runs it.
 struct StepContext {
-  int64_t tokens = 0;                // T: new tokens of all requests
-  bool decode = false;               // every request has exactly one new token
-  std::vector<int32_t> positions;    // [T]
-  std::vector<int64_t> slots;        // [T] page * alloc_page_size + offset
-  TensorView slot_view;              // i64 [T]
+  int64_t tokens = 0;              // T: new tokens of all requests
+  bool decode = false;             // every request has exactly one new token
+  std::vector<int32_t> positions;  // [T]
+  std::vector<int64_t> slots;      // [T] page * alloc_page_size + offset
+  TensorView slot_view;            // i64 [T]
   StepMetadata meta;
   const Backend* backend = nullptr;  // runs this step's attention op
   Workspace* workspace = nullptr;    // planned for it

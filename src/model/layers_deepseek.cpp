@@ -18,9 +18,9 @@
 // MoE: router logits = gate(x) in f32; ops::moe_route (V2 softmax greedy / group-limited, V3
 // sigmoid noaux_tc); the routed experts as grouped GEMMs (ops::MoeExperts); plus the shared
 // experts' MLP on every token.
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/check.h"
 #include "model/layers.h"
@@ -66,7 +66,8 @@ class MlaAttention final : public AttentionLayer {
       const auto* src = static_cast<const T*>(kv_b.data);
       for (int64_t r = 0; r < kv_b.shape[0]; ++r) {
         for (int64_t c = 0; c < rank_; ++c) {
-          kv_b_[static_cast<size_t>(r * rank_ + c)] = to_float(src[r * kv_b.strides[0] + c * kv_b.strides[1]]);
+          kv_b_[static_cast<size_t>(r * rank_ + c)] =
+              to_float(src[r * kv_b.strides[0] + c * kv_b.strides[1]]);
         }
       }
     });
@@ -101,7 +102,8 @@ class MlaAttention final : public AttentionLayer {
     // q_lat[t, h] = q_nope[t, h] · W_UK_h, one GEMM per head over all tokens.
     float* q_lat = q_lat_buffer_.get(t * heads_ * rank_);
     // Threads only for products worth a fork/join (see ops::Linear).
-    const bool parallel = heads_ > 1 && t * heads_ * rank_ * std::max(nope_, v_) >= (int64_t{1} << 19);
+    const bool parallel =
+        heads_ > 1 && t * heads_ * rank_ * std::max(nope_, v_) >= (int64_t{1} << 19);
 #pragma omp parallel for if (parallel)
     for (int64_t h = 0; h < heads_; ++h) {
       ops::gemm_f32(false, t, rank_, nope_, 1.0f, q + h * qk, q_width,
@@ -147,15 +149,17 @@ ops::MoeRouting routing_of(const MoeConfig& moe) {
   if (moe.scoring == MoeScoring::kSoftmax && moe.topk_method == MoeTopkMethod::kGreedy) {
     return ops::MoeRouting::kSoftmaxGreedy;
   }
-  if (moe.scoring == MoeScoring::kSoftmax && moe.topk_method == MoeTopkMethod::kGroupLimitedGreedy) {
+  if (moe.scoring == MoeScoring::kSoftmax &&
+      moe.topk_method == MoeTopkMethod::kGroupLimitedGreedy) {
     return ops::MoeRouting::kSoftmaxGroupLimited;
   }
   if (moe.scoring == MoeScoring::kSigmoid && moe.topk_method == MoeTopkMethod::kNoAuxTc) {
     return ops::MoeRouting::kSigmoidNoAuxTc;
   }
-  PA_FAIL("moe: scoring_func {} with topk_method {} is not supported (expected softmax with "
-          "greedy or group_limited_greedy, or sigmoid with noaux_tc)",
-          moe_scoring_name(moe.scoring), moe_topk_method_name(moe.topk_method));
+  PA_FAIL(
+      "moe: scoring_func {} with topk_method {} is not supported (expected softmax with "
+      "greedy or group_limited_greedy, or sigmoid with noaux_tc)",
+      moe_scoring_name(moe.scoring), moe_topk_method_name(moe.topk_method));
 }
 
 class MoeMlp final : public MlpLayer {

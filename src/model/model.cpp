@@ -47,11 +47,13 @@ Model::Model(const ModelConfig& config, const ModelWeights& weights, const Model
     DecoderLayer layer;
     layer.input_norm = w.input_layernorm;
     layer.post_norm = w.post_attention_layernorm;
-    layer.attention = config.is_mla() ? make_mla_attention(config, w.mla, i, options.weight_mode)
-                                      : make_gqa_attention(config, w.attention, i, options.weight_mode);
-    layer.mlp = config.is_moe_layer(i)
-                    ? make_moe_mlp(config, w.moe, i, options.weight_mode)
-                    : make_dense_mlp(w.mlp, fmt::format("model.layers.{}.mlp", i), options.weight_mode);
+    layer.attention = config.is_mla()
+                          ? make_mla_attention(config, w.mla, i, options.weight_mode)
+                          : make_gqa_attention(config, w.attention, i, options.weight_mode);
+    layer.mlp =
+        config.is_moe_layer(i)
+            ? make_moe_mlp(config, w.moe, i, options.weight_mode)
+            : make_dense_mlp(w.mlp, fmt::format("model.layers.{}.mlp", i), options.weight_mode);
     m.layers.push_back(std::move(layer));
   }
   const int64_t max_positions =
@@ -108,7 +110,8 @@ Logits Model::forward(const Step& step, KvPool& pool) {
   float* last_residual = m.last_residual.get(n * hidden);
   float* last_branch = m.last_branch.get(n * hidden);
   for (int64_t r = 0; r < n; ++r) {
-    std::copy_n(residual + rows[static_cast<size_t>(r)] * hidden, hidden, last_residual + r * hidden);
+    std::copy_n(residual + rows[static_cast<size_t>(r)] * hidden, hidden,
+                last_residual + r * hidden);
     std::copy_n(branch + rows[static_cast<size_t>(r)] * hidden, hidden, last_branch + r * hidden);
   }
   float* last_hidden = m.last_hidden.get(n * hidden);

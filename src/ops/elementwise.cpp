@@ -12,15 +12,16 @@ namespace pagedattn::ops {
 namespace detail {
 
 std::vector<float> weight_vector(std::string_view name, const TensorView& weight, int64_t dim) {
-  PA_CHECK(weight.ndim == 1 && weight.shape[0] == dim, "{}: weight shape {} (expected [{}])",
-           name, weight.shape_str(), dim);
+  PA_CHECK(weight.ndim == 1 && weight.shape[0] == dim, "{}: weight shape {} (expected [{}])", name,
+           weight.shape_str(), dim);
   PA_CHECK(weight.device.type == DeviceType::kCPU, "{}: weight on {} (expected cpu)", name,
            weight.device.str());
   std::vector<float> out(static_cast<size_t>(dim));
   dispatch_float(weight.dtype, name, [&](auto tag) {
     using T = decltype(tag);
     const auto* w = static_cast<const T*>(weight.data);
-    for (int64_t i = 0; i < dim; ++i) out[static_cast<size_t>(i)] = to_float(w[i * weight.strides[0]]);
+    for (int64_t i = 0; i < dim; ++i)
+      out[static_cast<size_t>(i)] = to_float(w[i * weight.strides[0]]);
   });
   return out;
 }
@@ -113,8 +114,10 @@ void silu_mul(const TensorView& gate_up, const TensorView& out) {
 }
 
 void embedding(const TensorView& table, std::span<const int32_t> ids, const TensorView& out) {
-  PA_CHECK(table.ndim == 2 && table.strides[1] == 1, "embedding table: shape {} (expected a 2-D "
-           "[vocab, dim] view with unit inner stride)", table.shape_str());
+  PA_CHECK(table.ndim == 2 && table.strides[1] == 1,
+           "embedding table: shape {} (expected a 2-D "
+           "[vocab, dim] view with unit inner stride)",
+           table.shape_str());
   PA_CHECK(table.device.type == DeviceType::kCPU, "embedding table on {} (expected cpu)",
            table.device.str());
   const Rows o = rows_of("embedding out", out, DType::kF32);
@@ -123,8 +126,10 @@ void embedding(const TensorView& table, std::span<const int32_t> ids, const Tens
            table.shape[1]);
   const int64_t vocab = table.shape[0];
   for (size_t i = 0; i < ids.size(); ++i) {
-    PA_CHECK(ids[i] >= 0 && ids[i] < vocab, "token id {} at index {} is outside the vocabulary "
-             "[0, {})", ids[i], i, vocab);
+    PA_CHECK(ids[i] >= 0 && ids[i] < vocab,
+             "token id {} at index {} is outside the vocabulary "
+             "[0, {})",
+             ids[i], i, vocab);
   }
   dispatch_float(table.dtype, "embedding table", [&](auto tag) {
     using T = decltype(tag);

@@ -72,10 +72,10 @@ Linear::Linear(std::string name, std::span<const LinearPart> parts, WeightMode m
              w.device.str());
     check_weight_dtype(name_, "weight", w.dtype);
     PA_CHECK(w.strides[1] == 1 && w.strides[0] >= w.shape[1],
-             "{}: weight {} needs unit inner stride and row stride >= {} (strides [{}, {}])",
-             name_, i, w.shape[1], w.strides[0], w.strides[1]);
-    PA_CHECK(w.data != nullptr && w.shape[0] > 0 && w.shape[1] > 0,
-             "{}: weight {} is empty ({})", name_, i, w.shape_str());
+             "{}: weight {} needs unit inner stride and row stride >= {} (strides [{}, {}])", name_,
+             i, w.shape[1], w.strides[0], w.strides[1]);
+    PA_CHECK(w.data != nullptr && w.shape[0] > 0 && w.shape[1] > 0, "{}: weight {} is empty ({})",
+             name_, i, w.shape_str());
     if (i == 0) in_features_ = w.shape[1];
     PA_CHECK(w.shape[1] == in_features_,
              "{}: weight {} has {} input features, weight 0 has {} (stacked weights must agree)",
@@ -88,8 +88,8 @@ Linear::Linear(std::string name, std::span<const LinearPart> parts, WeightMode m
       check_weight_dtype(name_, "bias", b.dtype);
       any_bias = true;
     }
-    segments_.push_back({static_cast<const char*>(w.data), w.dtype, w.strides[0], out_features_,
-                         w.shape[0]});
+    segments_.push_back(
+        {static_cast<const char*>(w.data), w.dtype, w.strides[0], out_features_, w.shape[0]});
     out_features_ += w.shape[0];
     all_f32 = all_f32 && w.dtype == DType::kF32;
   }
@@ -231,7 +231,9 @@ std::string blas_info() {
   const char* config = openblas_get_config();
   const int parallel = openblas_get_parallel();  // 0 sequential, 1 pthreads, 2 OpenMP
   return fmt::format("OpenBLAS {} ({}, {} thread(s))", config ? config : "?",
-                     parallel == 0 ? "sequential" : parallel == 1 ? "pthreads" : "openmp",
+                     parallel == 0   ? "sequential"
+                     : parallel == 1 ? "pthreads"
+                                     : "openmp",
                      openblas_get_num_threads());
 }
 

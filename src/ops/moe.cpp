@@ -24,8 +24,8 @@ void top_k_indices(const float* values, int32_t n, int32_t k, int32_t* out) {
 }
 
 void check_config(const MoeRouterConfig& c, int64_t experts) {
-  PA_CHECK(c.num_experts == experts, "moe router: logits have {} experts, config says {}",
-           experts, c.num_experts);
+  PA_CHECK(c.num_experts == experts, "moe router: logits have {} experts, config says {}", experts,
+           c.num_experts);
   PA_CHECK(c.top_k >= 1 && c.top_k <= c.num_experts,
            "moe router: num_experts_per_tok {} (expected 1..{})", c.top_k, c.num_experts);
   if (c.method != MoeRouting::kSoftmaxGreedy) {
@@ -122,17 +122,19 @@ MoeExperts::MoeExperts(std::vector<Linear> gate_up, std::vector<Linear> down)
   hidden_ = gate_up_[0].in_features();
   intermediate_ = down_[0].in_features();
   for (size_t e = 0; e < down_.size(); ++e) {
-    PA_CHECK(gate_up_[e].in_features() == hidden_ && gate_up_[e].out_features() == 2 * intermediate_ &&
+    PA_CHECK(gate_up_[e].in_features() == hidden_ &&
+                 gate_up_[e].out_features() == 2 * intermediate_ &&
                  down_[e].in_features() == intermediate_ && down_[e].out_features() == hidden_,
-             "moe expert {}: gate_up [{}, {}] and down [{}, {}] (expected [{}, {}] and [{}, {}])", e,
-             gate_up_[e].out_features(), gate_up_[e].in_features(), down_[e].out_features(),
+             "moe expert {}: gate_up [{}, {}] and down [{}, {}] (expected [{}, {}] and [{}, {}])",
+             e, gate_up_[e].out_features(), gate_up_[e].in_features(), down_[e].out_features(),
              down_[e].in_features(), 2 * intermediate_, hidden_, hidden_, intermediate_);
   }
 }
 
 int64_t MoeExperts::owned_bytes() const {
   int64_t bytes = 0;
-  for (size_t e = 0; e < down_.size(); ++e) bytes += gate_up_[e].owned_bytes() + down_[e].owned_bytes();
+  for (size_t e = 0; e < down_.size(); ++e)
+    bytes += gate_up_[e].owned_bytes() + down_[e].owned_bytes();
   return bytes;
 }
 
@@ -165,17 +167,20 @@ void MoeExperts::forward(const TensorView& x, const MoeAssignment& assignment,
   std::vector<float> act(static_cast<size_t>(pairs * intermediate_));
   std::vector<float> sorted_y(static_cast<size_t>(pairs * hidden_));
   for (int32_t e = 0; e < experts; ++e) {
-    const int64_t begin = start[static_cast<size_t>(e)], n = start[static_cast<size_t>(e) + 1] - begin;
+    const int64_t begin = start[static_cast<size_t>(e)],
+                  n = start[static_cast<size_t>(e) + 1] - begin;
     if (n == 0) continue;
     const auto view = [](float* data, int64_t rows, int64_t cols) {
       return TensorView::contiguous(data, DType::kF32, {rows, cols});
     };
-    gate_up_[static_cast<size_t>(e)].forward(view(sorted_x.data() + begin * hidden_, n, hidden_),
-                                             view(gate_up.data() + begin * 2 * intermediate_, n, 2 * intermediate_));
+    gate_up_[static_cast<size_t>(e)].forward(
+        view(sorted_x.data() + begin * hidden_, n, hidden_),
+        view(gate_up.data() + begin * 2 * intermediate_, n, 2 * intermediate_));
     silu_mul(view(gate_up.data() + begin * 2 * intermediate_, n, 2 * intermediate_),
              view(act.data() + begin * intermediate_, n, intermediate_));
-    down_[static_cast<size_t>(e)].forward(view(act.data() + begin * intermediate_, n, intermediate_),
-                                          view(sorted_y.data() + begin * hidden_, n, hidden_));
+    down_[static_cast<size_t>(e)].forward(
+        view(act.data() + begin * intermediate_, n, intermediate_),
+        view(sorted_y.data() + begin * hidden_, n, hidden_));
   }
   auto* o = out.data_as<float>();
 #pragma omp parallel for if (int64_t{tokens} * hidden_ >= (int64_t{1} << 16))

@@ -23,8 +23,10 @@ RopeTable::RopeTable(std::span<const double> inv_freq, double attention_factor,
   for (int64_t p = 0; p < max_positions; ++p) {
     for (int32_t i = 0; i < half_; ++i) {
       const double angle = static_cast<double>(p) * inv_freq[static_cast<size_t>(i)];
-      cos_[static_cast<size_t>(p * half_ + i)] = static_cast<float>(std::cos(angle) * attention_factor);
-      sin_[static_cast<size_t>(p * half_ + i)] = static_cast<float>(std::sin(angle) * attention_factor);
+      cos_[static_cast<size_t>(p * half_ + i)] =
+          static_cast<float>(std::cos(angle) * attention_factor);
+      sin_[static_cast<size_t>(p * half_ + i)] =
+          static_cast<float>(std::sin(angle) * attention_factor);
     }
   }
 }
@@ -33,8 +35,8 @@ void apply_rope(const TensorView& x, std::span<const int32_t> positions, const R
                 RopeStyle style) {
   const detail::Rows rows = detail::rows_of("rope x", x, DType::kF32);
   const int64_t tokens = x.shape[0];
-  PA_CHECK(static_cast<int64_t>(positions.size()) == tokens,
-           "rope: {} positions for {} rows", positions.size(), tokens);
+  PA_CHECK(static_cast<int64_t>(positions.size()) == tokens, "rope: {} positions for {} rows",
+           positions.size(), tokens);
   const int32_t half = table.rotary_dim() / 2;
   PA_CHECK(table.rotary_dim() > 0 && table.rotary_dim() <= rows.dim,
            "rope: rotary_dim {} with head dimension {}", table.rotary_dim(), rows.dim);

@@ -26,8 +26,8 @@ struct Rows {
 
 // Checks that `view` is a 2-D or 3-D CPU view of `dtype` with unit inner stride.
 inline Rows rows_of(std::string_view name, const TensorView& view, DType dtype) {
-  PA_CHECK(view.ndim == 2 || view.ndim == 3, "{}: shape {} (expected [rows, dim] or [rows, heads, dim])",
-           name, view.shape_str());
+  PA_CHECK(view.ndim == 2 || view.ndim == 3,
+           "{}: shape {} (expected [rows, dim] or [rows, heads, dim])", name, view.shape_str());
   PA_CHECK(view.dtype == dtype, "{}: dtype {} (expected {})", name, dtype_name(view.dtype),
            dtype_name(dtype));
   PA_CHECK(view.device.type == DeviceType::kCPU,

@@ -4,11 +4,10 @@
 // and 64 tokens over the cached prefix equals one prefill; a batch (all prefills together, then
 // all decodes together, and a mixed step of decodes beside a prefill chunk) equals its requests
 // run alone. Every logit of every row is compared.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "model/model_fixture.h"
 #include "pagedattn/checkpoint.h"
@@ -69,7 +68,8 @@ TEST_P(ForwardInvariance, PageSizeDoesNotChangeLogits) {
     if (reference.empty()) {
       reference = rows;
     } else {
-      EXPECT_EQ(compare_rows(rows, reference, fmt::format("alloc {} / P {}", alloc, page_size)), "");
+      EXPECT_EQ(compare_rows(rows, reference, fmt::format("alloc {} / P {}", alloc, page_size)),
+                "");
     }
   }
 }
@@ -114,8 +114,8 @@ TEST_P(ForwardInvariance, BatchEqualsRequestsAlone) {
     for (size_t p = 0; p < n; ++p) {
       if (tokens[p].empty()) continue;
       seqs[p].reserve(static_cast<int64_t>(seqs[p].tokens.size() + tokens[p].size()), 16, pages);
-      step.requests.push_back({tokens[p], static_cast<int32_t>(seqs[p].tokens.size()), {},
-                               seqs[p].block_table});
+      step.requests.push_back(
+          {tokens[p], static_cast<int32_t>(seqs[p].tokens.size()), {}, seqs[p].block_table});
     }
     const Logits logits = m.model.forward(step, pool);
     int64_t row = 0;

@@ -3,17 +3,16 @@
 // and the per-layer time is reported so that the full depth can be extrapolated without holding
 // the whole model in this machine's memory). Not a benchmark (that is `pagedattn bench model`);
 // the figures go to bench/RESULTS.md with the command.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <algorithm>
 #include <random>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "common/test_util.h"
 #include "model/model_fixture.h"
@@ -64,13 +63,15 @@ double median_ms(std::vector<double> v) {
 }
 
 void time_config(const std::string& file, int64_t full_layers_hint, ops::WeightMode mode) {
-  std::ifstream in(fs::path(__FILE__).parent_path().parent_path() / "data" / "model" / "configs" / file);
+  std::ifstream in(fs::path(__FILE__).parent_path().parent_path() / "data" / "model" / "configs" /
+                   file);
   std::stringstream text;
   text << in.rdbuf();
   ModelConfig config = parse_model_config(text.str(), file);
   const int64_t full_layers = config.num_hidden_layers;
   const char* env = std::getenv("PAGEDATTN_TIMING_LAYERS");
-  config.num_hidden_layers = std::min<int64_t>(full_layers, env ? std::atoll(env) : full_layers_hint);
+  config.num_hidden_layers =
+      std::min<int64_t>(full_layers, env ? std::atoll(env) : full_layers_hint);
   const RandomWeights random(config);
   ModelOptions options;
   options.max_positions = 4096;
@@ -84,7 +85,8 @@ void time_config(const std::string& file, int64_t full_layers_hint, ops::WeightM
     KvPool pool = model.make_kv_pool(pool_config);
     testing::PageSource pages(pool.num_pages(), 1);
     std::vector<testing::Sequence> seqs(static_cast<size_t>(batch));
-    std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(batch), std::vector<int32_t>(1, 7));
+    std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(batch),
+                                             std::vector<int32_t>(1, 7));
     // Fill the context by one prefill per request (timed separately), then time decode steps.
     const std::vector<int32_t> prompt(static_cast<size_t>(context), 11);
     const auto t0 = std::chrono::steady_clock::now();
@@ -96,23 +98,26 @@ void time_config(const std::string& file, int64_t full_layers_hint, ops::WeightM
       seq.tokens = prompt;
     }
     const double prefill_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / batch;
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+        batch;
     std::vector<double> step_ms;
     for (int i = 0; i < 8; ++i) {
       Step step;
       for (size_t r = 0; r < seqs.size(); ++r) {
-        step.requests.push_back({tokens[r], static_cast<int32_t>(seqs[r].tokens.size()), {},
-                                 seqs[r].block_table});
+        step.requests.push_back(
+            {tokens[r], static_cast<int32_t>(seqs[r].tokens.size()), {}, seqs[r].block_table});
       }
       const auto s = std::chrono::steady_clock::now();
       model.forward(step, pool);
-      step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
+      step_ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
       for (auto& seq : seqs) seq.tokens.push_back(7);
     }
-    fmt::print("{} ({} of {} layers, bf16 weights, owned {} MiB, {} threads): prefill {} "
-               "tokens {:.1f} ms/request; decode B={} ctx {}: {:.2f} ms/step median\n",
-               file, config.num_hidden_layers, full_layers, model.owned_bytes() >> 20,
-               ops::num_threads(), context, prefill_ms, batch, context, median_ms(step_ms));
+    fmt::print(
+        "{} ({} of {} layers, bf16 weights, owned {} MiB, {} threads): prefill {} "
+        "tokens {:.1f} ms/request; decode B={} ctx {}: {:.2f} ms/step median\n",
+        file, config.num_hidden_layers, full_layers, model.owned_bytes() >> 20, ops::num_threads(),
+        context, prefill_ms, batch, context, median_ms(step_ms));
   }
 }
 

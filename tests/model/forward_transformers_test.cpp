@@ -22,13 +22,12 @@
 //    A greedy token may differ only where transformers' token is in our top 5 (vLLM's rule); for
 //    the MoE models, on the rows within 5e-2 (a flipped row can lose it: measured once in each
 //    DeepSeek-V3 fixture). How often is printed.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "model/model_fixture.h"
 #include "pagedattn/checkpoint.h"
@@ -77,7 +76,8 @@ Comparison compare_fixture(const Fixture& fixture, DType kv_dtype, int32_t page_
       const auto ours = testing::log_softmax(rows[r]);
       const auto theirs = testing::log_softmax(expected_row);
       double row_max = 0;
-      for (size_t v = 0; v < ours.size(); ++v) row_max = std::max(row_max, std::abs(ours[v] - theirs[v]));
+      for (size_t v = 0; v < ours.size(); ++v)
+        row_max = std::max(row_max, std::abs(ours[v] - theirs[v]));
       result.max_diff = std::max(result.max_diff, row_max);
       result.row_max.push_back(row_max);
       ++result.rows;
@@ -130,10 +130,11 @@ TEST_P(ForwardVsTransformers, F16KvWithinBound) {
 TEST_P(ForwardVsTransformers, Bf16KvWithinBound) {
   const Fixture fixture = Fixture::load(GetParam());
   const Comparison c = compare_fixture(fixture, DType::kBF16, 16);
-  fmt::print("{}: bf16 KV, {} rows, max |dlogprob| {:.3g}, median row {:.3g}, {:.1f}% of rows "
-             "within 5e-2, greedy mismatches {} ({} outside our top 5)\n",
-             fixture.name, c.rows, c.max_diff, c.median(), 100 * c.fraction_within(5e-2),
-             c.token_mismatches, c.top5_misses);
+  fmt::print(
+      "{}: bf16 KV, {} rows, max |dlogprob| {:.3g}, median row {:.3g}, {:.1f}% of rows "
+      "within 5e-2, greedy mismatches {} ({} outside our top 5)\n",
+      fixture.name, c.rows, c.max_diff, c.median(), 100 * c.fraction_within(5e-2),
+      c.token_mismatches, c.top5_misses);
   if (c.moe) {
     EXPECT_LE(c.median(), 2e-2) << fixture.name;
     EXPECT_GE(c.fraction_within(5e-2), 0.85) << fixture.name;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 namespace pagedattn::model::testing {
@@ -11,9 +10,9 @@ namespace pagedattn::model::testing {
 namespace fs = std::filesystem;
 
 std::vector<std::string> fixture_names() {
-  return {"llama3_bf16",     "llama_linear_f16_sharded", "qwen2_f32",
-          "qwen3_bf16",      "deepseek_v2_f16",          "deepseek_v3_bf16",
-          "deepseek_v3_mla512_bf16"};
+  return {
+      "llama3_bf16",      "llama_linear_f16_sharded", "qwen2_f32", "qwen3_bf16", "deepseek_v2_f16",
+      "deepseek_v3_bf16", "deepseek_v3_mla512_bf16"};
 }
 
 Fixture Fixture::load(const std::string& name) {
@@ -21,7 +20,8 @@ Fixture Fixture::load(const std::string& name) {
   f.name = name;
   f.directory = fs::path(__FILE__).parent_path().parent_path() / "data" / "model" / name;
   std::ifstream json_file(f.directory / "expected.json");
-  if (!json_file) throw std::runtime_error("missing fixture " + (f.directory / "expected.json").string());
+  if (!json_file)
+    throw std::runtime_error("missing fixture " + (f.directory / "expected.json").string());
   const nlohmann::json expected = nlohmann::json::parse(json_file);
   f.vocab = expected.at("vocab_size").get<int64_t>();
   f.softmax_scale = expected.at("softmax_scale").get<double>();

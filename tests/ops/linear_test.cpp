@@ -1,19 +1,18 @@
 // Linear (y = x · Wᵀ + b over stacked bf16/f16/f32 weights, both weight modes) and gemm_f32
 // against naive float64 loops over the same stored values; every element checked. Also the GEMM
 // timing behind the BLAS choice (DISABLED_: run with --gtest_also_run_disabled_tests).
-#include <gtest/gtest.h>
+#include "pagedattn/linear.h"
 
 #include <cblas.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
-#include <functional>
 #include <cmath>
-
-#include <fmt/format.h>
+#include <functional>
 
 #include "common/test_util.h"
 #include "pagedattn/error.h"
-#include "pagedattn/linear.h"
 
 namespace pagedattn::ops {
 namespace {
@@ -120,7 +119,8 @@ TEST(LinearErrors, NamesTheProblem) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("layer.qkv: weight 1 has 32 input features"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
   const std::vector<LinearPart> int_weight = {{bad.view(), {}}};
   EXPECT_THROW(Linear("layer.bad", int_weight), Error);
@@ -162,7 +162,8 @@ double time_us(const std::function<void()>& fn, int reps) {
   fn();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) fn();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+             .count() /
          reps;
 }
 
@@ -185,16 +186,19 @@ TEST(GemmTiming, DISABLED_WeightModes) {
     const double t_tiles = time_us([&] { tiles.forward(x.view(), y.view()); }, reps);
     const double t_cached = time_us([&] { cached.forward(x.view(), y.view()); }, reps);
     openblas_set_num_threads(num_threads());
-    const double t_blas = time_us([&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x.data<float>(), k,
-                  wf.data<float>(), k, 0.0f, y.data<float>(), n);
-    }, reps);
+    const double t_blas = time_us(
+        [&] {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x.data<float>(), k,
+                      wf.data<float>(), k, 0.0f, y.data<float>(), n);
+        },
+        reps);
     openblas_set_num_threads(1);
     const double flops = 2.0 * m * n * k;
-    fmt::print("M {:4}: bf16 tiles {:9.1f} us ({:6.1f} GFLOP/s) | cached f32 {:9.1f} us ({:6.1f}) | "
-               "one OpenBLAS-threaded sgemm on f32 {:9.1f} us ({:6.1f})\n",
-               m, t_tiles, flops / t_tiles / 1e3, t_cached, flops / t_cached / 1e3, t_blas,
-               flops / t_blas / 1e3);
+    fmt::print(
+        "M {:4}: bf16 tiles {:9.1f} us ({:6.1f} GFLOP/s) | cached f32 {:9.1f} us ({:6.1f}) | "
+        "one OpenBLAS-threaded sgemm on f32 {:9.1f} us ({:6.1f})\n",
+        m, t_tiles, flops / t_tiles / 1e3, t_cached, flops / t_cached / 1e3, t_blas,
+        flops / t_blas / 1e3);
   }
 }
 

@@ -1,17 +1,17 @@
 // MoE routing (DeepSeek-V2 softmax greedy / group-limited greedy, V3 sigmoid noaux_tc) against a
 // float64 re-statement of transformers' DeepseekV2Moe / DeepseekV3TopkRouter written here, and the
 // grouped expert GEMMs against a naive per-token float64 loop; every element checked.
+#include "pagedattn/moe.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-#include <fmt/format.h>
-
 #include "common/test_util.h"
 #include "pagedattn/error.h"
-#include "pagedattn/moe.h"
 
 namespace pagedattn::ops {
 namespace {
@@ -50,7 +50,8 @@ std::vector<std::pair<int, double>> reference_route(std::vector<double> logits,
     for (int g = 0; g < c.num_groups; ++g) {
       std::vector<double> members(choice.begin() + g * per, choice.begin() + (g + 1) * per);
       std::sort(members.rbegin(), members.rend());
-      group[g] = c.method == MoeRouting::kSoftmaxGroupLimited ? members[0] : members[0] + members[1];
+      group[g] =
+          c.method == MoeRouting::kSoftmaxGroupLimited ? members[0] : members[0] + members[1];
     }
     const auto kept = top(group, c.topk_groups);
     for (int e = 0; e < e_count; ++e) {
@@ -85,8 +86,8 @@ TEST_P(MoeRouteTest, MatchesFloat64) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(fmt::format("seed {}", seed));
   std::mt19937_64 rng(seed);
-  const MoeRouterConfig config{rc.method, rc.experts, rc.top_k, rc.groups, rc.topk_groups, rc.norm,
-                               rc.scale};
+  const MoeRouterConfig config{rc.method,      rc.experts, rc.top_k, rc.groups,
+                               rc.topk_groups, rc.norm,    rc.scale};
   const int tokens = 37;
   HostTensor logits(DType::kF32, {tokens, rc.experts}), bias(DType::kF32, {rc.experts});
   testing::fill_uniform(logits.view(), rng, -3.0f, 3.0f);
@@ -94,14 +95,15 @@ TEST_P(MoeRouteTest, MatchesFloat64) {
   const auto logit_d = to_doubles(logits.view());
   const auto bias_d = to_doubles(bias.view());
   MoeAssignment assignment;
-  moe_route(logits.view(), config, rc.method == MoeRouting::kSigmoidNoAuxTc ? bias.view() : TensorView{},
-            assignment);
+  moe_route(logits.view(), config,
+            rc.method == MoeRouting::kSigmoidNoAuxTc ? bias.view() : TensorView{}, assignment);
   ASSERT_EQ(assignment.tokens, tokens);
   ASSERT_EQ(assignment.top_k, rc.top_k);
   for (int t = 0; t < tokens; ++t) {
-    const auto expected = reference_route(
-        std::vector<double>(logit_d.begin() + t * rc.experts, logit_d.begin() + (t + 1) * rc.experts),
-        config, bias_d);
+    const auto expected =
+        reference_route(std::vector<double>(logit_d.begin() + t * rc.experts,
+                                            logit_d.begin() + (t + 1) * rc.experts),
+                        config, bias_d);
     std::vector<std::pair<int, double>> got;
     for (int j = 0; j < rc.top_k; ++j) {
       got.push_back({assignment.experts[t * rc.top_k + j], assignment.weights[t * rc.top_k + j]});
@@ -109,7 +111,8 @@ TEST_P(MoeRouteTest, MatchesFloat64) {
     std::sort(got.begin(), got.end());
     for (int j = 0; j < rc.top_k; ++j) {
       EXPECT_EQ(got[j].first, expected[j].first) << "token " << t << " slot " << j;
-      EXPECT_NEAR(got[j].second, expected[j].second, 1e-6 * std::max(1.0, std::abs(expected[j].second)))
+      EXPECT_NEAR(got[j].second, expected[j].second,
+                  1e-6 * std::max(1.0, std::abs(expected[j].second)))
           << "token " << t << " expert " << got[j].first;
     }
   }
@@ -117,13 +120,13 @@ TEST_P(MoeRouteTest, MatchesFloat64) {
 
 INSTANTIATE_TEST_SUITE_P(
     Ops, MoeRouteTest,
-    ::testing::Values(RouteCase{MoeRouting::kSoftmaxGreedy, 16, 4, 1, 1, false, 1.0f, "v2_greedy"},
-                      RouteCase{MoeRouting::kSoftmaxGreedy, 16, 3, 1, 1, true, 2.5f, "v2_greedy_norm"},
-                      RouteCase{MoeRouting::kSoftmaxGroupLimited, 32, 6, 8, 3, false, 16.0f,
-                                "v2_group_limited"},
-                      RouteCase{MoeRouting::kSigmoidNoAuxTc, 32, 8, 4, 2, true, 2.5f, "v3_noaux_tc"},
-                      RouteCase{MoeRouting::kSigmoidNoAuxTc, 16, 4, 1, 1, false, 1.5f,
-                                "v3_one_group_unnormalized"}),
+    ::testing::Values(
+        RouteCase{MoeRouting::kSoftmaxGreedy, 16, 4, 1, 1, false, 1.0f, "v2_greedy"},
+        RouteCase{MoeRouting::kSoftmaxGreedy, 16, 3, 1, 1, true, 2.5f, "v2_greedy_norm"},
+        RouteCase{MoeRouting::kSoftmaxGroupLimited, 32, 6, 8, 3, false, 16.0f, "v2_group_limited"},
+        RouteCase{MoeRouting::kSigmoidNoAuxTc, 32, 8, 4, 2, true, 2.5f, "v3_noaux_tc"},
+        RouteCase{MoeRouting::kSigmoidNoAuxTc, 16, 4, 1, 1, false, 1.5f,
+                  "v3_one_group_unnormalized"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(MoeRoute, BadConfigNamesTheField) {

@@ -1,16 +1,16 @@
 // RMSNorm (plain, per head, fused with the residual add), SiLU·mul, embedding, softmax /
 // log-softmax and RoPE (NeoX and interleaved) against naive float64 loops written here; every
 // element checked.
+#include "pagedattn/ops.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
-#include <fmt/format.h>
-
 #include "common/test_util.h"
 #include "pagedattn/error.h"
-#include "pagedattn/ops.h"
 
 namespace pagedattn::ops {
 namespace {
@@ -42,13 +42,14 @@ TEST(RmsNorm, RowsAndHeadsMatchFloat64) {
   auto rng = seeded_rng();
   for (DType wdtype : {DType::kF32, DType::kBF16}) {
     const int64_t tokens = 7, heads = 3, dim = 48;
-    HostTensor x(DType::kF32, {tokens, heads, dim}), w(wdtype, {dim}), out(DType::kF32, {tokens, heads, dim});
+    HostTensor x(DType::kF32, {tokens, heads, dim}), w(wdtype, {dim}),
+        out(DType::kF32, {tokens, heads, dim});
     testing::fill_uniform(x.view(), rng, -2.0f, 2.0f);
     testing::fill_uniform(w.view(), rng, 0.5f, 1.5f);
     testing::poison(out.view());
     rms_norm(x.view(), w.view(), 1e-6f, out.view());
-    const auto expected = rms_norm_reference(to_doubles(x.view()), to_doubles(w.view()),
-                                             tokens * heads, dim, 1e-6);
+    const auto expected =
+        rms_norm_reference(to_doubles(x.view()), to_doubles(w.view()), tokens * heads, dim, 1e-6);
     EXPECT_EQ(compare(to_doubles(out.view()), expected, kF32, "per-head norm"), "");
     // In place, as [rows, dim].
     TensorView flat = TensorView::contiguous(x.data<float>(), DType::kF32, {tokens * heads, dim});
@@ -114,7 +115,8 @@ TEST(Embedding, GathersRowsAndRejectsBadIds) {
   embedding(table.view(), ids, out.view());
   const auto t = to_doubles(table.view());
   std::vector<double> expected;
-  for (int32_t id : ids) expected.insert(expected.end(), t.begin() + id * 24, t.begin() + id * 24 + 24);
+  for (int32_t id : ids)
+    expected.insert(expected.end(), t.begin() + id * 24, t.begin() + id * 24 + 24);
   EXPECT_EQ(compare(to_doubles(out.view()), expected, {0, 0}, "embedding"), "");
   const std::vector<int32_t> bad = {1, 2, 50, 3};
   try {
@@ -187,9 +189,11 @@ TEST_P(RopeTest, RotatesPairsAtPositions) {
   EXPECT_THROW(apply_rope(q, bad, table, style), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, RopeTest, ::testing::Values(RopeStyle::kNeox, RopeStyle::kInterleaved),
+INSTANTIATE_TEST_SUITE_P(Ops, RopeTest,
+                         ::testing::Values(RopeStyle::kNeox, RopeStyle::kInterleaved),
                          [](const auto& info) {
-                           return std::string(info.param == RopeStyle::kNeox ? "neox" : "interleaved");
+                           return std::string(info.param == RopeStyle::kNeox ? "neox"
+                                                                             : "interleaved");
                          });
 
 TEST(OpsDevice, CudaViewsAreRefusedWithAReason) {
