@@ -124,7 +124,9 @@ class Model {
   KvPool make_kv_pool(const KvPoolConfig& pool) const { return KvPool(config(), pool); }
 
   // Runs one step over `pool` (whose pages the block tables index) and returns the logits of the
-  // rows asked for. Throws Error naming the request and the problem for an empty request, a
+  // rows asked for. One step at a time: a Model keeps its activations between calls (one engine
+  // thread steps it; its layers use OpenMP inside).
+  // Throws Error naming the request and the problem for an empty request, a
   // block table too short, a page id outside the pool, a position outside the RoPE table, a
   // token id outside the vocabulary; nothing is written to the pool then.
   Logits forward(const Step& step, KvPool& pool);
