@@ -8,7 +8,7 @@
 //                           groups (others' scores read as 0); top-k
 //   kSigmoidNoAuxTc (V3)    s = sigmoid; choice = s + e_score_correction_bias; group score = sum
 //                           of the group's two best choices; keep topk_group groups (others read
-//                           0); top-k of choice; weights are s (without the bias)
+//                           -inf: never chosen); top-k of choice; weights are s (without the bias)
 // then, if norm_topk_prob: weights /= (sum + 1e-20) (V3 always adds the 1e-20; V2 as DeepSeek's
 // reference and vLLM do, where transformers' V2 ignores the flag: DeepSeek-V2 checkpoints set it
 // false), and weights *= routed_scaling_factor.

@@ -96,7 +96,12 @@ void moe_route(const TensorView& logits, const MoeRouterConfig& config,
       std::vector<char> keep(static_cast<size_t>(groups), 0);
       for (int32_t g : kept) keep[static_cast<size_t>(g)] = 1;
       for (int32_t e = 0; e < experts; ++e) {
-        if (!keep[static_cast<size_t>(e / per_group)]) choice[static_cast<size_t>(e)] = 0.0f;
+        // transformers 5.17: V2 sets the other groups' scores to 0 (softmax scores are > 0, so
+        // they are never chosen), V3 to -inf (sigmoid + a negative bias can be < 0).
+        if (!keep[static_cast<size_t>(e / per_group)]) {
+          choice[static_cast<size_t>(e)] =
+              config.method == MoeRouting::kSigmoidNoAuxTc ? -INFINITY : 0.0f;
+        }
       }
     }
     int32_t* ids = assignment.experts.data() + static_cast<size_t>(t) * k;

@@ -55,7 +55,9 @@ std::vector<std::pair<int, double>> reference_route(std::vector<double> logits,
     }
     const auto kept = top(group, c.topk_groups);
     for (int e = 0; e < e_count; ++e) {
-      if (std::find(kept.begin(), kept.end(), e / per) == kept.end()) choice[e] = 0.0;
+      if (std::find(kept.begin(), kept.end(), e / per) == kept.end()) {
+        choice[e] = c.method == MoeRouting::kSigmoidNoAuxTc ? -INFINITY : 0.0;
+      }
     }
   }
   const auto chosen = top(choice, c.top_k);
@@ -125,6 +127,9 @@ INSTANTIATE_TEST_SUITE_P(
         RouteCase{MoeRouting::kSoftmaxGreedy, 16, 3, 1, 1, true, 2.5f, "v2_greedy_norm"},
         RouteCase{MoeRouting::kSoftmaxGroupLimited, 32, 6, 8, 3, false, 16.0f, "v2_group_limited"},
         RouteCase{MoeRouting::kSigmoidNoAuxTc, 32, 8, 4, 2, true, 2.5f, "v3_noaux_tc"},
+        // Every expert of the one kept group: a kept choice below 0 (sigmoid + a negative bias)
+        // must still beat the masked groups.
+        RouteCase{MoeRouting::kSigmoidNoAuxTc, 16, 4, 4, 1, true, 1.0f, "v3_all_of_one_group"},
         RouteCase{MoeRouting::kSigmoidNoAuxTc, 16, 4, 1, 1, false, 1.5f,
                   "v3_one_group_unnormalized"}),
     [](const auto& info) { return std::string(info.param.name); });
