@@ -1,0 +1,50 @@
+// The host side of a step: validates the requests, derives each new token's position and KV slot,
+// plans the attention metadata once (planner.h) and has the selected backend plan its work for the
+// step (Backend::plan), so that every layer only runs.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/layers.h"
+#include "pagedattn/registry.h"
+
+namespace pagedattn::model {
+
+class StepPlanner {
+ public:
+  StepPlanner() = default;
+  StepPlanner(const ModelConfig& config, Selection selection);
+
+  // Throws Error naming the request for anything invalid, before anything is written.
+  StepContext& prepare(const Step& step, const KvPool& pool, const ops::RopeTable& rope);
+  std::span<const int32_t> token_ids() const { return token_ids_; }
+  // Rows of the step's tokens whose logits are asked for, in output order.
+  const std::vector<int64_t>& logit_rows(const Step& step);
+
+ private:
+  OpDesc describe(bool decode, const KvPool& pool) const;
+  void select_and_plan(const OpDesc& op);
+
+  struct BackendSlot {
+    const Backend* backend = nullptr;
+    std::unique_ptr<Workspace> workspace;
+    WorkspaceLimits limits{};
+  };
+  bool mla_ = false;
+  int32_t heads_ = 0, kv_heads_ = 0, head_dim_qk_ = 0, head_dim_vo_ = 0;
+  float sm_scale_ = 0.0f;
+  ops::RopeStyle rope_style_ = ops::RopeStyle::kNeox;
+  Selection selection_;
+  std::array<BackendSlot, 4> slots_by_op_;  // indexed by OpKind
+  std::unique_ptr<PlanStorage> storage_;
+  int32_t storage_batch_ = 0;
+  int64_t storage_pages_ = 0;
+  std::vector<int32_t> token_ids_, block_table_, seq_lens_, q_lens_;
+  std::vector<int64_t> rows_;
+  StepContext context_;
+};
+
+}  // namespace pagedattn::model

@@ -1,0 +1,129 @@
+// Model: the layers built from a checkpoint, and forward(step) (see include/pagedattn/model.h).
+//
+// forward: validate the step and derive each new token's position and KV slot (forward_step.cpp),
+// plan the attention once (planner + Backend::plan), embed, run the decoder layers (pre-norm fused
+// with the residual add), then the final norm and lm_head on the rows asked for only.
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "model/forward_step.h"
+#include "model/layers.h"
+#include "pagedattn/registry.h"
+
+namespace pagedattn::model {
+
+struct DecoderLayer {
+  TensorView input_norm, post_norm;
+  std::unique_ptr<AttentionLayer> attention;
+  std::unique_ptr<MlpLayer> mlp;
+};
+
+struct Model::Impl {
+  ModelConfig config;
+  ModelOptions options;
+  TensorView embed_tokens, final_norm;
+  ops::Linear lm_head;
+  std::vector<DecoderLayer> layers;
+  ops::RopeTable rope;
+  StepPlanner planner;
+  Scratch residual, hidden, branch, last_residual, last_branch, last_hidden;
+};
+
+Model::Model(const ModelConfig& config, const ModelWeights& weights, const ModelOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.config = config;
+  m.options = options;
+  ops::init_threads(options.threads);
+  PA_CHECK(static_cast<int64_t>(weights.layers.size()) == config.num_hidden_layers,
+           "model: {} layers of weights for num_hidden_layers {}", weights.layers.size(),
+           config.num_hidden_layers);
+  m.embed_tokens = weights.embed_tokens;
+  m.final_norm = weights.final_norm;
+  const std::vector<ops::LinearPart> head = {{weights.lm_head, {}}};
+  m.lm_head = ops::Linear("lm_head", head, options.weight_mode);
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    const DecoderLayerWeights& w = weights.layers[static_cast<size_t>(i)];
+    DecoderLayer layer;
+    layer.input_norm = w.input_layernorm;
+    layer.post_norm = w.post_attention_layernorm;
+    layer.attention = config.is_mla()
+                          ? make_mla_attention(config, w.mla, i, options.weight_mode)
+                          : make_gqa_attention(config, w.attention, i, options.weight_mode);
+    layer.mlp =
+        config.is_moe_layer(i)
+            ? make_moe_mlp(config, w.moe, i, options.weight_mode)
+            : make_dense_mlp(w.mlp, fmt::format("model.layers.{}.mlp", i), options.weight_mode);
+    m.layers.push_back(std::move(layer));
+  }
+  const int64_t max_positions =
+      options.max_positions > 0 ? options.max_positions : config.max_position_embeddings;
+  PA_CHECK(max_positions > 0, "model: max_position_embeddings {} (expected > 0)", max_positions);
+  m.rope = ops::RopeTable(config.rope.inverse_frequencies(), config.rope.attention_scaling(),
+                          max_positions);
+  m.planner = StepPlanner(config, Selection::parse(options.backend));
+}
+
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
+const ModelConfig& Model::config() const { return impl_->config; }
+
+int64_t Model::owned_bytes() const {
+  int64_t bytes = impl_->lm_head.owned_bytes();
+  for (const DecoderLayer& layer : impl_->layers) {
+    bytes += layer.attention->owned_bytes() + layer.mlp->owned_bytes();
+  }
+  bytes += 2 * impl_->rope.max_positions() * (impl_->rope.rotary_dim() / 2) *
+           static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
+Logits Model::forward(const Step& step, KvPool& pool) {
+  Impl& m = *impl_;
+  const int64_t hidden = m.config.hidden_size;
+  StepContext& ctx = m.planner.prepare(step, pool, m.rope);
+  const int64_t t = ctx.tokens;
+  float* residual = m.residual.get(t * hidden);
+  float* x = m.hidden.get(t * hidden);
+  float* branch = m.branch.get(t * hidden);
+  const TensorView residual_view = f32_view(residual, {t, hidden});
+  const TensorView x_view = f32_view(x, {t, hidden});
+  const TensorView branch_view = f32_view(branch, {t, hidden});
+  ops::embedding(m.embed_tokens, m.planner.token_ids(), residual_view);
+
+  const float eps = static_cast<float>(m.config.rms_norm_eps);
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    DecoderLayer& layer = m.layers[i];
+    // residual += the previous layer's MLP output (none before layer 0), x = norm(residual).
+    ops::add_rms_norm(residual_view, i == 0 ? TensorView{} : branch_view, layer.input_norm, eps,
+                      x_view);
+    layer.attention->forward(x_view, ctx, pool, static_cast<int64_t>(i), branch_view);
+    ops::add_rms_norm(residual_view, branch_view, layer.post_norm, eps, x_view);
+    layer.mlp->forward(x_view, branch_view);
+  }
+
+  // The rows asked for: residual + last MLP output, final norm, lm_head.
+  const std::vector<int64_t>& rows = m.planner.logit_rows(step);
+  const int64_t n = static_cast<int64_t>(rows.size());
+  float* last_residual = m.last_residual.get(n * hidden);
+  float* last_branch = m.last_branch.get(n * hidden);
+  for (int64_t r = 0; r < n; ++r) {
+    std::copy_n(residual + rows[static_cast<size_t>(r)] * hidden, hidden,
+                last_residual + r * hidden);
+    std::copy_n(branch + rows[static_cast<size_t>(r)] * hidden, hidden, last_branch + r * hidden);
+  }
+  float* last_hidden = m.last_hidden.get(n * hidden);
+  ops::add_rms_norm(f32_view(last_residual, {n, hidden}), f32_view(last_branch, {n, hidden}),
+                    m.final_norm, eps, f32_view(last_hidden, {n, hidden}));
+  Logits logits;
+  logits.rows = n;
+  logits.vocab = m.lm_head.out_features();
+  logits.values.resize(static_cast<size_t>(n * logits.vocab));
+  m.lm_head.forward(f32_view(last_hidden, {n, hidden}),
+                    f32_view(logits.values.data(), {n, logits.vocab}));
+  return logits;
+}
+
+}  // namespace pagedattn::model

@@ -1,0 +1,109 @@
+// Bad steps get an Error that names the request and the problem, and leave the KV pool as it was
+// (every check runs before the first layer stores anything); KvPool sizing from a byte budget.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "model/model_fixture.h"
+#include "pagedattn/checkpoint.h"
+#include "pagedattn/error.h"
+
+namespace pagedattn::model {
+namespace {
+
+// Every byte of every layer's cache.
+std::vector<char> snapshot(const KvPool& pool) {
+  std::vector<char> bytes;
+  for (int64_t layer = 0; layer < pool.num_layers(); ++layer) {
+    const TensorView views[2] = {
+        pool.is_mla() ? pool.layer_latent(layer).ckv : pool.layer_kv(layer).k,
+        pool.is_mla() ? TensorView{} : pool.layer_kv(layer).v};
+    for (const TensorView& v : views) {
+      if (!v.defined()) continue;
+      // HostKvCache / HostMlaCache buffers are contiguous from the view's start (for MLA, the
+      // ckv view's rows are [rank + rope] wide: read the whole buffer).
+      const int64_t elements = v.shape[0] * v.strides[0];
+      const char* data = static_cast<const char*>(v.data);
+      bytes.insert(bytes.end(), data, data + elements * dtype_size(v.dtype));
+    }
+  }
+  return bytes;
+}
+
+void expect_error(Model& model, KvPool& pool, const Step& step, const std::string& fragment) {
+  const std::vector<char> before = snapshot(pool);
+  try {
+    model.forward(step, pool);
+    ADD_FAILURE() << "expected an error containing \"" << fragment << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(before == snapshot(pool))
+      << "the pool changed for a rejected step (" << fragment << ")";
+}
+
+class ForwardErrors : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ForwardErrors, BadStepsAreRejectedBeforeAnyStore) {
+  const testing::Fixture fixture = testing::Fixture::load(GetParam());
+  const Checkpoint checkpoint = Checkpoint::open(fixture.directory);
+  Model model(checkpoint.config(), checkpoint.weights());
+  KvPoolConfig config;
+  config.alloc_page_size = 4;
+  config.dtype = DType::kF32;
+  config.num_pages = 8;
+  KvPool pool = model.make_kv_pool(config);
+  // A valid first step so that the pool holds something.
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  const std::vector<int32_t> table = {6, 2};
+  Step ok;
+  ok.requests.push_back({prompt, 0, {}, table});
+  model.forward(ok, pool);
+
+  const std::vector<int32_t> one = {7}, none = {};
+  const std::vector<int32_t> short_table = {6};
+  const std::vector<int32_t> bad_page = {6, 8};
+  const std::vector<int32_t> bad_token = {static_cast<int32_t>(fixture.vocab)};
+  const std::vector<int32_t> far_position = {1 << 20};
+  Step s;
+  s.requests = {{one, 5, {}, table}, {none, 0, {}, table}};
+  expect_error(model, pool, s, "request 1 has no new tokens");
+  s.requests = {{prompt, 4, {}, short_table}};
+  expect_error(model, pool, s, "request 0 has 9 tokens");
+  s.requests = {{one, 5, {}, bad_page}};
+  expect_error(model, pool, s, "block_table[0][1] = 8: page id out of range");
+  s.requests = {{bad_token, 5, {}, table}};
+  expect_error(model, pool, s, "outside the vocabulary");
+  s.requests = {{one, 5, far_position, table}};
+  expect_error(model, pool, s, "position 1048576");
+  s.requests = {};
+  expect_error(model, pool, s, "no requests");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardErrors,
+                         ::testing::Values("qwen3_bf16", "deepseek_v2_f16"),
+                         [](const auto& info) { return info.param; });
+
+TEST(KvPool, SizedFromAByteBudget) {
+  const Checkpoint checkpoint = Checkpoint::open(testing::Fixture::load("qwen3_bf16").directory);
+  const ModelConfig& c = checkpoint.config();
+  KvPoolConfig config;
+  config.alloc_page_size = 16;
+  config.page_size = 4;
+  config.dtype = DType::kBF16;
+  const int64_t page = KvPool::bytes_per_page(c, 16, DType::kBF16);
+  EXPECT_EQ(page, 2 * c.num_key_value_heads * c.head_dim * 16 * 2 * c.num_hidden_layers);
+  config.byte_budget = 10 * page + page / 2;
+  const KvPool pool(c, config);
+  EXPECT_EQ(pool.num_pages(), 10);
+  EXPECT_EQ(pool.bytes(), 10 * page);
+  EXPECT_EQ(pool.layer_kv(0).page_size, 4);
+  config.byte_budget = page - 1;
+  EXPECT_THROW(KvPool(c, config), Error);
+  config.byte_budget = 10 * page;
+  config.page_size = 3;
+  EXPECT_THROW(KvPool(c, config), Error);
+}
+
+}  // namespace
+}  // namespace pagedattn::model

@@ -1,0 +1,206 @@
+// Linear (y = x · Wᵀ + b over stacked bf16/f16/f32 weights, both weight modes) and gemm_f32
+// against naive float64 loops over the same stored values; every element checked. Also the GEMM
+// timing behind the BLAS choice (DISABLED_: run with --gtest_also_run_disabled_tests).
+#include "pagedattn/linear.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+
+#include "common/test_util.h"
+#include "pagedattn/error.h"
+
+namespace pagedattn::ops {
+namespace {
+
+using testing::compare;
+using testing::to_doubles;
+
+struct LinearCase {
+  DType dtype;
+  WeightMode mode;
+  int64_t m;
+  bool bias;
+};
+
+std::string case_name(const ::testing::TestParamInfo<LinearCase>& info) {
+  const LinearCase& c = info.param;
+  return fmt::format("{}_{}_m{}{}", dtype_name(c.dtype),
+                     c.mode == WeightMode::kCachedF32 ? "cached" : "tiles", c.m,
+                     c.bias ? "_bias" : "");
+}
+
+class LinearTest : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(LinearTest, MatchesFloat64) {
+  const LinearCase c = GetParam();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(fmt::format("seed {}", seed));
+  std::mt19937_64 rng(seed);
+  // Three stacked parts (like q, k, v), the second with a padded row stride (a slice of a larger
+  // tensor), K large enough for several tiles at decode.
+  const int64_t k = 272;
+  const std::vector<int64_t> outs = {200, 48, 1100};
+  std::vector<HostTensor> storage, biases;
+  std::vector<LinearPart> parts;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const int64_t stride = i == 1 ? k + 16 : k;
+    storage.emplace_back(c.dtype, std::initializer_list<int64_t>{outs[i], stride});
+    testing::fill_uniform(storage.back().view(), rng);
+    TensorView w = storage.back().view();
+    w.shape[1] = k;
+    LinearPart part{w, {}};
+    if (c.bias && i != 1) {
+      biases.emplace_back(c.dtype, std::initializer_list<int64_t>{outs[i]});
+      testing::fill_uniform(biases.back().view(), rng);
+      part.bias = biases.back().view();
+    }
+    parts.push_back(part);
+  }
+  const Linear linear("test.qkv", parts, c.mode);
+  const int64_t n = linear.out_features();
+  ASSERT_EQ(n, 1348);
+  HostTensor x(DType::kF32, {c.m, k + 8});  // padded rows: a strided input
+  testing::fill_uniform(x.view(), rng);
+  TensorView xv = x.view();
+  xv.shape[1] = k;
+  HostTensor y(DType::kF32, {c.m, n});
+  testing::poison(y.view());
+  linear.forward(xv, y.view());
+
+  const std::vector<double> xd = to_doubles(x.view());
+  std::vector<double> expected(static_cast<size_t>(c.m * n));
+  int64_t col = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const std::vector<double> wd = to_doubles(storage[i].view());
+    const int64_t stride = storage[i].view().shape[1];
+    std::vector<double> bd = parts[i].bias.defined() ? to_doubles(biases[i == 0 ? 0 : 1].view())
+                                                     : std::vector<double>(outs[i], 0.0);
+    for (int64_t r = 0; r < c.m; ++r) {
+      for (int64_t o = 0; o < outs[i]; ++o) {
+        double acc = bd[o];
+        for (int64_t j = 0; j < k; ++j) acc += xd[r * (k + 8) + j] * wd[o * stride + j];
+        expected[r * n + col + o] = acc;
+      }
+    }
+    col += outs[i];
+  }
+  // f32 accumulation of K = 272 products of magnitude <= 1: |error| <~ K · 2^-24 · sqrt(K) ~ 3e-4
+  // in the worst case, ~1e-5 typically.
+  const std::string diff = compare(to_doubles(y.view()), expected, {3e-4, 1e-5}, "y");
+  EXPECT_TRUE(diff.empty()) << diff;
+  if (c.mode == WeightMode::kCachedF32 && c.dtype != DType::kF32) {
+    EXPECT_GE(linear.owned_bytes(), n * k * 4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, LinearTest,
+    ::testing::Values(LinearCase{DType::kBF16, WeightMode::kConvertTiles, 1, false},
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 5, true},
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 70, true},
+                      LinearCase{DType::kBF16, WeightMode::kCachedF32, 1, true},
+                      LinearCase{DType::kBF16, WeightMode::kCachedF32, 33, false},
+                      LinearCase{DType::kF16, WeightMode::kConvertTiles, 3, true},
+                      LinearCase{DType::kF16, WeightMode::kCachedF32, 17, false},
+                      LinearCase{DType::kF32, WeightMode::kConvertTiles, 1, true},
+                      LinearCase{DType::kF32, WeightMode::kCachedF32, 40, true}),
+    case_name);
+
+TEST(LinearErrors, NamesTheProblem) {
+  HostTensor a(DType::kBF16, {8, 16}), b(DType::kBF16, {8, 32}), bad(DType::kI32, {8, 16});
+  const std::vector<LinearPart> mismatch = {{a.view(), {}}, {b.view(), {}}};
+  try {
+    Linear("layer.qkv", mismatch);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer.qkv: weight 1 has 32 input features"),
+              std::string::npos)
+        << e.what();
+  }
+  const std::vector<LinearPart> int_weight = {{bad.view(), {}}};
+  EXPECT_THROW(Linear("layer.bad", int_weight), Error);
+  const std::vector<LinearPart> ok = {{a.view(), {}}};
+  const Linear linear("layer.ok", ok);
+  HostTensor x(DType::kF32, {2, 15}), y(DType::kF32, {2, 8});
+  EXPECT_THROW(linear.forward(x.view(), y.view()), Error);
+}
+
+TEST(Gemm, TransposedAndPlainMatchFloat64) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const int64_t m = 9, n = 23, k = 31;
+  HostTensor a(DType::kF32, {m, k}), b(DType::kF32, {k, n}), bt(DType::kF32, {n, k});
+  testing::fill_uniform(a.view(), rng);
+  testing::fill_uniform(b.view(), rng);
+  testing::fill_uniform(bt.view(), rng);
+  HostTensor c1(DType::kF32, {m, n}), c2(DType::kF32, {m, n});
+  gemm_f32(false, m, n, k, 0.5f, a.data<float>(), k, b.data<float>(), n, 0.0f, c1.data<float>(), n);
+  gemm_f32(true, m, n, k, 1.0f, a.data<float>(), k, bt.data<float>(), k, 0.0f, c2.data<float>(), n);
+  std::vector<double> e1(m * n), e2(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s1 = 0, s2 = 0;
+      for (int64_t l = 0; l < k; ++l) {
+        s1 += double{a.data<float>()[i * k + l]} * b.data<float>()[l * n + j];
+        s2 += double{a.data<float>()[i * k + l]} * bt.data<float>()[j * k + l];
+      }
+      e1[i * n + j] = 0.5 * s1;
+      e2[i * n + j] = s2;
+    }
+  }
+  EXPECT_EQ(compare(to_doubles(c1.view()), e1, {1e-5, 1e-5}, "plain"), "");
+  EXPECT_EQ(compare(to_doubles(c2.view()), e2, {1e-5, 1e-5}, "transposed"), "");
+}
+
+// The measurement behind the GEMM choice (bench/RESULTS.md): a 3072 x 1024 weight (Qwen3-0.6B's
+// gate or up projection: out 3072, in 1024) at decode (M = 1, 4, 16) and prefill (M = 512).
+double time_us(const std::function<void()>& fn, int reps) {
+  fn();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) fn();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+             .count() /
+         reps;
+}
+
+TEST(GemmTiming, DISABLED_WeightModes) {
+  init_threads();
+  std::mt19937_64 rng(1);
+  const int64_t n = 3072, k = 1024;
+  HostTensor wb(DType::kBF16, {n, k}), wf(DType::kF32, {n, k});
+  testing::fill_uniform(wb.view(), rng);
+  for (int64_t i = 0; i < n * k; ++i) wf.data<float>()[i] = bf16_to_float(wb.data<uint16_t>()[i]);
+  const std::vector<LinearPart> bf16_part = {{wb.view(), {}}}, f32_part = {{wf.view(), {}}};
+  const Linear tiles("tiles", bf16_part, WeightMode::kConvertTiles);
+  const Linear cached("cached", bf16_part, WeightMode::kCachedF32);
+  fmt::print("{}; {} OpenMP threads; cached f32 copy {} MiB (bf16 {} MiB)\n", blas_info(),
+             num_threads(), cached.owned_bytes() >> 20, wb.bytes() >> 20);
+  for (int64_t m : {1, 4, 16, 512}) {
+    HostTensor x(DType::kF32, {m, k}), y(DType::kF32, {m, n});
+    testing::fill_uniform(x.view(), rng);
+    const int reps = m == 512 ? 5 : 100;
+    const double t_tiles = time_us([&] { tiles.forward(x.view(), y.view()); }, reps);
+    const double t_cached = time_us([&] { cached.forward(x.view(), y.view()); }, reps);
+    openblas_set_num_threads(num_threads());
+    const double t_blas = time_us(
+        [&] {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x.data<float>(), k,
+                      wf.data<float>(), k, 0.0f, y.data<float>(), n);
+        },
+        reps);
+    openblas_set_num_threads(1);
+    const double flops = 2.0 * m * n * k;
+    fmt::print(
+        "M {:4}: bf16 tiles {:9.1f} us ({:6.1f} GFLOP/s) | cached f32 {:9.1f} us ({:6.1f}) | "
+        "one OpenBLAS-threaded sgemm on f32 {:9.1f} us ({:6.1f})\n",
+        m, t_tiles, flops / t_tiles / 1e3, t_cached, flops / t_cached / 1e3, t_blas,
+        flops / t_blas / 1e3);
+  }
+}
+
+}  // namespace
+}  // namespace pagedattn::ops
