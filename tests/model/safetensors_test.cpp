@@ -378,5 +378,80 @@ TEST(SafetensorsFuzz, MutatedHeadersNeverCrash) {
   EXPECT_GT(rejected, 0);
 }
 
+// Headers generated from the format's grammar with values that lie (dtypes, extents near 2^63 and
+// 2^64, offsets out of range, overlapping or leaving gaps, data sections too short or too long), so
+// that most inputs get past JSON parsing into the validation. Whatever parses must tile the data
+// section exactly and agree with shape x dtype size.
+TEST(SafetensorsFuzz, GeneratedHeadersNeverCrash) {
+  uint32_t seed = std::random_device{}();
+  if (const char* env = std::getenv("PAGEDATTN_TEST_SEED"); env != nullptr && *env != '\0') {
+    seed = static_cast<uint32_t>(std::strtoul(env, nullptr, 10));
+  }
+  std::printf("SafetensorsFuzz.Generated seed %u (PAGEDATTN_TEST_SEED=%u reproduces)\n", seed,
+              seed);
+  std::mt19937_64 random(seed);
+  const char* dtypes[] = {"F32", "F16", "BF16", "I64", "BOOL", "F8_E4M3", "F64", "X", ""};
+  const uint64_t extremes[] = {0,
+                               1,
+                               2,
+                               3,
+                               255,
+                               65536,
+                               4294967296ull,
+                               9223372036854775807ull,
+                               9223372036854775808ull,
+                               18446744073709551615ull};
+  const auto number = [&]() -> uint64_t {
+    return random() % 4 == 0 ? extremes[random() % std::size(extremes)] : random() % 64;
+  };
+  int parsed = 0;
+  for (int iteration = 0; iteration < 4000; ++iteration) {
+    std::string header = "{";
+    uint64_t offset = 0;
+    const int count = static_cast<int>(random() % 5);
+    for (int t = 0; t < count; ++t) {
+      const char* dtype = dtypes[random() % std::size(dtypes)];
+      const auto size = parse_safetensors_dtype(dtype);
+      std::string shape;
+      uint64_t elements = 1;
+      const int dims = static_cast<int>(random() % 4);
+      for (int d = 0; d < dims; ++d) {
+        const uint64_t extent = random() % 3 == 0 ? number() : 1 + random() % 4;
+        if (d > 0) shape += ',';
+        shape += std::to_string(extent);
+        elements *= extent;
+      }
+      uint64_t begin = offset;
+      uint64_t end = offset + elements * (size ? safetensors_dtype_size(*size) : 1);
+      if (random() % 4 == 0) begin = number();
+      if (random() % 4 == 0) end = number();
+      offset = end;
+      header +=
+          fmt::format("{}\"t{}\":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                      t ? "," : "", random() % 3, dtype, shape, begin, end);
+    }
+    header += "}";
+    uint64_t data_size = offset < 4096 ? offset : random() % 64;
+    if (random() % 4 == 0) data_size = random() % 64;
+    const std::string file = make_safetensors_raw(header, std::string(data_size, '\0'));
+    try {
+      const SafetensorsHeader parsed_header = parse_safetensors_header(as_bytes(file), "fuzz");
+      uint64_t covered = 0;
+      for (const SafetensorsTensorInfo& tensor : parsed_header.tensors) {
+        ASSERT_EQ(tensor.data_begin, covered);
+        uint64_t elements = 1;
+        for (int64_t extent : tensor.shape) elements *= static_cast<uint64_t>(extent);
+        ASSERT_EQ(tensor.byte_size(), elements * safetensors_dtype_size(tensor.dtype));
+        covered = tensor.data_end;
+      }
+      ASSERT_EQ(parsed_header.data_offset + covered, file.size());
+      ++parsed;
+    } catch (const Error&) {
+    }
+  }
+  std::printf("SafetensorsFuzz.Generated: %d of 4000 parsed\n", parsed);
+  EXPECT_GT(parsed, 0);
+}
+
 }  // namespace
 }  // namespace pagedattn::model
