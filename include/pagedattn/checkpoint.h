@@ -103,7 +103,10 @@ struct ExpectedTensor {
 // unless tied).
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config);
 
-// Names that a checkpoint may hold and the runtime ignores (rotary_emb.inv_freq buffers).
+// Names that a checkpoint may hold and the runtime ignores (rotary_emb.inv_freq buffers). Binding
+// also ignores DeepSeek-V3's multi-token-prediction layers (model.layers.L .. L + n - 1, n =
+// num_nextn_predict_layers) and a stored lm_head.weight when the embeddings are tied (transformers
+// ignores it too).
 bool is_ignored_tensor_name(std::string_view name);
 
 // Looks a tensor up by name: the view, or an undefined view when absent. `where` names the source

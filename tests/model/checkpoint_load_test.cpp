@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -158,6 +159,61 @@ TEST(CheckpointLoad, ExpectedTensorsPerArchitecture) {
   });
   ASSERT_NE(kv_b, v3_tensors.end());
   EXPECT_EQ(kv_b->shape, (std::vector<int64_t>{128 * 256, 512}));
+}
+
+// bind_model_weights over tensors the caller owns (a random-weight model for benchmarks): one
+// buffer carved per expected tensor, every view bound to its slice; a missing one named with the
+// source's label.
+TEST(CheckpointLoad, BindsCallerOwnedTensors) {
+  const ModelConfig config = load_model_config(fixture_dir("deepseek_v3_bf16"));
+  const std::vector<ExpectedTensor> tensors = expected_tensors(config);
+  int64_t total = 0;
+  for (const ExpectedTensor& tensor : tensors) {
+    int64_t n = 1;
+    for (int64_t extent : tensor.shape) n *= extent;
+    total += n;
+  }
+  std::vector<uint16_t> storage(static_cast<size_t>(total));
+  std::map<std::string, TensorView> owned;
+  int64_t offset = 0;
+  for (const ExpectedTensor& tensor : tensors) {
+    TensorView view;
+    view.data = storage.data() + offset;
+    view.dtype = DType::kBF16;
+    view.ndim = static_cast<int32_t>(tensor.shape.size());
+    int64_t stride = 1;
+    for (int d = view.ndim - 1; d >= 0; --d) {
+      view.shape[d] = tensor.shape[d];
+      view.strides[d] = stride;
+      stride *= tensor.shape[d];
+    }
+    offset += stride;
+    owned.emplace(tensor.name, view);
+  }
+  NamedTensorSource source;
+  source.label = "random weights";
+  for (const auto& [name, view] : owned) source.names.push_back(name);
+  source.find = [&owned](std::string_view name) {
+    const auto it = owned.find(std::string(name));
+    return it == owned.end() ? TensorView{} : it->second;
+  };
+  const ModelWeights weights = bind_model_weights(config, source);
+  EXPECT_EQ(weights.dtype, DType::kBF16);
+  EXPECT_EQ(weights.embed_tokens.data, owned.at("model.embed_tokens.weight").data);
+  EXPECT_EQ(weights.layers[2].moe.experts[15].up_proj.weight.data,
+            owned.at("model.layers.2.mlp.experts.15.up_proj.weight").data);
+  EXPECT_EQ(weights.layers[0].mla.q_b_proj.weight.data,
+            owned.at("model.layers.0.self_attn.q_b_proj.weight").data);
+
+  owned.erase("model.layers.1.self_attn.kv_a_layernorm.weight");
+  try {
+    bind_model_weights(config, source);
+    FAIL() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_CONTAINS(error.what(),
+                    "random weights: DeepseekV3ForCausalLM checkpoint is missing 1 "
+                    "tensor(s): model.layers.1.self_attn.kv_a_layernorm.weight [32]");
+  }
 }
 
 TEST(CheckpointLoad, MovedCheckpointKeepsItsViews) {

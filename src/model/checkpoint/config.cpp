@@ -44,7 +44,8 @@ Architecture select_architecture(const JsonFields& fields, std::string* model_ty
       for (const ArchitectureName& known : kArchitectures) {
         if (entry.get<std::string>() == known.class_name) return known.architecture;
       }
-      seen += (seen.empty() ? "" : ", ") + entry.get<std::string>();
+      if (!seen.empty()) seen += ", ";
+      seen += entry.get<std::string>();
     }
     PA_FAIL("{}: architectures [{}] is not supported (supported: {})", source, seen,
             supported_architectures());
@@ -200,7 +201,8 @@ std::string_view architecture_name(Architecture architecture) {
 std::string supported_architectures() {
   std::string text;
   for (const ArchitectureName& known : kArchitectures) {
-    text += (text.empty() ? "" : ", ") + std::string(known.class_name);
+    if (!text.empty()) text += ", ";
+    text += known.class_name;
   }
   return text;
 }

@@ -61,8 +61,10 @@ const DTypeInfo& info_of(SafetensorsDType dtype) {
 
 std::string known_dtype_names() {
   std::string names;
-  for (const DTypeInfo& info : kDTypes)
-    names += (names.empty() ? "" : ", ") + std::string(info.name);
+  for (const DTypeInfo& info : kDTypes) {
+    if (!names.empty()) names += ", ";
+    names += info.name;
+  }
   return names;
 }
 
@@ -194,7 +196,10 @@ std::optional<DType> to_dtype(SafetensorsDType dtype) { return info_of(dtype).pa
 
 std::string SafetensorsTensorInfo::shape_str() const {
   std::string text = "[";
-  for (size_t d = 0; d < shape.size(); ++d) text += (d ? ", " : "") + std::to_string(shape[d]);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (d > 0) text += ", ";
+    text += std::to_string(shape[d]);
+  }
   return text + "]";
 }
 

@@ -39,7 +39,10 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 // "a, b, c and 12 more"
 std::string first_names(const std::vector<std::string>& names, size_t limit = 8) {
   std::string text;
-  for (size_t i = 0; i < names.size() && i < limit; ++i) text += (i ? ", " : "") + names[i];
+  for (size_t i = 0; i < names.size() && i < limit; ++i) {
+    if (i > 0) text += ", ";
+    text += names[i];
+  }
   if (names.size() > limit) text += fmt::format(" and {} more", names.size() - limit);
   return text;
 }
