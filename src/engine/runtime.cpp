@@ -1,0 +1,205 @@
+// ModelRuntime: the engine's ModelRunner over a checkpoint directory (see
+// include/pagedattn/engine_runtime.h), the tokenizer-backed detokenizer, and
+// generation_config.json's defaults.
+#include "pagedattn/engine_runtime.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "pagedattn/checkpoint.h"
+
+namespace pagedattn::engine {
+
+struct ModelRuntime::State {
+  model::Checkpoint checkpoint;
+  model::Model model;
+  model::KvPool pool;
+  std::vector<int32_t> extra_eos;  // generation_config.json's eos_token_id
+  std::vector<model::RequestStep> requests;
+};
+
+namespace {
+
+std::optional<nlohmann::json> read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON ({})", path.string(), e.what()));
+  }
+}
+
+// An int or a list of ints (config.json's and generation_config.json's eos_token_id).
+std::vector<int32_t> token_ids(const nlohmann::json& value, const std::string& where) {
+  std::vector<int32_t> ids;
+  auto add = [&](const nlohmann::json& v) {
+    PA_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 &&
+                 v.get<int64_t>() <= std::numeric_limits<int32_t>::max(),
+             "{}: token id {} (expected a non-negative integer)", where, v.dump());
+    ids.push_back(v.get<int32_t>());
+  };
+  if (value.is_array()) {
+    for (const auto& v : value) add(v);
+  } else if (!value.is_null()) {
+    add(value);
+  }
+  return ids;
+}
+
+int64_t pool_pages(const model::ModelConfig& config, const RuntimeOptions& options) {
+  if (options.num_pages > 0) return options.num_pages;
+  const int64_t page_bytes =
+      model::KvPool::bytes_per_page(config, options.page_size, options.kv_dtype);
+  int64_t pages = options.kv_bytes / page_bytes;
+  PA_CHECK(pages >= 1, "KV budget of {} bytes holds no page of {} bytes (page size {})",
+           options.kv_bytes, page_bytes, options.page_size);
+  if (options.max_sequences > 0) {
+    const int64_t per_sequence =
+        (config.max_position_embeddings + options.page_size - 1) / options.page_size;
+    pages = std::min(pages, options.max_sequences * per_sequence);
+  }
+  return std::min<int64_t>(pages, std::numeric_limits<int32_t>::max());
+}
+
+}  // namespace
+
+ModelRuntime::ModelRuntime(std::unique_ptr<State> state) : state_(std::move(state)) {}
+ModelRuntime::~ModelRuntime() = default;
+
+std::unique_ptr<ModelRuntime> ModelRuntime::open(const std::filesystem::path& directory,
+                                                 const RuntimeOptions& options) {
+  PA_CHECK(options.page_size >= 1, "page_size {} (expected >= 1)", options.page_size);
+  model::Checkpoint checkpoint = model::Checkpoint::open(directory);
+  model::Model model(checkpoint.config(), checkpoint.weights(), options.model);
+  model::KvPoolConfig pool;
+  pool.alloc_page_size = options.page_size;
+  pool.page_size = options.attention_page_size;
+  pool.dtype = options.kv_dtype;
+  pool.num_pages = pool_pages(checkpoint.config(), options);
+  model::KvPool kv_pool = model.make_kv_pool(pool);
+  std::vector<int32_t> extra_eos;
+  if (auto generation = read_json_file(directory / "generation_config.json");
+      generation && generation->contains("eos_token_id")) {
+    extra_eos = token_ids((*generation)["eos_token_id"],
+                          (directory / "generation_config.json").string() + ": eos_token_id");
+  }
+  return std::unique_ptr<ModelRuntime>(new ModelRuntime(std::make_unique<State>(
+      State{std::move(checkpoint), std::move(model), std::move(kv_pool), std::move(extra_eos), {}})));
+}
+
+int32_t ModelRuntime::vocab_size() const {
+  return static_cast<int32_t>(state_->checkpoint.config().vocab_size);
+}
+const model::ModelConfig& ModelRuntime::config() const { return state_->checkpoint.config(); }
+const model::KvPool& ModelRuntime::pool() const { return state_->pool; }
+int64_t ModelRuntime::weight_bytes() const { return state_->checkpoint.weight_bytes(); }
+
+EngineConfig ModelRuntime::engine_config() const {
+  const model::ModelConfig& config = this->config();
+  EngineConfig engine;
+  engine.num_pages = static_cast<int32_t>(state_->pool.num_pages());
+  engine.page_size = state_->pool.alloc_page_size();
+  engine.max_model_length = config.max_position_embeddings;
+  for (int64_t id : config.eos_token_ids) engine.eos_token_ids.push_back(static_cast<int32_t>(id));
+  for (int32_t id : state_->extra_eos) {
+    if (std::find(engine.eos_token_ids.begin(), engine.eos_token_ids.end(), id) ==
+        engine.eos_token_ids.end()) {
+      engine.eos_token_ids.push_back(id);
+    }
+  }
+  return engine;
+}
+
+void ModelRuntime::forward(const StepPlan& plan, std::span<float> logits) {
+  const int64_t vocab = vocab_size();
+  PA_CHECK(static_cast<int64_t>(logits.size()) == plan.num_logit_rows * vocab,
+           "forward: logits of {} floats for {} rows of vocabulary {}", logits.size(),
+           plan.num_logit_rows, vocab);
+  PA_CHECK(plan.page_size == state_->pool.alloc_page_size(),
+           "forward: the step's page size {} is not the KV pool's {}", plan.page_size,
+           state_->pool.alloc_page_size());
+  if (plan.sequences.empty()) return;
+  model::Step step;
+  step.rows = model::LogitsRows::kLastOfEachRequest;
+  step.requests.reserve(plan.sequences.size());
+  for (const ScheduledSequence& sequence : plan.sequences) {
+    PA_CHECK(sequence.first_position <= std::numeric_limits<int32_t>::max(),
+             "forward: sequence {} at position {} (beyond int32)", sequence.sequence,
+             sequence.first_position);
+    model::RequestStep request;
+    request.tokens = sequence.token_ids;
+    request.cached_len = static_cast<int32_t>(sequence.first_position);
+    request.block_table = sequence.block_table;
+    step.requests.push_back(request);
+  }
+  const model::Logits out = state_->model.forward(step, state_->pool);
+  // One row per sequence came back; keep those of the sequences that want logits, in order.
+  int64_t row = 0;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    if (plan.sequences[i].num_logit_rows == 0) continue;
+    const std::span<const float> source = out.row(static_cast<int64_t>(i));
+    std::copy(source.begin(), source.end(), logits.begin() + row * vocab);
+    ++row;
+  }
+  PA_CHECK(row == plan.num_logit_rows, "forward: {} logit rows wanted, the plan lists {}",
+           plan.num_logit_rows, row);
+}
+
+namespace {
+
+class TokenizerDetokenizer final : public IncrementalDetokenizer {
+ public:
+  TokenizerDetokenizer(const tokenizer::Tokenizer& tokenizer, bool skip_special_tokens,
+                       std::span<const int32_t> prompt)
+      : decoder_(tokenizer, skip_special_tokens) {
+    constexpr size_t kContext = 4;
+    const size_t start = prompt.size() > kContext ? prompt.size() - kContext : 0;
+    std::string dropped;
+    for (size_t i = start; i < prompt.size(); ++i) decoder_.feed(prompt[i], dropped);
+  }
+  std::string push(int32_t token) override { return decoder_.feed(token); }
+  std::string flush() override { return decoder_.finish(); }
+
+ private:
+  tokenizer::IncrementalDecoder decoder_;
+};
+
+}  // namespace
+
+DetokenizerFactory make_detokenizer_factory(const tokenizer::Tokenizer& tokenizer,
+                                            bool skip_special_tokens) {
+  return [&tokenizer, skip_special_tokens](std::span<const int32_t> prompt) {
+    return std::make_unique<TokenizerDetokenizer>(tokenizer, skip_special_tokens, prompt);
+  };
+}
+
+void apply_generation_config(const std::filesystem::path& directory, SamplingParams& params) {
+  const std::filesystem::path path = directory / "generation_config.json";
+  const std::optional<nlohmann::json> config = read_json_file(path);
+  if (!config) return;
+  PA_CHECK(config->is_object(), "{}: expected a JSON object", path.string());
+  auto number = [&](const char* key, auto& field) {
+    if (!config->contains(key) || (*config)[key].is_null()) return;
+    PA_CHECK((*config)[key].is_number(), "{}: {} is {} (expected a number)", path.string(), key,
+             (*config)[key].dump());
+    field = (*config)[key].get<std::decay_t<decltype(field)>>();
+  };
+  number("temperature", params.temperature);
+  number("top_p", params.top_p);
+  number("top_k", params.top_k);
+  number("min_p", params.min_p);
+  number("repetition_penalty", params.repetition_penalty);
+  if (config->contains("do_sample") && (*config)["do_sample"].is_boolean() &&
+      !(*config)["do_sample"].get<bool>()) {
+    params.temperature = 0.0;
+  }
+}
+
+}  // namespace pagedattn::engine
