@@ -97,9 +97,11 @@ def continue_final(rendered, messages):
     return rendered[:at + len(final_message.strip())]
 
 
-def render_case(environment, case):
+def render_case(environment, case, compiled):
     try:
-        template = environment.from_string(case["template"])
+        if case["template"] not in compiled:
+            compiled[case["template"]] = environment.from_string(case["template"])
+        template = compiled[case["template"]]
         if case.get("continue_final_message") and case.get("add_generation_prompt"):
             raise ValueError("continue_final_message and add_generation_prompt are not compatible")
         variables = {**special_tokens(case.get("tokenizer_config")), **case.get("variables", {})}
@@ -121,7 +123,8 @@ def main():
     with open(sys.argv[1], encoding="utf-8") as file:
         request = json.load(file)
     environment = make_environment()
-    results = [render_case(environment, case) for case in request["cases"]]
+    compiled = {}
+    results = [render_case(environment, case, compiled) for case in request["cases"]]
     json.dump(results, sys.stdout, ensure_ascii=False)
 
 

@@ -320,6 +320,37 @@ std::string jinja_title(const std::string& text) {
   return out;
 }
 
+// Jinja2 counts the matches of \w+. Python's \w is Unicode's letters, digits and '_'; without
+// Unicode tables this approximates it: ASCII alphanumerics, and every other code point except
+// the punctuation and symbol blocks (Latin-1 signs, general punctuation, arrows and symbols,
+// CJK punctuation, fullwidth punctuation, emoji).
+bool is_word_code_point(char32_t c) {
+  if (c < 0x80) return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  if (c < 0xC0) return c == 0xAA || c == 0xB2 || c == 0xB3 || c == 0xB5 || c == 0xB9 || c == 0xBA ||
+                       (c >= 0xBC && c <= 0xBE);
+  if (c == 0xD7 || c == 0xF7) return false;
+  if (c >= 0x2000 && c <= 0x206F) return false;
+  if (c >= 0x2190 && c <= 0x2BFF) return false;
+  if (c >= 0x3000 && c <= 0x303F) return false;
+  if ((c >= 0xFF00 && c <= 0xFF0F) || (c >= 0xFF1A && c <= 0xFF20) ||
+      (c >= 0xFF3B && c <= 0xFF40) || (c >= 0xFF5B && c <= 0xFF65)) {
+    return false;
+  }
+  if (c >= 0x1F000 && c <= 0x1FAFF) return false;
+  return true;
+}
+
+int64_t word_count(const std::string& text) {
+  int64_t count = 0;
+  bool in_word = false;
+  for (char32_t c : decode_utf8(text)) {
+    bool word = is_word_code_point(c);
+    count += word && !in_word;
+    in_word = word;
+  }
+  return count;
+}
+
 #define STRING_FILTER(name, expression)                                                 \
   {name, [](Interpreter&, const Value& value, CallArguments& arguments) -> Value {      \
      bind_arguments(name, arguments, {});                                               \
@@ -349,7 +380,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       STRING_FILTER("string", text),
       STRING_FILTER("escape", html_escape(text)),
       STRING_FILTER("e", html_escape(text)),
-      STRING_FILTER("wordcount", static_cast<int64_t>(python_split(text, std::nullopt, -1, false).size())),
+      STRING_FILTER("wordcount", word_count(text)),
       {"safe", [](Interpreter&, const Value& value, CallArguments&) { return value; }},
       {"trim", [](Interpreter&, const Value& value, CallArguments& arguments) {
          Bound bound = bind_arguments("trim", arguments, {"chars"});
