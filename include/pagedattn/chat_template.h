@@ -68,7 +68,8 @@ class ChatTemplate {
 struct ChatOptions {
   bool add_generation_prompt = false;
   // Render the conversation up to the end of the last message's content (no end-of-turn after
-  // it), so that the model continues that message; as transformers' continue_final_message.
+  // it), so that the model continues that message; as transformers 5's continue_final_message
+  // (a sentinel appended to the content, the rendering cut where it comes out).
   bool continue_final_message = false;
   nlohmann::ordered_json tools = nullptr;      // a list of tool schemas, or null
   nlohmann::ordered_json documents = nullptr;  // a list of documents, or null
@@ -78,13 +79,14 @@ struct ChatOptions {
   nlohmann::ordered_json variables = nlohmann::ordered_json::object();
 };
 
-// The special tokens of a tokenizer_config.json as template variables: each of bos_token,
-// eos_token, unk_token, sep_token, pad_token, cls_token, mask_token that is set (a string or an
-// AddedToken object, whose "content" is taken) and additional_special_tokens.
+// The special tokens of a tokenizer_config.json as template variables, as transformers 5 passes
+// them (its special_tokens_map): each of bos_token, eos_token, unk_token, sep_token, pad_token,
+// cls_token, mask_token that is set, a string or an AddedToken object (its "content").
 ChatOptions chat_options_from_config(const nlohmann::json& tokenizer_config);
 
 // The context apply_chat_template builds: messages, tools, documents, add_generation_prompt, then
-// the variables; rendered, and cut after the final message for continue_final_message.
+// the variables; rendered, and cut after the final message for continue_final_message. Throws
+// Error for bad arguments, ChatTemplateError from the template.
 std::string render_chat(const ChatTemplate& chat_template, const nlohmann::ordered_json& messages,
                         const ChatOptions& options);
 

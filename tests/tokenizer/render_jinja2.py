@@ -4,7 +4,8 @@ transformers sets it up for apply_chat_template (an ImmutableSandboxedEnvironmen
 trim_blocks, lstrip_blocks and the loopcontrols extension, a `{% generation %}` tag, its own
 `tojson` filter, and the globals `raise_exception` and `strftime_now`), with the context that
 apply_chat_template builds (messages, tools, documents, add_generation_prompt, the tokenizer's
-special tokens, extra keyword arguments) and its continue_final_message cut.
+special tokens, extra keyword arguments) and its continue_final_message cut (transformers 5's:
+a sentinel appended to the final message, the rendering cut where it comes out).
 
     render_jinja2.py REQUEST.json > RESULTS.json
 
@@ -15,6 +16,7 @@ RESULTS.json: a list, one entry per case: {"text": "..."} or {"error": "...", "r
 the template called raise_exception}.
 """
 
+import copy
 import json
 import sys
 from datetime import datetime
@@ -68,7 +70,8 @@ def make_environment():
 
 
 def special_tokens(tokenizer_config):
-    """The special tokens as template variables: each one set, an AddedToken object's content."""
+    """The special tokens as template variables, as transformers 5's special_tokens_map has them:
+    each one set, an AddedToken object's content (additional_special_tokens is not among them)."""
     tokens = {}
     if not tokenizer_config:
         return tokens
@@ -78,23 +81,36 @@ def special_tokens(tokenizer_config):
             value = value.get("content")
         if isinstance(value, str):
             tokens[name] = value
-    additional = tokenizer_config.get("additional_special_tokens")
-    if isinstance(additional, list):
-        tokens["additional_special_tokens"] = [
-            token.get("content") if isinstance(token, dict) else token for token in additional]
     return tokens
 
 
-def continue_final(rendered, messages):
-    final_message = messages[-1]["content"]
-    if isinstance(final_message, (list, tuple)):
-        final_message = next(block["text"] for block in reversed(final_message) if "text" in block)
-    if final_message.strip() not in rendered:
+CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def tag_final_message(messages):
+    """transformers 5's continue_final_message: a sentinel appended to the final message's content
+    (its last text block for a list); returns the message's text as it was."""
+    final = messages[-1].get("content")
+    if final is None:
+        raise ValueError('continue_final_message is set but the final message has no "content"')
+    if isinstance(final, (list, tuple)):
+        for block in reversed(final):
+            if "text" in block:
+                text = block["text"]
+                block["text"] = text + CONTINUE_TAG
+                return text
+        raise ValueError("continue_final_message is set but the final message has no text")
+    messages[-1]["content"] = final + CONTINUE_TAG
+    return final
+
+
+def cut_at_tag(rendered, final_message):
+    if final_message.strip() not in rendered or CONTINUE_TAG.strip() not in rendered:
         raise ValueError("the final message does not appear in the rendered chat")
-    at = rendered.rindex(final_message.strip())
-    if rendered[at:at + len(final_message.lstrip())] == final_message:
-        return rendered[:at + len(final_message.lstrip())]
-    return rendered[:at + len(final_message.strip())]
+    at = rendered.rindex(CONTINUE_TAG.strip())
+    if rendered[at:at + len(CONTINUE_TAG)] == CONTINUE_TAG:
+        return rendered[:at]
+    return rendered[:at].rstrip()
 
 
 def render_case(environment, case, compiled):
@@ -105,11 +121,16 @@ def render_case(environment, case, compiled):
         if case.get("continue_final_message") and case.get("add_generation_prompt"):
             raise ValueError("continue_final_message and add_generation_prompt are not compatible")
         variables = {**special_tokens(case.get("tokenizer_config")), **case.get("variables", {})}
+        messages = copy.deepcopy(case["messages"])
+        if case.get("continue_final_message"):
+            if "content" not in case["template"]:
+                raise ValueError("continue_final_message: the template never reads content")
+            final_message = tag_final_message(messages)
         rendered = template.render(
-            messages=case["messages"], tools=case.get("tools"), documents=case.get("documents"),
+            messages=messages, tools=case.get("tools"), documents=case.get("documents"),
             add_generation_prompt=bool(case.get("add_generation_prompt")), **variables)
         if case.get("continue_final_message"):
-            rendered = continue_final(rendered, case["messages"])
+            rendered = cut_at_tag(rendered, final_message)
         return {"text": rendered}
     except TemplateRaised as error:
         return {"error": str(error), "raised": True}

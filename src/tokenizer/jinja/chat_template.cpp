@@ -71,47 +71,53 @@ ChatOptions chat_options_from_config(const nlohmann::json& tokenizer_config) {
     if (it == tokenizer_config.end()) continue;
     if (auto text = token_text(*it)) options.variables[name] = *text;
   }
-  auto additional = tokenizer_config.find("additional_special_tokens");
-  if (additional != tokenizer_config.end() && additional->is_array()) {
-    auto tokens = nlohmann::ordered_json::array();
-    for (const auto& token : *additional) {
-      if (auto text = token_text(token)) tokens.push_back(*text);
-    }
-    options.variables["additional_special_tokens"] = tokens;
-  }
   return options;
 }
 
 namespace {
 
-// The text of the final message that continue_final_message continues: its content string, or
-// the last text block of a list of content blocks.
-std::string final_message_text(const nlohmann::ordered_json& messages) {
-  if (!messages.is_array() || messages.empty() || !messages.back().is_object()) {
-    throw Error("render_chat: continue_final_message needs a final message");
-  }
-  const auto& content = messages.back().value("content", nlohmann::ordered_json());
-  if (content.is_string()) return content.get<std::string>();
-  if (content.is_array()) {
-    for (auto it = content.rbegin(); it != content.rend(); ++it) {
-      if (it->is_object() && it->contains("text") && (*it)["text"].is_string()) {
-        return (*it)["text"].get<std::string>();
-      }
-    }
-  }
-  throw Error("render_chat: continue_final_message is set but the final message has no text");
-}
+// continue_final_message as transformers 5 does it: a sentinel appended to the final message's
+// content (to its last text block when the content is a list of blocks), the chat rendered, and
+// the text cut where the sentinel comes out.
+constexpr std::string_view kContinueTag = "CONTINUE_FINAL_MESSAGE_TAG ";
+
+bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f'); }
 
 std::string strip_whitespace(const std::string& text, bool left, bool right) {
   size_t begin = 0, end = text.size();
-  auto space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f'); };
   if (left) {
-    while (begin < end && space(text[begin])) ++begin;
+    while (begin < end && is_space(text[begin])) ++begin;
   }
   if (right) {
-    while (end > begin && space(text[end - 1])) --end;
+    while (end > begin && is_space(text[end - 1])) --end;
   }
   return text.substr(begin, end - begin);
+}
+
+// Appends the sentinel to the final message; returns that message's text as it was.
+std::string tag_final_message(nlohmann::ordered_json& messages) {
+  if (messages.empty() || !messages.back().is_object()) {
+    throw Error("render_chat: continue_final_message needs a final message (a JSON object)");
+  }
+  auto& content = messages.back()["content"];
+  if (content.is_string()) {
+    std::string text = content.get<std::string>();
+    content = text + std::string(kContinueTag);
+    return text;
+  }
+  if (content.is_array()) {
+    for (auto it = content.rbegin(); it != content.rend(); ++it) {
+      if (it->is_object() && it->contains("text") && (*it)["text"].is_string()) {
+        std::string text = (*it)["text"].get<std::string>();
+        (*it)["text"] = text + std::string(kContinueTag);
+        return text;
+      }
+    }
+    throw Error("render_chat: continue_final_message is set but the final message has no text "
+                "block to continue");
+  }
+  throw Error("render_chat: continue_final_message is set but the final message has no "
+              "\"content\" to continue");
 }
 
 }  // namespace
@@ -130,6 +136,14 @@ std::string render_chat(const ChatTemplate& chat_template, const nlohmann::order
   }
   nlohmann::ordered_json context = nlohmann::ordered_json::object();
   context["messages"] = messages;
+  std::string final_message;
+  if (options.continue_final_message) {
+    if (chat_template.source().find("content") == std::string::npos) {
+      throw Error("render_chat: continue_final_message is set but the template never reads a "
+                  "message's \"content\"");
+    }
+    final_message = tag_final_message(context["messages"]);
+  }
   context["tools"] = options.tools;
   context["documents"] = options.documents;
   context["add_generation_prompt"] = options.add_generation_prompt;
@@ -137,21 +151,15 @@ std::string render_chat(const ChatTemplate& chat_template, const nlohmann::order
   std::string rendered = chat_template.render(context);
   if (!options.continue_final_message) return rendered;
 
-  // As transformers: cut after the last occurrence of the final message, keeping its trailing
-  // whitespace only where the template kept it.
-  const std::string final_message = final_message_text(messages);
-  const std::string stripped = strip_whitespace(final_message, true, true);
-  if (stripped.empty()) return rendered;  // Python finds "" at the end: nothing is cut
-  size_t at = rendered.rfind(stripped);
-  if (at == std::string::npos) {
+  const std::string tag_stripped = strip_whitespace(std::string(kContinueTag), true, true);
+  if (rendered.find(strip_whitespace(final_message, true, true)) == std::string::npos ||
+      rendered.find(tag_stripped) == std::string::npos) {
     throw Error("render_chat: continue_final_message is set but the final message does not "
                 "appear in the rendered chat (the template changed it)");
   }
-  const std::string left_stripped = strip_whitespace(final_message, true, false);
-  if (rendered.compare(at, left_stripped.size(), final_message) == 0) {
-    return rendered.substr(0, at + left_stripped.size());
-  }
-  return rendered.substr(0, at + stripped.size());
+  size_t at = rendered.rfind(tag_stripped);
+  if (rendered.compare(at, kContinueTag.size(), kContinueTag) == 0) return rendered.substr(0, at);
+  return strip_whitespace(rendered.substr(0, at), false, true);  // the template trimmed the space
 }
 
 }  // namespace pagedattn
