@@ -22,14 +22,17 @@ TEST(JinjaErrors, UnclosedBlocksAndTags) {
   EXPECT_EQ(template_error("ok\n{% if a %}x{% elif b %}y"),
             "chat template: line 2, column 4: unexpected end of template: the 'if' block is not "
             "closed (expected 'elif' or 'else' or 'endif')");
-  EXPECT_EQ(template_error("{{ 1 + }}"), "chat template: line 1, column 8: unexpected end of "
-                                         "print statement");
-  EXPECT_EQ(template_error("{{ x "), "chat template: line 1, column 1: unexpected end of "
-                                     "template, expected '}}'");
+  EXPECT_EQ(template_error("{{ 1 + }}"),
+            "chat template: line 1, column 8: unexpected end of "
+            "print statement");
+  EXPECT_EQ(template_error("{{ x "),
+            "chat template: line 1, column 1: unexpected end of "
+            "template, expected '}}'");
   EXPECT_EQ(template_error("{# never closed"),
             "chat template: line 1, column 1: Missing end of comment tag");
-  EXPECT_EQ(template_error("{{ 'abc }}"), "chat template: line 1, column 4: unterminated string "
-                                          "literal");
+  EXPECT_EQ(template_error("{{ 'abc }}"),
+            "chat template: line 1, column 4: unterminated string "
+            "literal");
   EXPECT_EQ(template_error("{% endfor %}"),
             "chat template: line 1, column 4: Encountered unknown tag 'endfor'.");
   EXPECT_EQ(template_error("{% break %}"),

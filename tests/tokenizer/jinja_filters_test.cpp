@@ -21,14 +21,16 @@ TEST(JinjaFilters, Strings) {
 
 TEST(JinjaFilters, Sequences) {
   const char* context = R"({"xs": [3, 1, 2], "people": [{"n": "b", "a": 2}, {"n": "a", "a": 1}]})";
-  EXPECT_EQ(render_template("{{ xs|length }} {{ xs|count }} {{ 'héllo'|length }} {{ {'a': 1}|length }}",
-                            context),
-            "3 3 5 1");
-  EXPECT_EQ(render_template("{{ xs|first }} {{ xs|last }} {{ xs|join(', ') }} {{ xs|join }}", context),
-            "3 2 3, 1, 2 312");
-  EXPECT_EQ(render_template("{{ xs|sort }} {{ xs|sort(reverse=true) }} {{ xs|reverse|list }}",
-                            context),
-            "[1, 2, 3] [3, 2, 1] [2, 1, 3]");
+  EXPECT_EQ(
+      render_template("{{ xs|length }} {{ xs|count }} {{ 'héllo'|length }} {{ {'a': 1}|length }}",
+                      context),
+      "3 3 5 1");
+  EXPECT_EQ(
+      render_template("{{ xs|first }} {{ xs|last }} {{ xs|join(', ') }} {{ xs|join }}", context),
+      "3 2 3, 1, 2 312");
+  EXPECT_EQ(
+      render_template("{{ xs|sort }} {{ xs|sort(reverse=true) }} {{ xs|reverse|list }}", context),
+      "[1, 2, 3] [3, 2, 1] [2, 1, 3]");
   EXPECT_EQ(render_template("{{ ['b', 'A', 'a']|sort }} {{ ['b', 'A', 'a']|unique|list }}"),
             "['A', 'a', 'b'] ['b', 'A']");
   EXPECT_EQ(render_template("{{ people|map(attribute='n')|join }} {{ people|sort(attribute='a')"
@@ -39,9 +41,10 @@ TEST(JinjaFilters, Sequences) {
                             "{{ people|rejectattr('a', '==', 2)|map(attribute='n')|first }}",
                             context),
             "['b'] a");
-  EXPECT_EQ(render_template("{{ [1, 0, 2, none]|select|list }} {{ [1, 2, 3, 4]|select('odd')|list }}"
-                            " {{ [1, 2, 3]|reject('divisibleby', 3)|list }}"),
-            "[1, 2] [1, 3] [1, 2]");
+  EXPECT_EQ(
+      render_template("{{ [1, 0, 2, none]|select|list }} {{ [1, 2, 3, 4]|select('odd')|list }}"
+                      " {{ [1, 2, 3]|reject('divisibleby', 3)|list }}"),
+      "[1, 2] [1, 3] [1, 2]");
   EXPECT_EQ(render_template("{{ ['a', 'b']|map('upper')|list }} {{ 'ab'|list }} "
                             "{{ {'k': 1}|items|list }}"),
             "['A', 'B'] ['a', 'b'] [('k', 1)]");
@@ -59,10 +62,12 @@ TEST(JinjaFilters, Numbers) {
 }
 
 TEST(JinjaFilters, DefaultAndTojson) {
-  EXPECT_EQ(render_template("{{ missing|default('d') }} {{ ''|default('d') }}|{{ ''|d('d', true) }}"),
-            "d |d");
-  EXPECT_EQ(render_template("{{ x|tojson }}", R"({"x": {"b": [1, 2.5, null, true], "a": "é\n\"<"}})"),
-            R"({"b": [1, 2.5, null, true], "a": "é\n\"<"})");
+  EXPECT_EQ(
+      render_template("{{ missing|default('d') }} {{ ''|default('d') }}|{{ ''|d('d', true) }}"),
+      "d |d");
+  EXPECT_EQ(
+      render_template("{{ x|tojson }}", R"({"x": {"b": [1, 2.5, null, true], "a": "é\n\"<"}})"),
+      R"({"b": [1, 2.5, null, true], "a": "é\n\"<"})");
   EXPECT_EQ(render_template("{{ x|tojson(indent=2) }}", R"({"x": {"a": [1, {}], "b": []}})"),
             "{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"b\": []\n}");
   EXPECT_EQ(render_template("{{ x|tojson(sort_keys=true) }} {{ x|tojson(separators=(',', ':')) }}",
@@ -73,10 +78,11 @@ TEST(JinjaFilters, DefaultAndTojson) {
 }
 
 TEST(JinjaTests, TypeTests) {
-  EXPECT_EQ(render_template("{{ 'a' is string }}{{ 1 is string }}{{ 1 is number }}{{ 1.5 is number }}"
-                            "{{ true is number }}{{ 1 is integer }}{{ true is integer }}"
-                            "{{ 1.5 is float }}"),
-            "TrueFalseTrueTrueTrueTrueFalseTrue");
+  EXPECT_EQ(
+      render_template("{{ 'a' is string }}{{ 1 is string }}{{ 1 is number }}{{ 1.5 is number }}"
+                      "{{ true is number }}{{ 1 is integer }}{{ true is integer }}"
+                      "{{ 1.5 is float }}"),
+      "TrueFalseTrueTrueTrueTrueFalseTrue");
   EXPECT_EQ(render_template("{{ {} is mapping }}{{ [] is mapping }}{{ [] is iterable }}"
                             "{{ 'a' is iterable }}{{ 1 is iterable }}{{ [] is sequence }}"
                             "{{ 1 is sequence }}"),
@@ -100,7 +106,8 @@ TEST(JinjaTests, ValueTests) {
 TEST(JinjaMethods, Strings) {
   EXPECT_EQ(render_template("{{ 'hello'.startswith('he') }}{{ 'hello'.endswith(('x', 'lo')) }}"),
             "TrueTrue");
-  EXPECT_EQ(render_template("[{{ '  a  '.strip() }}][{{ 'xxaxx'.lstrip('x') }}][{{ '\na\n'.rstrip('\n') }}]"),
+  EXPECT_EQ(render_template(
+                "[{{ '  a  '.strip() }}][{{ 'xxaxx'.lstrip('x') }}][{{ '\na\n'.rstrip('\n') }}]"),
             "[a][axx][\na]");
   EXPECT_EQ(render_template("{{ 'a</think>b</think>c'.split('</think>') }} "
                             "{{ 'a</think>b</think>c'.split('</think>')[-1] }} "
@@ -110,9 +117,10 @@ TEST(JinjaMethods, Strings) {
   EXPECT_EQ(render_template("{{ 'aXa'.replace('a', 'b') }} {{ 'ab'.upper() }} {{ 'AB'.lower() }} "
                             "{{ 'hi there'.title() }} {{ 'hI'.capitalize() }}"),
             "bXb AB ab Hi There Hi");
-  EXPECT_EQ(render_template("{{ 'héllo'.find('l') }} {{ 'abc'.find('z') }} {{ 'banana'.count('an') }} "
-                            "{{ '-'.join(['a', 'b']) }}"),
-            "2 -1 2 a-b");
+  EXPECT_EQ(
+      render_template("{{ 'héllo'.find('l') }} {{ 'abc'.find('z') }} {{ 'banana'.count('an') }} "
+                      "{{ '-'.join(['a', 'b']) }}"),
+      "2 -1 2 a-b");
 }
 
 TEST(JinjaMethods, DictsAndGlobals) {
@@ -120,10 +128,12 @@ TEST(JinjaMethods, DictsAndGlobals) {
   EXPECT_EQ(render_template("{{ d.get('a') }} {{ d.get('z') }} {{ d.get('z', 5) }} {{ d['b'] }}",
                             context),
             "1 None 5 None");
-  EXPECT_EQ(render_template("{{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }}", context),
-            "['a', 'b'] [1, None] [('a', 1), ('b', None)]");
-  EXPECT_EQ(render_template("{{ range(3)|list }} {{ range(1, 7, 2)|list }} {{ range(3, 0, -1)|list }}"),
-            "[0, 1, 2] [1, 3, 5] [3, 2, 1]");
+  EXPECT_EQ(
+      render_template("{{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }}", context),
+      "['a', 'b'] [1, None] [('a', 1), ('b', None)]");
+  EXPECT_EQ(
+      render_template("{{ range(3)|list }} {{ range(1, 7, 2)|list }} {{ range(3, 0, -1)|list }}"),
+      "[0, 1, 2] [1, 3, 5] [3, 2, 1]");
   EXPECT_EQ(render_template("{{ dict(a=1, b='x') }}"), "{'a': 1, 'b': 'x'}");
   // strftime_now is the local time; its year is four digits
   EXPECT_EQ(render_template("{{ strftime_now('%Y')|length }}"), "4");

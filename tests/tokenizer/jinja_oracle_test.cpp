@@ -7,7 +7,6 @@
 // The strings must be identical; where the oracle fails (raise_exception, a type error) this engine
 // must fail too, with the template's own message for raise_exception.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,7 +46,8 @@ std::string read_text(const fs::path& path) {
 Json tokenizer_config(const std::string& name) {
   fs::path path = kTokenizerDir / name / "tokenizer_config.json";
   if (!fs::exists(path)) {
-    throw std::runtime_error(path.string() + " is missing: the fetch_tokenizers test fixture "
+    throw std::runtime_error(path.string() +
+                             " is missing: the fetch_tokenizers test fixture "
                              "(scripts/fetch-tokenizers) puts it there");
   }
   return read_json(path);
@@ -89,10 +89,14 @@ std::vector<Case> build_cases() {
         c.config = source_and_config.second;
         c.messages = conversation.at("messages");
         for (const auto& [key, value] : variant.items()) {
-          if (key == "with_tools") c.tools = conversations.at("tools");
-          else if (key == "add_generation_prompt") c.add_generation_prompt = value.get<bool>();
-          else if (key == "continue_final_message") c.continue_final_message = value.get<bool>();
-          else c.variables[key] = value;
+          if (key == "with_tools")
+            c.tools = conversations.at("tools");
+          else if (key == "add_generation_prompt")
+            c.add_generation_prompt = value.get<bool>();
+          else if (key == "continue_final_message")
+            c.continue_final_message = value.get<bool>();
+          else
+            c.variables[key] = value;
         }
         cases.push_back(std::move(c));
       }
@@ -111,7 +115,8 @@ Json render_here(const Case& c) {
     for (const auto& [key, value] : c.variables.items()) options.variables[key] = value;
     return {{"text", render_chat(ChatTemplate::compile(c.source), c.messages, options)}};
   } catch (const ChatTemplateError& error) {
-    return {{"error", error.what()}, {"raised", error.raised_by_template()},
+    return {{"error", error.what()},
+            {"raised", error.raised_by_template()},
             {"reason", error.reason()}};
   } catch (const Error& error) {
     return {{"error", error.what()}, {"raised", false}};
@@ -122,14 +127,15 @@ Json render_here(const Case& c) {
 void expect_same(const Case& c, const Json& oracle, const Json& here, int& texts) {
   if (oracle.contains("text")) {
     ++texts;
-    ASSERT_TRUE(here.contains("text")) << c.label << "\noracle rendered:\n"
-                                       << oracle["text"].get<std::string>()
-                                       << "\nthis engine failed: " << here["error"];
+    ASSERT_TRUE(here.contains("text"))
+        << c.label << "\noracle rendered:\n"
+        << oracle["text"].get<std::string>() << "\nthis engine failed: " << here["error"];
     EXPECT_EQ(here["text"].get<std::string>(), oracle["text"].get<std::string>()) << c.label;
     return;
   }
-  ASSERT_TRUE(here.contains("error")) << c.label << "\noracle failed: " << oracle["error"]
-                                      << "\nthis engine rendered:\n" << here["text"];
+  ASSERT_TRUE(here.contains("error"))
+      << c.label << "\noracle failed: " << oracle["error"] << "\nthis engine rendered:\n"
+      << here["text"];
   if (oracle.value("raised", false)) {
     EXPECT_TRUE(here.value("raised", false)) << c.label << ": " << here["error"];
     EXPECT_EQ(here.value("reason", ""), oracle["error"].get<std::string>()) << c.label;
@@ -160,12 +166,14 @@ TEST(ChatTemplateOracle, SameAsJinja2OnRealAndOwnTemplates) {
   for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
   int status = pclose(pipe);
   fs::remove(request_path);
-  ASSERT_EQ(status, 0) << command << " failed (python3 with jinja2 is needed: "
-                                     "scripts/setup-debian installs python3-jinja2)";
+  ASSERT_EQ(status, 0) << command
+                       << " failed (python3 with jinja2 is needed: "
+                          "scripts/setup-debian installs python3-jinja2)";
   Json results = Json::parse(output);
   ASSERT_EQ(results.size(), cases.size());
   int texts = 0;
-  for (size_t i = 0; i < cases.size(); ++i) expect_same(cases[i], results[i], render_here(cases[i]), texts);
+  for (size_t i = 0; i < cases.size(); ++i)
+    expect_same(cases[i], results[i], render_here(cases[i]), texts);
   // Most renderings succeed: a comparison of failures alone would prove little.
   EXPECT_GT(texts, static_cast<int>(cases.size() * 3 / 4)) << texts << " of " << cases.size();
 }
@@ -179,7 +187,8 @@ TEST(ChatTemplateOracle, SameAsTransformersFixture) {
     if (line.empty()) continue;
     Json expected = Json::parse(line);
     const std::string label = expected.at("label").get<std::string>();
-    auto it = std::find_if(cases.begin(), cases.end(), [&](const Case& c) { return c.label == label; });
+    auto it =
+        std::find_if(cases.begin(), cases.end(), [&](const Case& c) { return c.label == label; });
     ASSERT_NE(it, cases.end()) << "the fixture's case '" << label
                                << "' is not among this test's cases; regenerate the fixture";
     expect_same(*it, expected, render_here(*it), texts);
@@ -196,11 +205,14 @@ TEST(ChatTemplateOracle, Llama2ShipsNoTemplate) {
 
 TEST(ChatTemplateOracle, SpecialTokensFromConfig) {
   // DeepSeek-V3 writes its tokens as AddedToken objects; Qwen3 has no bos_token (null).
-  ChatOptions deepseek = chat_options_from_config(nlohmann::json::parse(
-      tokenizer_config("deepseek_v3").dump()));
-  EXPECT_EQ(deepseek.variables.at("bos_token"), "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81"
-                                                "sentence\xEF\xBD\x9C>");
-  ChatOptions qwen = chat_options_from_config(nlohmann::json::parse(tokenizer_config("qwen3").dump()));
+  ChatOptions deepseek =
+      chat_options_from_config(nlohmann::json::parse(tokenizer_config("deepseek_v3").dump()));
+  EXPECT_EQ(deepseek.variables.at("bos_token"),
+            "<\xEF\xBD\x9C"
+            "begin\xE2\x96\x81of\xE2\x96\x81"
+            "sentence\xEF\xBD\x9C>");
+  ChatOptions qwen =
+      chat_options_from_config(nlohmann::json::parse(tokenizer_config("qwen3").dump()));
   EXPECT_FALSE(qwen.variables.contains("bos_token"));
   EXPECT_EQ(qwen.variables.at("eos_token"), "<|im_end|>");
 }

@@ -40,8 +40,8 @@ TEST(RenderChat, ContinueFinalMessageCutsAtTheEndOfTheLastMessage) {
   // content given as blocks: the last text block is the one continued
   const Json blocks = Json::parse(R"([{"role": "assistant", "content": [
       {"type": "text", "text": "A"}, {"type": "image"}, {"type": "text", "text": "B"}]}])");
-  ChatTemplate block_template = ChatTemplate::compile(
-      "{% for b in messages[0].content %}[{{ b.text }}]{% endfor %}<end>");
+  ChatTemplate block_template =
+      ChatTemplate::compile("{% for b in messages[0].content %}[{{ b.text }}]{% endfor %}<end>");
   EXPECT_EQ(render_chat(block_template, blocks, options), "[A][][B");
 }
 

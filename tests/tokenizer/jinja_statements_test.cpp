@@ -52,8 +52,9 @@ TEST(JinjaFor, NestedLoopsHaveTheirOwnLoopVariable) {
 }
 
 TEST(JinjaIf, Branches) {
-  const char* source = "{% if n > 2 %}big{% elif n == 2 %}two{% elif n %}small{% else %}zero"
-                       "{% endif %}";
+  const char* source =
+      "{% if n > 2 %}big{% elif n == 2 %}two{% elif n %}small{% else %}zero"
+      "{% endif %}";
   EXPECT_EQ(render_template(source, R"({"n": 5})"), "big");
   EXPECT_EQ(render_template(source, R"({"n": 2})"), "two");
   EXPECT_EQ(render_template(source, R"({"n": 1})"), "small");
@@ -61,9 +62,10 @@ TEST(JinjaIf, Branches) {
 }
 
 TEST(JinjaIf, Truthiness) {
-  EXPECT_EQ(render_template("{% for v in [0, 0.0, '', [], {}, none, false, 1, 'a', [0], {'k': 0}] %}"
-                            "{{ 'T' if v else 'F' }}{% endfor %}"),
-            "FFFFFFFTTTT");
+  EXPECT_EQ(
+      render_template("{% for v in [0, 0.0, '', [], {}, none, false, 1, 'a', [0], {'k': 0}] %}"
+                      "{{ 'T' if v else 'F' }}{% endfor %}"),
+      "FFFFFFFTTTT");
   EXPECT_EQ(render_template("{{ 'T' if missing else 'F' }}"), "F");
 }
 

@@ -53,7 +53,8 @@ TEST(JinjaSyntax, RawBlocksAreVerbatim) {
 TEST(JinjaSyntax, Literals) {
   EXPECT_EQ(render_template("{{ 42 }} {{ -7 }} {{ 1_000 }} {{ 2.5 }} {{ 1e3 }} {{ 1.0 }}"),
             "42 -7 1000 2.5 1000.0 1.0");
-  EXPECT_EQ(render_template("{{ true }} {{ False }} {{ none }} {{ None }}"), "True False None None");
+  EXPECT_EQ(render_template("{{ true }} {{ False }} {{ none }} {{ None }}"),
+            "True False None None");
   EXPECT_EQ(render_template(R"({{ 'a\nb' }}|{{ "tab\tq\"" }}|{{ '\x41\u00e9' }}|{{ 'x' 'y' }})"),
             "a\nb|tab\tq\"|A\xC3\xA9|xy");
   EXPECT_EQ(render_template("{{ [1, 'a', none, true, 1.5] }}"), "[1, 'a', None, True, 1.5]");
@@ -109,8 +110,7 @@ TEST(JinjaSyntax, Comparisons) {
 
 TEST(JinjaSyntax, SubscriptsAndSlices) {
   const char* context = R"({"xs": [1, 2, 3, 4], "s": "héllo"})";
-  EXPECT_EQ(render_template("{{ xs[0] }} {{ xs[-1] }} {{ xs.1 }} {{ s[1] }}", context),
-            "1 4 2 é");
+  EXPECT_EQ(render_template("{{ xs[0] }} {{ xs[-1] }} {{ xs.1 }} {{ s[1] }}", context), "1 4 2 é");
   EXPECT_EQ(render_template("{{ xs[::-1] }} {{ xs[1:] }} {{ xs[:-1] }} {{ xs[::2] }}", context),
             "[4, 3, 2, 1] [2, 3, 4] [1, 2, 3] [1, 3]");
   EXPECT_EQ(render_template("{{ s[::-1] }} {{ s[1:3] }} {{ xs[10:] }} {{ xs[-10:1] }}", context),

@@ -18,24 +18,24 @@ using ExpressionPtr = std::unique_ptr<Expression>;
 
 struct Expression {
   enum class Kind {
-    kLiteral,      // literal
-    kName,         // name
-    kList,         // children: the elements
-    kTuple,        // children: the elements
-    kDict,         // children: key, value, key, value, ...
-    kAttribute,    // children[0].name
-    kSubscript,    // children[0][children[1]]
-    kSlice,        // children[0][children[1]:children[2]:children[3]] (null: omitted)
-    kCall,         // children[0](children[1..], keywords)
-    kFilter,       // children[0] | name(children[1..], keywords); children[0] null in a filter block
-    kTest,         // children[0] is [not] name(children[1..], keywords); negated
-    kNegate,       // -children[0]
-    kPositive,     // +children[0]
-    kNot,          // not children[0]
-    kAnd,          // children[0] and children[1]
-    kOr,           // children[0] or children[1]
-    kBinary,       // children[0] name children[1]: + - * / // % ** ~
-    kCompare,      // children[0] operators[0] children[1] operators[1] ... (chained as Python)
+    kLiteral,    // literal
+    kName,       // name
+    kList,       // children: the elements
+    kTuple,      // children: the elements
+    kDict,       // children: key, value, key, value, ...
+    kAttribute,  // children[0].name
+    kSubscript,  // children[0][children[1]]
+    kSlice,      // children[0][children[1]:children[2]:children[3]] (null: omitted)
+    kCall,       // children[0](children[1..], keywords)
+    kFilter,     // children[0] | name(children[1..], keywords); children[0] null in a filter block
+    kTest,       // children[0] is [not] name(children[1..], keywords); negated
+    kNegate,     // -children[0]
+    kPositive,   // +children[0]
+    kNot,        // not children[0]
+    kAnd,        // children[0] and children[1]
+    kOr,         // children[0] or children[1]
+    kBinary,     // children[0] name children[1]: + - * / // % ** ~
+    kCompare,    // children[0] operators[0] children[1] operators[1] ... (chained as Python)
     kConditional,  // children[0] if children[1] else children[2] (null: undefined)
   };
 
@@ -78,7 +78,7 @@ struct Statement {
     kWith,         // with target_i = values_i: body
     kBreak,
     kContinue,
-    kScope,        // a body run as it is ({% generation %})
+    kScope,  // a body run as it is ({% generation %})
   };
 
   Kind kind;

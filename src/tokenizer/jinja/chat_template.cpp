@@ -2,12 +2,13 @@
 // the interpreter over the context, render_chat = the context transformers' apply_chat_template
 // builds (messages, tools, documents, add_generation_prompt, the special tokens, extra variables)
 // and its continue_final_message cut.
+#include "pagedattn/chat_template.h"
+
 #include <fmt/format.h>
 
 #include "jinja/ast.h"
 #include "jinja/errors.h"
 #include "jinja/interpreter.h"
-#include "pagedattn/chat_template.h"
 
 namespace pagedattn {
 
@@ -81,7 +82,9 @@ namespace {
 // the text cut where the sentinel comes out.
 constexpr std::string_view kContinueTag = "CONTINUE_FINAL_MESSAGE_TAG ";
 
-bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f'); }
+bool is_space(char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
+}
 
 std::string strip_whitespace(const std::string& text, bool left, bool right) {
   size_t begin = 0, end = text.size();
@@ -113,11 +116,13 @@ std::string tag_final_message(nlohmann::ordered_json& messages) {
         return text;
       }
     }
-    throw Error("render_chat: continue_final_message is set but the final message has no text "
-                "block to continue");
+    throw Error(
+        "render_chat: continue_final_message is set but the final message has no text "
+        "block to continue");
   }
-  throw Error("render_chat: continue_final_message is set but the final message has no "
-              "\"content\" to continue");
+  throw Error(
+      "render_chat: continue_final_message is set but the final message has no "
+      "\"content\" to continue");
 }
 
 }  // namespace
@@ -125,8 +130,8 @@ std::string tag_final_message(nlohmann::ordered_json& messages) {
 std::string render_chat(const ChatTemplate& chat_template, const nlohmann::ordered_json& messages,
                         const ChatOptions& options) {
   if (!messages.is_array()) {
-    throw Error(fmt::format("render_chat: messages must be a JSON array, got {}",
-                            messages.type_name()));
+    throw Error(
+        fmt::format("render_chat: messages must be a JSON array, got {}", messages.type_name()));
   }
   if (options.continue_final_message && options.add_generation_prompt) {
     throw Error("render_chat: continue_final_message and add_generation_prompt are not compatible");
@@ -139,8 +144,9 @@ std::string render_chat(const ChatTemplate& chat_template, const nlohmann::order
   std::string final_message;
   if (options.continue_final_message) {
     if (chat_template.source().find("content") == std::string::npos) {
-      throw Error("render_chat: continue_final_message is set but the template never reads a "
-                  "message's \"content\"");
+      throw Error(
+          "render_chat: continue_final_message is set but the template never reads a "
+          "message's \"content\"");
     }
     final_message = tag_final_message(context["messages"]);
   }
@@ -154,8 +160,9 @@ std::string render_chat(const ChatTemplate& chat_template, const nlohmann::order
   const std::string tag_stripped = strip_whitespace(std::string(kContinueTag), true, true);
   if (rendered.find(strip_whitespace(final_message, true, true)) == std::string::npos ||
       rendered.find(tag_stripped) == std::string::npos) {
-    throw Error("render_chat: continue_final_message is set but the final message does not "
-                "appear in the rendered chat (the template changed it)");
+    throw Error(
+        "render_chat: continue_final_message is set but the final message does not "
+        "appear in the rendered chat (the template changed it)");
   }
   size_t at = rendered.rfind(tag_stripped);
   if (rendered.compare(at, kContinueTag.size(), kContinueTag) == 0) return rendered.substr(0, at);

@@ -1,4 +1,4 @@
-// Jinja2's built-in filters and tests, with the signatures and defaults of Jinja2 3.1, and the
+// Jinja2's built-in filters, with the signatures and defaults of Jinja2 3.1, and the
 // `tojson` that transformers installs in their place (json.dumps with ensure_ascii=False, keys in
 // insertion order, an optional indent). Filters on undefined behave as Jinja2's: string filters
 // see "", length sees 0, iteration sees nothing; `default` replaces it.
@@ -18,7 +18,6 @@ namespace pagedattn::jinja {
 namespace {
 
 using Filter = Value (*)(Interpreter&, const Value&, CallArguments&);
-using Test = bool (*)(Interpreter&, const Value&, CallArguments&);
 using Bound = std::vector<std::optional<Value>>;
 
 bool flag(const std::optional<Value>& value, bool fallback) {
@@ -31,11 +30,13 @@ Value attribute_path(Interpreter& interpreter, const Value& item, const std::str
   size_t start = 0;
   while (true) {
     size_t dot = path.find('.', start);
-    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
       return std::isdigit(static_cast<unsigned char>(c));
     });
-    current = interpreter.get_item(current, numeric ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
+    current = interpreter.get_item(
+        current, numeric ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
     if (dot == std::string::npos) return current;
     start = dot + 1;
   }
@@ -51,17 +52,22 @@ Value item_key(Interpreter& interpreter, const Value& item, const std::optional<
 Value length(Interpreter&, const Value& value, CallArguments& arguments) {
   bind_arguments("length", arguments, {});
   switch (value.type()) {
-    case Value::Type::kUndefined: return Value(0);
-    case Value::Type::kString: return Value(static_cast<int64_t>(code_point_count(value.as_string())));
-    case Value::Type::kList: return Value(static_cast<int64_t>(value.as_list().size()));
-    case Value::Type::kDict: return Value(static_cast<int64_t>(value.as_dict().entries.size()));
-    default: throw Error(fmt::format("object of type '{}' has no len()", value.type_name()));
+    case Value::Type::kUndefined:
+      return Value(0);
+    case Value::Type::kString:
+      return Value(static_cast<int64_t>(code_point_count(value.as_string())));
+    case Value::Type::kList:
+      return Value(static_cast<int64_t>(value.as_list().size()));
+    case Value::Type::kDict:
+      return Value(static_cast<int64_t>(value.as_dict().entries.size()));
+    default:
+      throw Error(fmt::format("object of type '{}' has no len()", value.type_name()));
   }
 }
 
 Value tojson(Interpreter&, const Value& value, CallArguments& arguments) {
-  Bound bound = bind_arguments("tojson", arguments,
-                               {"ensure_ascii", "indent", "separators", "sort_keys"});
+  Bound bound =
+      bind_arguments("tojson", arguments, {"ensure_ascii", "indent", "separators", "sort_keys"});
   if (flag(bound[0], false)) throw Error("tojson: ensure_ascii=True is not supported");
   JsonOptions options;
   if (bound[1] && !bound[1]->is_none()) {
@@ -153,7 +159,8 @@ Value round_filter(Interpreter&, const Value& value, CallArguments& arguments) {
   Bound bound = bind_arguments("round", arguments, {"precision", "method"});
   int64_t precision = bound[0] ? bound[0]->as_int() : 0;
   std::string method = bound[1] ? to_str(*bound[1]) : "common";
-  if (!value.is_number()) throw Error(fmt::format("round: a number is required, got {}", value.type_name()));
+  if (!value.is_number())
+    throw Error(fmt::format("round: a number is required, got {}", value.type_name()));
   double number = value.as_double();
   if (method == "ceil" || method == "floor") {
     double scale = std::pow(10.0, static_cast<double>(precision));
@@ -191,7 +198,8 @@ Value unique_filter(Interpreter& interpreter, const Value& value, CallArguments&
   List out, seen;
   for (const Value& item : iterate(value)) {
     Value key = item_key(interpreter, item, bound[1], flag(bound[0], false));
-    if (std::none_of(seen.begin(), seen.end(), [&](const Value& v) { return values_equal(v, key); })) {
+    if (std::none_of(seen.begin(), seen.end(),
+                     [&](const Value& v) { return values_equal(v, key); })) {
       seen.push_back(key);
       out.push_back(item);
     }
@@ -251,8 +259,10 @@ Value map_filter(Interpreter& interpreter, const Value& value, CallArguments& ar
   const Value* attribute = nullptr;
   const Value* fallback = nullptr;
   for (const auto& [name, argument] : arguments.keyword) {
-    if (name == "attribute") attribute = &argument;
-    else if (name == "default") fallback = &argument;
+    if (name == "attribute")
+      attribute = &argument;
+    else if (name == "default")
+      fallback = &argument;
   }
   if (attribute != nullptr) {
     for (const Value& item : iterate(value)) {
@@ -264,8 +274,9 @@ Value map_filter(Interpreter& interpreter, const Value& value, CallArguments& ar
   if (arguments.positional.empty()) throw Error("map: give a filter name or attribute=");
   std::string filter = to_str(arguments.positional[0]);
   if (!has_filter(filter)) throw Error(fmt::format("No filter named '{}'.", filter));
-  CallArguments rest{std::vector<Value>(arguments.positional.begin() + 1, arguments.positional.end()),
-                     arguments.keyword};
+  CallArguments rest{
+      std::vector<Value>(arguments.positional.begin() + 1, arguments.positional.end()),
+      arguments.keyword};
   for (const Value& item : iterate(value)) {
     CallArguments copy = rest;
     out.push_back(apply_filter(interpreter, filter, item, copy));
@@ -275,7 +286,7 @@ Value map_filter(Interpreter& interpreter, const Value& value, CallArguments& ar
 
 Value indent_filter(Interpreter&, const Value& value, CallArguments& arguments) {
   Bound bound = bind_arguments("indent", arguments, {"width", "first", "blank"});
-  std::string indentation = !bound[0] ? "    "
+  std::string indentation = !bound[0]               ? "    "
                             : bound[0]->is_string() ? bound[0]->as_string()
                                                     : std::string(bound[0]->as_int(), ' ');
   std::vector<std::string> lines = python_splitlines(to_str(value) + "\n");
@@ -293,12 +304,23 @@ std::string html_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -326,8 +348,9 @@ std::string jinja_title(const std::string& text) {
 // CJK punctuation, fullwidth punctuation, emoji).
 bool is_word_code_point(char32_t c) {
   if (c < 0x80) return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  if (c < 0xC0) return c == 0xAA || c == 0xB2 || c == 0xB3 || c == 0xB5 || c == 0xB9 || c == 0xBA ||
-                       (c >= 0xBC && c <= 0xBE);
+  if (c < 0xC0)
+    return c == 0xAA || c == 0xB2 || c == 0xB3 || c == 0xB5 || c == 0xB9 || c == 0xBA ||
+           (c >= 0xBC && c <= 0xBE);
   if (c == 0xD7 || c == 0xF7) return false;
   if (c >= 0x2000 && c <= 0x206F) return false;
   if (c >= 0x2190 && c <= 0x2BFF) return false;
@@ -351,12 +374,14 @@ int64_t word_count(const std::string& text) {
   return count;
 }
 
-#define STRING_FILTER(name, expression)                                                 \
-  {name, [](Interpreter&, const Value& value, CallArguments& arguments) -> Value {      \
-     bind_arguments(name, arguments, {});                                               \
-     const std::string text = to_str(value);                                            \
-     return Value(expression);                                                          \
-   }}
+#define STRING_FILTER(name, expression)                                             \
+  {                                                                                 \
+    name, [](Interpreter&, const Value& value, CallArguments& arguments) -> Value { \
+      bind_arguments(name, arguments, {});                                          \
+      const std::string text = to_str(value);                                       \
+      return Value(expression);                                                     \
+    }                                                                               \
+  }
 
 const std::unordered_map<std::string, Filter>& filters() {
   static const std::unordered_map<std::string, Filter> table = {
@@ -382,31 +407,35 @@ const std::unordered_map<std::string, Filter>& filters() {
       STRING_FILTER("e", html_escape(text)),
       STRING_FILTER("wordcount", word_count(text)),
       {"safe", [](Interpreter&, const Value& value, CallArguments&) { return value; }},
-      {"trim", [](Interpreter&, const Value& value, CallArguments& arguments) {
+      {"trim",
+       [](Interpreter&, const Value& value, CallArguments& arguments) {
          Bound bound = bind_arguments("trim", arguments, {"chars"});
          std::optional<std::string> chars;
          if (bound[0] && !bound[0]->is_none()) chars = to_str(*bound[0]);
          return Value(python_strip(to_str(value), chars, true, true));
        }},
-      {"replace", [](Interpreter&, const Value& value, CallArguments& arguments) {
+      {"replace",
+       [](Interpreter&, const Value& value, CallArguments& arguments) {
          Bound bound = bind_arguments("replace", arguments, {"old", "new", "count"});
          if (!bound[0] || !bound[1]) throw Error("replace: needs old and new");
          int64_t count = bound[2] && !bound[2]->is_none() ? bound[2]->as_int() : -1;
          return Value(python_replace(to_str(value), to_str(*bound[0]), to_str(*bound[1]), count));
        }},
-      {"first", [](Interpreter&, const Value& value, CallArguments&) {
-         return first_or_last(value, false);
-       }},
-      {"last", [](Interpreter&, const Value& value, CallArguments&) {
-         return first_or_last(value, true);
-       }},
-      {"list", [](Interpreter&, const Value& value, CallArguments&) { return Value(iterate(value)); }},
-      {"items", [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
+      {"first", [](Interpreter&, const Value& value,
+                   CallArguments&) { return first_or_last(value, false); }},
+      {"last",
+       [](Interpreter&, const Value& value, CallArguments&) { return first_or_last(value, true); }},
+      {"list",
+       [](Interpreter&, const Value& value, CallArguments&) { return Value(iterate(value)); }},
+      {"items",
+       [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
          if (value.is_undefined()) return Value(List{});
-         if (!value.is_dict()) throw Error(fmt::format("items: expected a dict, got {}", value.type_name()));
+         if (!value.is_dict())
+           throw Error(fmt::format("items: expected a dict, got {}", value.type_name()));
          return interpreter.call(*bound_method(value, "items"), arguments);
        }},
-      {"reverse", [](Interpreter&, const Value& value, CallArguments&) {
+      {"reverse",
+       [](Interpreter&, const Value& value, CallArguments&) {
          if (value.is_string()) {
            std::vector<char32_t> characters = decode_utf8(value.as_string());
            std::reverse(characters.begin(), characters.end());
@@ -416,12 +445,14 @@ const std::unordered_map<std::string, Filter>& filters() {
          std::reverse(items.begin(), items.end());
          return Value(std::move(items));
        }},
-      {"abs", [](Interpreter&, const Value& value, CallArguments&) {
+      {"abs",
+       [](Interpreter&, const Value& value, CallArguments&) {
          if (value.is_float()) return Value(std::fabs(value.as_double()));
          if (value.is_number()) return Value(static_cast<int64_t>(std::llabs(value.as_int())));
          throw Error(fmt::format("bad operand type for abs(): '{}'", value.type_name()));
        }},
-      {"sum", [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
+      {"sum",
+       [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
          Bound bound = bind_arguments("sum", arguments, {"attribute", "start"});
          Value total = bound[1].value_or(Value(0));
          for (const Value& item : iterate(value)) {
@@ -432,22 +463,28 @@ const std::unordered_map<std::string, Filter>& filters() {
          }
          return total;
        }},
-      {"min", [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
+      {"min",
+       [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
          return min_max(interpreter, value, arguments, false);
        }},
-      {"max", [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
+      {"max",
+       [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
          return min_max(interpreter, value, arguments, true);
        }},
-      {"select", [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
+      {"select",
+       [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
          return select_items(interpreter, value, arguments, false, true);
        }},
-      {"reject", [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
+      {"reject",
+       [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
          return select_items(interpreter, value, arguments, false, false);
        }},
-      {"selectattr", [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
+      {"selectattr",
+       [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
          return select_items(interpreter, value, arguments, true, true);
        }},
-      {"rejectattr", [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
+      {"rejectattr",
+       [](Interpreter& interpreter, const Value& value, CallArguments& arguments) {
          return select_items(interpreter, value, arguments, true, false);
        }},
   };
@@ -456,103 +493,13 @@ const std::unordered_map<std::string, Filter>& filters() {
 
 #undef STRING_FILTER
 
-bool compare_test(Interpreter&, const Value& value, CallArguments& arguments, const char* op) {
-  Bound bound = bind_arguments(op, arguments, {"other"});
-  Value other = bound[0].value_or(Value());
-  std::string_view o = op;
-  if (o == "==") return values_equal(value, other);
-  if (o == "!=") return !values_equal(value, other);
-  if (o == "<") return values_less(value, other);
-  if (o == ">") return values_less(other, value);
-  if (o == "<=") return !values_less(other, value);
-  return !values_less(value, other);
-}
-
-#define TYPE_TEST(name, expression) \
-  {name, [](Interpreter&, const Value& value, CallArguments&) -> bool { return expression; }}
-#define COMPARE_TEST(name, op)                                                    \
-  {name, [](Interpreter& interpreter, const Value& value, CallArguments& arguments) { \
-     return compare_test(interpreter, value, arguments, op);                      \
-   }}
-
-const std::unordered_map<std::string, Test>& tests() {
-  static const std::unordered_map<std::string, Test> table = {
-      TYPE_TEST("defined", !value.is_undefined()),
-      TYPE_TEST("undefined", value.is_undefined()),
-      TYPE_TEST("none", value.is_none()),
-      TYPE_TEST("string", value.is_string()),
-      TYPE_TEST("number", value.is_number()),
-      TYPE_TEST("integer", value.is_int()),
-      TYPE_TEST("float", value.is_float()),
-      TYPE_TEST("boolean", value.is_bool()),
-      TYPE_TEST("true", value.is_bool() && value.as_bool()),
-      TYPE_TEST("false", value.is_bool() && !value.as_bool()),
-      TYPE_TEST("mapping", value.is_dict()),
-      TYPE_TEST("iterable", value.is_list() || value.is_dict() || value.is_string() ||
-                                value.is_undefined()),
-      TYPE_TEST("sequence", value.is_list() || value.is_dict() || value.is_string() ||
-                                value.is_undefined()),
-      TYPE_TEST("callable", value.is_callable()),
-      TYPE_TEST("lower", value.is_string() && ascii_lower(value.as_string()) == value.as_string()),
-      TYPE_TEST("upper", value.is_string() && ascii_upper(value.as_string()) == value.as_string()),
-      TYPE_TEST("odd", value.is_number() && !value.is_float() && value.as_int() % 2 != 0),
-      TYPE_TEST("even", value.is_number() && !value.is_float() && value.as_int() % 2 == 0),
-      COMPARE_TEST("equalto", "=="), COMPARE_TEST("eq", "=="), COMPARE_TEST("==", "=="),
-      COMPARE_TEST("ne", "!="), COMPARE_TEST("!=", "!="),
-      COMPARE_TEST("lt", "<"), COMPARE_TEST("lessthan", "<"), COMPARE_TEST("<", "<"),
-      COMPARE_TEST("gt", ">"), COMPARE_TEST("greaterthan", ">"), COMPARE_TEST(">", ">"),
-      COMPARE_TEST("le", "<="), COMPARE_TEST("<=", "<="),
-      COMPARE_TEST("ge", ">="), COMPARE_TEST(">=", ">="),
-      {"divisibleby", [](Interpreter&, const Value& value, CallArguments& arguments) {
-         Bound bound = bind_arguments("divisibleby", arguments, {"num"});
-         if (!bound[0] || !bound[0]->is_number() || !value.is_number()) {
-           throw Error("divisibleby: numbers only");
-         }
-         if (bound[0]->as_double() == 0) throw Error("divisibleby: division by zero");
-         return std::fmod(value.as_double(), bound[0]->as_double()) == 0;
-       }},
-      {"in", [](Interpreter&, const Value& value, CallArguments& arguments) {
-         Bound bound = bind_arguments("in", arguments, {"seq"});
-         Value container = bound[0].value_or(Value());
-         if (container.is_string()) {
-           return value.is_string() && container.as_string().find(value.as_string()) != std::string::npos;
-         }
-         if (container.is_dict()) return value.is_string() && container.as_dict().find(value.as_string());
-         for (const Value& item : iterate(container)) {
-           if (values_equal(item, value)) return true;
-         }
-         return false;
-       }},
-      {"sameas", [](Interpreter&, const Value& value, CallArguments& arguments) {
-         Bound bound = bind_arguments("sameas", arguments, {"other"});
-         Value other = bound[0].value_or(Value());
-         // `is` identity: only the singletons and shared objects can be the same
-         if (value.is_none() || other.is_none()) return value.is_none() && other.is_none();
-         if (value.is_bool() || other.is_bool()) {
-           return value.is_bool() && other.is_bool() && value.as_bool() == other.as_bool();
-         }
-         return values_equal(value, other);
-       }},
-  };
-  return table;
-}
-
-#undef TYPE_TEST
-#undef COMPARE_TEST
-
 }  // namespace
 
 bool has_filter(std::string_view name) { return filters().count(std::string(name)) > 0; }
-bool has_test(std::string_view name) { return tests().count(std::string(name)) > 0; }
 
 Value apply_filter(Interpreter& interpreter, const std::string& name, const Value& operand,
                    CallArguments& arguments) {
   return filters().at(name)(interpreter, operand, arguments);
-}
-
-bool apply_test(Interpreter& interpreter, const std::string& name, const Value& operand,
-                CallArguments& arguments) {
-  return tests().at(name)(interpreter, operand, arguments);
 }
 
 }  // namespace pagedattn::jinja

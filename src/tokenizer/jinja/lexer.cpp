@@ -55,28 +55,56 @@ std::string unescape(std::string_view body, Location location) {
         if (!std::isxdigit(static_cast<unsigned char>(h))) {
           fail_at(location, "truncated \\x, \\u or \\U escape in a string literal");
         }
-        code_point = code_point * 16 + (std::isdigit(static_cast<unsigned char>(h))
-                                            ? h - '0'
-                                            : std::tolower(static_cast<unsigned char>(h)) - 'a' + 10);
+        code_point =
+            code_point * 16 + (std::isdigit(static_cast<unsigned char>(h))
+                                   ? h - '0'
+                                   : std::tolower(static_cast<unsigned char>(h)) - 'a' + 10);
       }
       i += digits;
       append_utf8(out, code_point);
     };
     switch (e) {
-      case '\n': break;  // a backslash-newline continues the line
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'v': out += '\v'; break;
-      case 'x': hex(2); break;
-      case 'u': hex(4); break;
-      case 'U': hex(8); break;
+      case '\n':
+        break;  // a backslash-newline continues the line
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'x':
+        hex(2);
+        break;
+      case 'u':
+        hex(4);
+        break;
+      case 'U':
+        hex(8);
+        break;
       default:
         if (e >= '0' && e <= '7') {
           uint32_t code_point = e - '0';
@@ -107,8 +135,8 @@ class Lexer {
     size_t position = 0;
     while (position < source_.size()) {
       size_t tag = source_.find('{', position);
-      while (tag != std::string::npos && tag + 1 < source_.size() &&
-             source_[tag + 1] != '{' && source_[tag + 1] != '%' && source_[tag + 1] != '#') {
+      while (tag != std::string::npos && tag + 1 < source_.size() && source_[tag + 1] != '{' &&
+             source_[tag + 1] != '%' && source_[tag + 1] != '#') {
         tag = source_.find('{', tag + 1);
       }
       if (tag == std::string::npos || tag + 1 >= source_.size()) {
@@ -143,7 +171,8 @@ class Lexer {
   }
 
   void emit_text(std::string text, size_t offset) {
-    if (!text.empty()) tokens_.push_back(Token{TokenKind::kText, std::move(text), location_of(offset)});
+    if (!text.empty())
+      tokens_.push_back(Token{TokenKind::kText, std::move(text), location_of(offset)});
   }
 
   // `-` strips all whitespace before the tag; lstrip_blocks strips the spaces and tabs between
@@ -194,7 +223,8 @@ class Lexer {
     while (i < source_.size() && is_space(source_[i])) ++i;
     if (source_.compare(i, word.size(), word) != 0) return false;
     i += word.size();
-    if (i < source_.size() && (std::isalnum(static_cast<unsigned char>(source_[i])) || source_[i] == '_')) {
+    if (i < source_.size() &&
+        (std::isalnum(static_cast<unsigned char>(source_[i])) || source_[i] == '_')) {
       return false;
     }
     while (i < source_.size() && is_space(source_[i])) ++i;
@@ -302,7 +332,8 @@ class Lexer {
              (std::isalnum(static_cast<unsigned char>(source_[end])) || source_[end] == '_')) {
         ++end;
       }
-      tokens_.push_back(Token{TokenKind::kName, source_.substr(position, end - position), location});
+      tokens_.push_back(
+          Token{TokenKind::kName, source_.substr(position, end - position), location});
       return end;
     }
     if (c == '\'' || c == '"') {

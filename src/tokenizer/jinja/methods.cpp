@@ -82,80 +82,93 @@ Value split_method(const Value& self, CallArguments& arguments, bool from_right)
 
 const std::unordered_map<std::string, Method>& string_methods() {
   static const std::unordered_map<std::string, Method> methods = {
-      {"startswith", [](const Value& self, CallArguments& arguments) {
+      {"startswith",
+       [](const Value& self, CallArguments& arguments) {
          auto bound = bind_arguments("str.startswith", arguments, {"prefix"});
          return Value(affix_matches(self, bound[0], true));
        }},
-      {"endswith", [](const Value& self, CallArguments& arguments) {
+      {"endswith",
+       [](const Value& self, CallArguments& arguments) {
          auto bound = bind_arguments("str.endswith", arguments, {"suffix"});
          return Value(affix_matches(self, bound[0], false));
        }},
-      {"strip", [](const Value& self, CallArguments& arguments) {
+      {"strip",
+       [](const Value& self, CallArguments& arguments) {
          return strip_method(self, arguments, true, true, "str.strip");
        }},
-      {"lstrip", [](const Value& self, CallArguments& arguments) {
+      {"lstrip",
+       [](const Value& self, CallArguments& arguments) {
          return strip_method(self, arguments, true, false, "str.lstrip");
        }},
-      {"rstrip", [](const Value& self, CallArguments& arguments) {
+      {"rstrip",
+       [](const Value& self, CallArguments& arguments) {
          return strip_method(self, arguments, false, true, "str.rstrip");
        }},
-      {"split", [](const Value& self, CallArguments& arguments) {
-         return split_method(self, arguments, false);
-       }},
-      {"rsplit", [](const Value& self, CallArguments& arguments) {
-         return split_method(self, arguments, true);
-       }},
-      {"splitlines", [](const Value& self, CallArguments& arguments) {
+      {"split", [](const Value& self,
+                   CallArguments& arguments) { return split_method(self, arguments, false); }},
+      {"rsplit", [](const Value& self,
+                    CallArguments& arguments) { return split_method(self, arguments, true); }},
+      {"splitlines",
+       [](const Value& self, CallArguments& arguments) {
          bind_arguments("str.splitlines", arguments, {});
          List lines;
          for (std::string& line : python_splitlines(self.as_string())) lines.emplace_back(line);
          return Value(std::move(lines));
        }},
-      {"replace", [](const Value& self, CallArguments& arguments) {
+      {"replace",
+       [](const Value& self, CallArguments& arguments) {
          auto bound = bind_arguments("str.replace", arguments, {"old", "new", "count"});
-         return Value(python_replace(self.as_string(),
-                                     string_argument(bound[0], "str.replace", "old"),
-                                     string_argument(bound[1], "str.replace", "new"),
-                                     int_argument(bound[2], -1)));
+         return Value(python_replace(
+             self.as_string(), string_argument(bound[0], "str.replace", "old"),
+             string_argument(bound[1], "str.replace", "new"), int_argument(bound[2], -1)));
        }},
-      {"upper", [](const Value& self, CallArguments& arguments) {
+      {"upper",
+       [](const Value& self, CallArguments& arguments) {
          bind_arguments("str.upper", arguments, {});
          return Value(ascii_upper(self.as_string()));
        }},
-      {"lower", [](const Value& self, CallArguments& arguments) {
+      {"lower",
+       [](const Value& self, CallArguments& arguments) {
          bind_arguments("str.lower", arguments, {});
          return Value(ascii_lower(self.as_string()));
        }},
-      {"title", [](const Value& self, CallArguments& arguments) {
+      {"title",
+       [](const Value& self, CallArguments& arguments) {
          bind_arguments("str.title", arguments, {});
          return Value(python_title(self.as_string()));
        }},
-      {"capitalize", [](const Value& self, CallArguments& arguments) {
+      {"capitalize",
+       [](const Value& self, CallArguments& arguments) {
          bind_arguments("str.capitalize", arguments, {});
          return Value(python_capitalize(self.as_string()));
        }},
-      {"find", [](const Value& self, CallArguments& arguments) {
+      {"find",
+       [](const Value& self, CallArguments& arguments) {
          auto bound = bind_arguments("str.find", arguments, {"sub"});
-         return Value(python_find(self.as_string(), string_argument(bound[0], "str.find", "sub"),
-                                  false));
+         return Value(
+             python_find(self.as_string(), string_argument(bound[0], "str.find", "sub"), false));
        }},
-      {"rfind", [](const Value& self, CallArguments& arguments) {
+      {"rfind",
+       [](const Value& self, CallArguments& arguments) {
          auto bound = bind_arguments("str.rfind", arguments, {"sub"});
-         return Value(python_find(self.as_string(), string_argument(bound[0], "str.rfind", "sub"),
-                                  true));
+         return Value(
+             python_find(self.as_string(), string_argument(bound[0], "str.rfind", "sub"), true));
        }},
-      {"count", [](const Value& self, CallArguments& arguments) {
+      {"count",
+       [](const Value& self, CallArguments& arguments) {
          auto bound = bind_arguments("str.count", arguments, {"sub"});
-         return Value(python_count(self.as_string(),
-                                   string_argument(bound[0], "str.count", "sub")));
+         return Value(
+             python_count(self.as_string(), string_argument(bound[0], "str.count", "sub")));
        }},
-      {"join", [](const Value& self, CallArguments& arguments) {
+      {"join",
+       [](const Value& self, CallArguments& arguments) {
          auto bound = bind_arguments("str.join", arguments, {"iterable"});
          std::string out;
          bool first = true;
          for (const Value& item : iterate(bound[0].value_or(Value()))) {
            if (!item.is_string()) {
-             throw Error(fmt::format("str.join: expected str instance, {} found", item.type_name()));
+             throw Error(
+                 fmt::format("str.join: expected str instance, {} found", item.type_name()));
            }
            if (!first) out += self.as_string();
            out += item.as_string();
@@ -163,17 +176,20 @@ const std::unordered_map<std::string, Method>& string_methods() {
          }
          return Value(std::move(out));
        }},
-      {"isdigit", [](const Value& self, CallArguments&) {
+      {"isdigit",
+       [](const Value& self, CallArguments&) {
          const std::string& s = self.as_string();
          return Value(!s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
            return std::isdigit(static_cast<unsigned char>(c));
          }));
        }},
-      {"isspace", [](const Value& self, CallArguments&) {
+      {"isspace",
+       [](const Value& self, CallArguments&) {
          const std::string& s = self.as_string();
          return Value(!s.empty() && python_strip(s, std::nullopt, true, true).empty());
        }},
-      {"isalpha", [](const Value& self, CallArguments&) {
+      {"isalpha",
+       [](const Value& self, CallArguments&) {
          const std::string& s = self.as_string();
          return Value(!s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
            return std::isalpha(static_cast<unsigned char>(c));
@@ -185,7 +201,8 @@ const std::unordered_map<std::string, Method>& string_methods() {
 
 const std::unordered_map<std::string, Method>& dict_methods() {
   static const std::unordered_map<std::string, Method> methods = {
-      {"get", [](const Value& self, CallArguments& arguments) {
+      {"get",
+       [](const Value& self, CallArguments& arguments) {
          auto bound = bind_arguments("dict.get", arguments, {"key", "default"});
          if (!bound[0]) throw Error("dict.get expected at least 1 argument, got 0");
          if (bound[0]->is_string()) {
@@ -193,7 +210,8 @@ const std::unordered_map<std::string, Method>& dict_methods() {
          }
          return bound[1].value_or(Value::none());
        }},
-      {"items", [](const Value& self, CallArguments& arguments) {
+      {"items",
+       [](const Value& self, CallArguments& arguments) {
          bind_arguments("dict.items", arguments, {});
          List items;
          for (const auto& [key, value] : self.as_dict().entries) {
@@ -201,13 +219,15 @@ const std::unordered_map<std::string, Method>& dict_methods() {
          }
          return Value(std::move(items));
        }},
-      {"keys", [](const Value& self, CallArguments& arguments) {
+      {"keys",
+       [](const Value& self, CallArguments& arguments) {
          bind_arguments("dict.keys", arguments, {});
          List keys;
          for (const auto& entry : self.as_dict().entries) keys.emplace_back(entry.first);
          return Value(std::move(keys));
        }},
-      {"values", [](const Value& self, CallArguments& arguments) {
+      {"values",
+       [](const Value& self, CallArguments& arguments) {
          bind_arguments("dict.values", arguments, {});
          List values;
          for (const auto& entry : self.as_dict().entries) values.push_back(entry.second);
@@ -218,11 +238,13 @@ const std::unordered_map<std::string, Method>& dict_methods() {
 }
 
 bool is_mutating(const Value& object, const std::string& name) {
-  static const char* const kList[] = {"append", "extend", "insert", "pop", "remove", "clear",
-                                      "sort", "reverse"};
+  static const char* const kList[] = {"append", "extend", "insert", "pop",
+                                      "remove", "clear",  "sort",   "reverse"};
   static const char* const kDict[] = {"update", "pop", "popitem", "setdefault", "clear"};
-  if (object.is_list()) return std::find(std::begin(kList), std::end(kList), name) != std::end(kList);
-  if (object.is_dict()) return std::find(std::begin(kDict), std::end(kDict), name) != std::end(kDict);
+  if (object.is_list())
+    return std::find(std::begin(kList), std::end(kList), name) != std::end(kList);
+  if (object.is_dict())
+    return std::find(std::begin(kDict), std::end(kDict), name) != std::end(kDict);
   return false;
 }
 
@@ -284,7 +306,8 @@ Value strftime_now_function(Interpreter&, CallArguments& arguments) {
   std::tm local{};
   localtime_r(&now, &local);
   std::string out(format.size() * 4 + 64, '\0');
-  size_t written = format.empty() ? 0 : std::strftime(out.data(), out.size(), format.c_str(), &local);
+  size_t written =
+      format.empty() ? 0 : std::strftime(out.data(), out.size(), format.c_str(), &local);
   out.resize(written);
   return Value(std::move(out));
 }
@@ -293,8 +316,10 @@ Value strftime_now_function(Interpreter&, CallArguments& arguments) {
 
 std::optional<Value> bound_method(const Value& object, const std::string& name) {
   const std::unordered_map<std::string, Method>* table = nullptr;
-  if (object.is_string()) table = &string_methods();
-  else if (object.is_dict()) table = &dict_methods();
+  if (object.is_string())
+    table = &string_methods();
+  else if (object.is_dict())
+    table = &dict_methods();
   if (table != nullptr) {
     auto it = table->find(name);
     if (it != table->end()) {
@@ -352,8 +377,10 @@ std::vector<std::optional<Value>> bind_arguments(std::string_view function,
 
 List iterate(const Value& value) {
   switch (value.type()) {
-    case Value::Type::kUndefined: return {};
-    case Value::Type::kList: return value.as_list();
+    case Value::Type::kUndefined:
+      return {};
+    case Value::Type::kList:
+      return value.as_list();
     case Value::Type::kDict: {
       List keys;
       for (const auto& entry : value.as_dict().entries) keys.emplace_back(entry.first);
@@ -368,7 +395,8 @@ List iterate(const Value& value) {
       }
       return characters;
     }
-    default: throw Error(fmt::format("'{}' object is not iterable", value.type_name()));
+    default:
+      throw Error(fmt::format("'{}' object is not iterable", value.type_name()));
   }
 }
 

@@ -35,8 +35,8 @@ std::string python_strip(std::string_view text, const std::optional<std::string>
 }
 
 std::vector<std::string> python_split(std::string_view text,
-                                      const std::optional<std::string>& separator,
-                                      int64_t maxsplit, bool from_right) {
+                                      const std::optional<std::string>& separator, int64_t maxsplit,
+                                      bool from_right) {
   std::vector<std::string> parts;
   if (separator) {
     if (!from_right) {

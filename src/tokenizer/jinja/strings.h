@@ -16,8 +16,8 @@ std::string python_strip(std::string_view text, const std::optional<std::string>
                          bool right);
 // str.split / str.rsplit; maxsplit < 0: no limit; no separator: runs of whitespace.
 std::vector<std::string> python_split(std::string_view text,
-                                      const std::optional<std::string>& separator,
-                                      int64_t maxsplit, bool from_right);
+                                      const std::optional<std::string>& separator, int64_t maxsplit,
+                                      bool from_right);
 std::vector<std::string> python_splitlines(std::string_view text);
 std::string python_replace(std::string_view text, std::string_view old, std::string_view new_text,
                            int64_t count);

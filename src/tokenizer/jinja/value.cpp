@@ -26,31 +26,49 @@ double Value::as_double() const {
 bool Value::truthy() const {
   switch (type()) {
     case Type::kUndefined:
-    case Type::kNone: return false;
-    case Type::kBool: return as_bool();
-    case Type::kInt: return as_int() != 0;
-    case Type::kFloat: return as_double() != 0.0;
-    case Type::kString: return !as_string().empty();
-    case Type::kList: return !as_list().empty();
-    case Type::kDict: return !as_dict().entries.empty();
+    case Type::kNone:
+      return false;
+    case Type::kBool:
+      return as_bool();
+    case Type::kInt:
+      return as_int() != 0;
+    case Type::kFloat:
+      return as_double() != 0.0;
+    case Type::kString:
+      return !as_string().empty();
+    case Type::kList:
+      return !as_list().empty();
+    case Type::kDict:
+      return !as_dict().entries.empty();
     case Type::kNamespace:
-    case Type::kCallable: return true;
+    case Type::kCallable:
+      return true;
   }
   return false;
 }
 
 std::string Value::type_name() const {
   switch (type()) {
-    case Type::kUndefined: return "Undefined";
-    case Type::kNone: return "NoneType";
-    case Type::kBool: return "bool";
-    case Type::kInt: return "int";
-    case Type::kFloat: return "float";
-    case Type::kString: return "str";
-    case Type::kList: return "list";
-    case Type::kDict: return "dict";
-    case Type::kNamespace: return "Namespace";
-    case Type::kCallable: return "function";
+    case Type::kUndefined:
+      return "Undefined";
+    case Type::kNone:
+      return "NoneType";
+    case Type::kBool:
+      return "bool";
+    case Type::kInt:
+      return "int";
+    case Type::kFloat:
+      return "float";
+    case Type::kString:
+      return "str";
+    case Type::kList:
+      return "list";
+    case Type::kDict:
+      return "dict";
+    case Type::kNamespace:
+      return "Namespace";
+    case Type::kCallable:
+      return "function";
   }
   return "?";
 }
@@ -114,13 +132,20 @@ std::string python_string_repr(const std::string& text) {
   char quote = (has_single && !has_double) ? '"' : '\'';
   std::string out(1, quote);
   for (unsigned char c : text) {
-    if (c == '\\') out += "\\\\";
-    else if (c == static_cast<unsigned char>(quote)) out += std::string("\\") + quote;
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-    else out += static_cast<char>(c);
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == static_cast<unsigned char>(quote))
+      out += std::string("\\") + quote;
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out += static_cast<char>(c);
   }
   out += quote;
   return out;
@@ -130,16 +155,32 @@ void append_json_string(std::string& out, const std::string& text) {
   out += '"';
   for (unsigned char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
-        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out += static_cast<char>(c);
+        if (c < 0x20)
+          out += fmt::format("\\u{:04x}", c);
+        else
+          out += static_cast<char>(c);
     }
   }
   out += '"';
@@ -152,17 +193,28 @@ void append_json(std::string& out, const Value& value, const JsonOptions& option
   };
   const std::string& item_separator = options.item_separator;
   switch (value.type()) {
-    case Value::Type::kNone: out += "null"; return;
-    case Value::Type::kBool: out += value.as_bool() ? "true" : "false"; return;
-    case Value::Type::kInt: out += std::to_string(value.as_int()); return;
+    case Value::Type::kNone:
+      out += "null";
+      return;
+    case Value::Type::kBool:
+      out += value.as_bool() ? "true" : "false";
+      return;
+    case Value::Type::kInt:
+      out += std::to_string(value.as_int());
+      return;
     case Value::Type::kFloat: {
       double number = value.as_double();
-      if (std::isnan(number)) out += "NaN";
-      else if (std::isinf(number)) out += number > 0 ? "Infinity" : "-Infinity";
-      else out += float_repr(number);
+      if (std::isnan(number))
+        out += "NaN";
+      else if (std::isinf(number))
+        out += number > 0 ? "Infinity" : "-Infinity";
+      else
+        out += float_repr(number);
       return;
     }
-    case Value::Type::kString: append_json_string(out, value.as_string()); return;
+    case Value::Type::kString:
+      append_json_string(out, value.as_string());
+      return;
     case Value::Type::kList: {
       const List& list = value.as_list();
       if (list.empty()) {
@@ -209,8 +261,8 @@ void append_json(std::string& out, const Value& value, const JsonOptions& option
     }
     case Value::Type::kUndefined:
     case Value::Type::kCallable:
-      throw Error(fmt::format("tojson: Object of type {} is not JSON serializable",
-                              value.type_name()));
+      throw Error(
+          fmt::format("tojson: Object of type {} is not JSON serializable", value.type_name()));
   }
 }
 
@@ -218,7 +270,8 @@ void append_json(std::string& out, const Value& value, const JsonOptions& option
 
 std::string to_repr(const Value& value) {
   switch (value.type()) {
-    case Value::Type::kString: return python_string_repr(value.as_string());
+    case Value::Type::kString:
+      return python_string_repr(value.as_string());
     case Value::Type::kList: {
       std::string out = value.is_tuple() ? "(" : "[";
       const List& list = value.as_list();
@@ -238,21 +291,31 @@ std::string to_repr(const Value& value) {
       }
       return out + "}";
     }
-    default: return to_str(value);
+    default:
+      return to_str(value);
   }
 }
 
 std::string to_str(const Value& value) {
   switch (value.type()) {
-    case Value::Type::kUndefined: return "";
-    case Value::Type::kNone: return "None";
-    case Value::Type::kBool: return value.as_bool() ? "True" : "False";
-    case Value::Type::kInt: return std::to_string(value.as_int());
-    case Value::Type::kFloat: return float_repr(value.as_double());
-    case Value::Type::kString: return value.as_string();
-    case Value::Type::kNamespace: return "<Namespace>";
-    case Value::Type::kCallable: return "<function " + value.as_callable().name + ">";
-    default: return to_repr(value);
+    case Value::Type::kUndefined:
+      return "";
+    case Value::Type::kNone:
+      return "None";
+    case Value::Type::kBool:
+      return value.as_bool() ? "True" : "False";
+    case Value::Type::kInt:
+      return std::to_string(value.as_int());
+    case Value::Type::kFloat:
+      return float_repr(value.as_double());
+    case Value::Type::kString:
+      return value.as_string();
+    case Value::Type::kNamespace:
+      return "<Namespace>";
+    case Value::Type::kCallable:
+      return "<function " + value.as_callable().name + ">";
+    default:
+      return to_repr(value);
   }
 }
 
@@ -264,16 +327,21 @@ std::string to_json_text(const Value& value, const JsonOptions& options) {
 
 Value from_json(const nlohmann::ordered_json& json) {
   switch (json.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value::none();
-    case nlohmann::ordered_json::value_t::boolean: return Value(json.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(json.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       uint64_t number = json.get<uint64_t>();
       if (number > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(number));
       return Value(static_cast<int64_t>(number));
     }
-    case nlohmann::ordered_json::value_t::number_float: return Value(json.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(json.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(json.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       List list;
       list.reserve(json.size());
@@ -286,16 +354,21 @@ Value from_json(const nlohmann::ordered_json& json) {
       for (const auto& [key, element] : json.items()) dict->set(key, from_json(element));
       return Value(std::shared_ptr<const Dict>(std::move(dict)));
     }
-    default: return Value::none();  // binary and discarded values do not come from JSON text
+    default:
+      return Value::none();  // binary and discarded values do not come from JSON text
   }
 }
 
 nlohmann::ordered_json to_json(const Value& value) {
   switch (value.type()) {
-    case Value::Type::kBool: return value.as_bool();
-    case Value::Type::kInt: return value.as_int();
-    case Value::Type::kFloat: return value.as_double();
-    case Value::Type::kString: return value.as_string();
+    case Value::Type::kBool:
+      return value.as_bool();
+    case Value::Type::kInt:
+      return value.as_int();
+    case Value::Type::kFloat:
+      return value.as_double();
+    case Value::Type::kString:
+      return value.as_string();
     case Value::Type::kList: {
       auto array = nlohmann::ordered_json::array();
       for (const Value& element : value.as_list()) array.push_back(to_json(element));
@@ -306,7 +379,8 @@ nlohmann::ordered_json to_json(const Value& value) {
       for (const auto& [key, element] : value.as_dict().entries) object[key] = to_json(element);
       return object;
     }
-    default: return nullptr;
+    default:
+      return nullptr;
   }
 }
 
@@ -318,8 +392,10 @@ bool values_equal(const Value& left, const Value& right) {
   if (left.type() != right.type()) return false;
   switch (left.type()) {
     case Value::Type::kUndefined:
-    case Value::Type::kNone: return true;
-    case Value::Type::kString: return left.as_string() == right.as_string();
+    case Value::Type::kNone:
+      return true;
+    case Value::Type::kString:
+      return left.as_string() == right.as_string();
     case Value::Type::kList: {
       const List& a = left.as_list();
       const List& b = right.as_list();
@@ -339,9 +415,12 @@ bool values_equal(const Value& left, const Value& right) {
       }
       return true;
     }
-    case Value::Type::kNamespace: return &left.as_namespace() == &right.as_namespace();
-    case Value::Type::kCallable: return &left.as_callable() == &right.as_callable();
-    default: return false;
+    case Value::Type::kNamespace:
+      return &left.as_namespace() == &right.as_namespace();
+    case Value::Type::kCallable:
+      return &left.as_callable() == &right.as_callable();
+    default:
+      return false;
   }
 }
 
@@ -362,8 +441,8 @@ bool values_less(const Value& left, const Value& right) {
     }
     return a.size() < b.size();
   }
-  throw Error(fmt::format("'<' not supported between instances of '{}' and '{}'",
-                          left.type_name(), right.type_name()));
+  throw Error(fmt::format("'<' not supported between instances of '{}' and '{}'", left.type_name(),
+                          right.type_name()));
 }
 
 std::vector<char32_t> decode_utf8(std::string_view text) {
