@@ -146,7 +146,9 @@ std::string to_repr(const Value& value);
 std::string float_repr(double value);
 
 struct JsonOptions {
-  std::optional<int> indent;  // none: one line with ", " and ": " separators
+  // none: one line; else each element on its own line, indented, item_separator ending the line
+  // (json.dumps' default is "," then; the caller sets it)
+  std::optional<int> indent;
   std::string item_separator = ", ";
   std::string key_separator = ": ";
   bool sort_keys = false;
