@@ -235,7 +235,9 @@ Value Interpreter::make_macro(const std::vector<Parameter>& parameters, const Bo
                               const std::string& name) {
   auto callable = std::make_shared<Callable>();
   callable->name = name;
-  std::shared_ptr<Scope> closure = scope_;
+  // Weak: the scope holds the macro, so a strong reference back would be a cycle that is never
+  // freed. A macro called after its scope ended (carried out of a loop in a namespace) fails.
+  std::weak_ptr<Scope> closure = scope_;
   callable->function = [&parameters, &body, name, closure](Interpreter& self,
                                                            CallArguments& arguments) -> Value {
     if (arguments.positional.size() > parameters.size()) {
@@ -246,7 +248,10 @@ Value Interpreter::make_macro(const std::vector<Parameter>& parameters, const Bo
       throw Error(fmt::format("macro '{}': calls nested deeper than {}", name, kMaxCallDepth));
     }
     auto scope = std::make_shared<Scope>();
-    scope->parent = closure;
+    scope->parent = closure.lock();
+    if (!scope->parent) {
+      throw Error(fmt::format("macro '{}' called after the block that defined it ended", name));
+    }
     std::vector<bool> bound(parameters.size(), false);
     for (size_t i = 0; i < arguments.positional.size(); ++i) {
       scope->variables[parameters[i].name] = arguments.positional[i];
