@@ -42,6 +42,11 @@ class PageAllocator {
 
   // Creates an empty request.
   void add_request(RequestId request);
+  // Creates `request` holding `pages` as its first pages, all full (num_tokens = pages.size() *
+  // page_size); each page's reference count goes up by one. Every page must already be in use
+  // (reference count > 0): sharing is how a prefix cache holds pages and hands a cached prefix to
+  // a new request without copying. `request` must be new.
+  void add_shared_request(RequestId request, std::span<const int32_t> pages);
   bool has_request(RequestId request) const;
   // Grows `request` to hold `num_tokens` tokens in total, allocating pages as needed; all or
   // nothing. Fewer tokens than it holds is an Error (requests never shrink).

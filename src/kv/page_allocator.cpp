@@ -63,6 +63,21 @@ void PageAllocator::add_request(RequestId request) {
   requests_.emplace(request, Request{});
 }
 
+void PageAllocator::add_shared_request(RequestId request, std::span<const int32_t> pages) {
+  PA_CHECK(!requests_.contains(request), "request: id {} already exists", request);
+  for (const int32_t page : pages) {
+    PA_CHECK(page >= 0 && page < num_pages(), "pages: id {} is out of range [0, {})", page,
+             num_pages());
+    PA_CHECK(ref_counts_[static_cast<size_t>(page)] > 0,
+             "pages: page {} is free; only pages in use can be shared", page);
+  }
+  Request entry;
+  entry.pages.assign(pages.begin(), pages.end());
+  entry.num_tokens = static_cast<int64_t>(pages.size()) * page_size_;
+  for (const int32_t page : pages) ++ref_counts_[static_cast<size_t>(page)];
+  requests_.emplace(request, std::move(entry));
+}
+
 bool PageAllocator::has_request(RequestId request) const { return requests_.contains(request); }
 
 AllocStatus PageAllocator::grow(RequestId request, int64_t num_tokens) {

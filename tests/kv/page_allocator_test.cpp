@@ -167,6 +167,36 @@ TEST(PageAllocator, MisuseThrowsAndChangesNothing) {
   allocator.check_consistency();
 }
 
+TEST(PageAllocator, SharedRequestHoldsPagesInUse) {
+  PageAllocator allocator(6, 4);
+  allocator.add_request(1);
+  ASSERT_EQ(allocator.grow(1, 10), AllocStatus::kOk);  // pages 0, 1, 2 (2 partial)
+  const std::vector<int32_t> shared = {0, 1};
+  allocator.add_shared_request(-5, shared);
+  EXPECT_EQ(table(allocator, -5), shared);
+  EXPECT_EQ(allocator.num_tokens(-5), 8);
+  EXPECT_EQ(allocator.ref_count(0), 2);
+  EXPECT_EQ(allocator.ref_count(2), 1);
+  allocator.check_consistency();
+  // The shared request grows into a private page.
+  ASSERT_EQ(allocator.grow(-5, 9), AllocStatus::kOk);
+  EXPECT_EQ(table(allocator, -5)[2], 3);
+  allocator.free(1);  // pages 0 and 1 stay held by -5; page 2 returns
+  EXPECT_EQ(allocator.ref_count(0), 1);
+  EXPECT_EQ(allocator.num_free_pages(), 3);
+  allocator.check_consistency();
+  const std::vector<int32_t> free_page = {2};
+  expect_error([&] { allocator.add_shared_request(9, free_page); },
+               "pages: page 2 is free; only pages in use can be shared");
+  const std::vector<int32_t> bad = {6};
+  expect_error([&] { allocator.add_shared_request(9, bad); }, "pages: id 6 is out of range");
+  expect_error([&] { allocator.add_shared_request(-5, shared); }, "request: id -5 already");
+  EXPECT_FALSE(allocator.has_request(9));
+  allocator.free(-5);
+  EXPECT_EQ(allocator.num_free_pages(), 6);
+  allocator.check_consistency();
+}
+
 // ---- property test ----
 
 struct ModelRequest {

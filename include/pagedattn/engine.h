@@ -1,0 +1,141 @@
+// The engine: requests in, token streams out. It owns the page allocator, the prefix cache, the
+// scheduler and the sampler, and drives a ModelRunner (engine_model_runner.h) one step at a time.
+//
+// Threads: add_request, abort, has_work, wait_for_work and stats may be called from any thread
+// (HTTP handlers); they only touch a locked inbox and a stats snapshot. step() and the other
+// members run on the one engine thread. An abort takes effect at the next step boundary, where
+// the request's pages are freed and its streams get a finishing event (reason abort).
+//
+// One step: drain the inbox (new requests join the waiting queue; aborts finish) -> schedule ->
+// forward -> sample the rows that want logits -> stop checks (stop token ids, EOS unless
+// ignore_eos, stop strings on the detokenized text, max_tokens) -> events to the streams ->
+// release what finished. n > 1 choices share the prompt's full pages: the later choices wait
+// for the first one's prefill and then take references to its pages (no copy).
+//
+// Invalid parameters make add_request throw Error (the message names the parameter), so a
+// server can answer 400 before anything is queued. A request the KV pool could never hold
+// finishes with kError (prompt) or kLength (its output outgrew the pool) instead of waiting.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "pagedattn/engine_model_runner.h"
+#include "pagedattn/engine_request.h"
+#include "pagedattn/engine_stop.h"
+
+namespace pagedattn {
+class PageAllocator;
+}
+
+namespace pagedattn::engine {
+
+class KvManager;
+class Scheduler;
+class Sampler;
+
+struct EngineConfig {
+  int32_t num_pages = 0;   // allocation pages of the runner's KV pool
+  int32_t page_size = 16;  // tokens per allocation page
+  int64_t max_tokens_per_step = 2048;  // token budget per step; <= 0: unbounded
+  int32_t max_running = 256;
+  int64_t max_model_length = 4096;
+  bool prefix_cache = true;
+  std::vector<int32_t> eos_token_ids;
+  uint64_t seed = 0;  // requests without a seed get one derived from this and their id
+};
+
+struct EngineStats {
+  int64_t num_waiting = 0;  // sequences (choices) waiting or preempted
+  int64_t num_running = 0;
+  int32_t num_pages = 0;
+  int32_t num_free_pages = 0;
+  int32_t num_cached_pages = 0;      // held by the prefix cache (some may be in use too)
+  int64_t prefix_hit_tokens = 0;     // prompt tokens served from the prefix cache
+  int64_t prefix_query_tokens = 0;   // prompt tokens looked up in it
+  int64_t num_preemptions = 0;
+  int64_t num_steps = 0;
+  int64_t num_computed_tokens = 0;   // tokens through the model
+  int64_t num_generated_tokens = 0;  // tokens sampled
+  int64_t num_finished = 0;          // requests (all choices done)
+};
+
+class Engine {
+ public:
+  Engine(EngineConfig config, ModelRunner& runner, DetokenizerFactory detokenizer = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  struct Handle {
+    int64_t id = 0;
+    std::shared_ptr<RequestStream> stream;
+  };
+  // Any thread. Validates (throws Error naming the bad parameter) and queues the request.
+  Handle add_request(std::vector<int32_t> prompt, SamplingParams params);
+  // Any thread. Unknown or finished ids are ignored.
+  void abort(int64_t request);
+  void abort_all();
+  // Any thread: whether a request is queued, waiting or running.
+  bool has_work() const;
+  // Any thread (the engine thread idles here): waits until has_work() or the timeout.
+  bool wait_for_work(std::chrono::milliseconds timeout);
+  EngineStats stats() const;
+  ModelLimits limits() const { return limits_; }
+  const EngineConfig& config() const { return config_; }
+
+  // Engine thread. Runs one step; false when there was nothing to do.
+  bool step();
+  // Engine thread. Frees every cached page no request uses; returns how many.
+  int32_t clear_prefix_cache();
+  // Engine thread. Throws Error if the allocator, the cache or the sequences disagree.
+  void check_consistency() const;
+  const PageAllocator& allocator() const;
+
+ private:
+  struct Choice;
+  struct Request;
+  struct Inbox;
+
+  void drain_inbox();
+  void start_request(int64_t id, std::vector<int32_t> prompt, SamplingParams params,
+                     std::shared_ptr<RequestStream> stream);
+  // Samples the token of one logits row for `choice`, applies the stop checks and fills the
+  // choice's pending event.
+  void advance(Choice& choice, std::span<const float> logits);
+  void finish(Choice& choice, FinishReason reason, std::string error = {});
+  void flush_events(Choice& choice);
+  void publish_stats();
+
+  EngineConfig config_;
+  ModelRunner& runner_;
+  DetokenizerFactory detokenizer_;
+  ModelLimits limits_;
+
+  std::unique_ptr<PageAllocator> allocator_;
+  std::unique_ptr<KvManager> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Sampler> sampler_;
+  std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;  // live, engine thread
+  std::unordered_map<SequenceId, Choice*> choices_;
+  SequenceId next_sequence_ = 0;
+  std::vector<float> logits_;
+
+  std::unique_ptr<Inbox> inbox_;
+  std::atomic<int64_t> next_request_{0};
+  std::atomic<int64_t> live_requests_{0};
+  mutable std::mutex stats_mutex_;
+  EngineStats stats_;
+  int64_t num_steps_ = 0;
+  int64_t num_computed_tokens_ = 0;
+  int64_t num_generated_tokens_ = 0;
+  int64_t num_finished_ = 0;
+};
+
+}  // namespace pagedattn::engine

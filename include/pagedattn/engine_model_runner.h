@@ -1,0 +1,54 @@
+// What the engine asks of a model: the plan of one step and the ModelRunner interface.
+//
+// A step is a list of sequences, decodes first (one token each) then prefill chunks. For each:
+// the new tokens, the position of the first one (= the tokens whose KV is already in the pages;
+// the new tokens sit at first_position, first_position + 1, ...), the block table (allocation
+// page ids covering first_position + new tokens, page size `page_size`: position x lives in
+// page block_table[x / page_size] at offset x % page_size), and how many of its last rows want
+// logits (0 for a prefill chunk that does not reach the end, else 1).
+//
+// The runner writes the KV of every new token into its slot and attends each token over
+// positions [0, its position] of its own sequence, reading earlier KV through the block table.
+// Pages that several sequences share (a cached prefix, or the prompt of n > 1 choices) are full
+// and lie entirely below first_position of each of them: no step ever writes a shared page, and
+// the engine never asks the runner to copy or fork a page.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace pagedattn::engine {
+
+using SequenceId = int64_t;
+
+struct ScheduledSequence {
+  SequenceId sequence = 0;
+  std::vector<int32_t> token_ids;    // [num_new_tokens]
+  int64_t first_position = 0;        // tokens of this sequence already in the KV pages
+  std::vector<int32_t> block_table;  // [ceil((first_position + num_new_tokens) / page_size)]
+  int32_t num_logit_rows = 0;        // 0 or 1: logits of the last num_logit_rows new tokens
+  int64_t num_new_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int64_t context_length() const { return first_position + num_new_tokens(); }
+};
+
+struct StepPlan {
+  int32_t page_size = 0;
+  std::vector<ScheduledSequence> sequences;  // decodes first, then prefill chunks
+  int32_t num_decodes = 0;     // sequences[0 .. num_decodes) are single-token decodes
+  int64_t num_tokens = 0;      // sum of num_new_tokens
+  int32_t num_logit_rows = 0;  // sum of num_logit_rows: the rows forward() writes
+  bool empty() const { return sequences.empty(); }
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual int32_t vocab_size() const = 0;
+  // Runs one step. `logits` is [plan.num_logit_rows, vocab_size()] f32, row-major; row r is the
+  // r-th logit row in plan order (sequence by sequence). Throws Error on failure; the engine
+  // then finishes the step's sequences with FinishReason::kError.
+  virtual void forward(const StepPlan& plan, std::span<float> logits) = 0;
+};
+
+}  // namespace pagedattn::engine

@@ -1,0 +1,389 @@
+// The engine loop (see engine.h): inbox, step, sampling, stop checks, events.
+//
+// A request is a set of choices (Sequence + detokenizer + stop matcher + the event being filled
+// this step). The inbox is the only state shared with other threads besides the stats snapshot
+// and the live-request counter; everything else belongs to the thread that calls step().
+#include "pagedattn/engine.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "pagedattn/engine_kv.h"
+#include "pagedattn/engine_sampler.h"
+#include "pagedattn/engine_scheduler.h"
+#include "pagedattn/page_allocator.h"
+
+namespace pagedattn::engine {
+
+struct Engine::Choice {
+  Sequence sequence;
+  Request* request = nullptr;
+  std::unique_ptr<IncrementalDetokenizer> detokenizer;
+  std::unique_ptr<StopStringMatcher> stops;
+  RequestEvent pending;
+  bool sent_first = false;
+};
+
+struct Engine::Request {
+  int64_t id = 0;
+  SamplingParams params;
+  uint64_t seed = 0;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<std::unique_ptr<Choice>> choices;
+  int32_t unfinished = 0;
+};
+
+struct Engine::Inbox {
+  struct Pending {
+    int64_t id;
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+    std::shared_ptr<RequestStream> stream;
+  };
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::vector<Pending> added;
+  std::vector<int64_t> aborted;
+  bool abort_all = false;
+};
+
+Engine::Engine(EngineConfig config, ModelRunner& runner, DetokenizerFactory detokenizer)
+    : config_(std::move(config)), runner_(runner), detokenizer_(std::move(detokenizer)) {
+  PA_CHECK(config_.num_pages >= 1, "num_pages: {} (expected >= 1)", config_.num_pages);
+  PA_CHECK(config_.page_size >= 1, "page_size: {} (expected >= 1)", config_.page_size);
+  PA_CHECK(config_.max_running >= 1, "max_running: {} (expected >= 1)", config_.max_running);
+  PA_CHECK(config_.max_model_length >= 2, "max_model_length: {} (expected >= 2)",
+           config_.max_model_length);
+  limits_ = ModelLimits{runner_.vocab_size(), config_.max_model_length};
+  PA_CHECK(limits_.vocab_size >= 1, "runner: vocab_size {} (expected >= 1)", limits_.vocab_size);
+  for (const int32_t eos : config_.eos_token_ids) {
+    PA_CHECK(eos >= 0 && eos < limits_.vocab_size, "eos_token_ids: {} outside [0, {})", eos,
+             limits_.vocab_size);
+  }
+  allocator_ = std::make_unique<PageAllocator>(config_.num_pages, config_.page_size);
+  kv_ = std::make_unique<KvManager>(*allocator_, config_.prefix_cache);
+  scheduler_ = std::make_unique<Scheduler>(
+      SchedulerConfig{config_.max_tokens_per_step, config_.max_running}, *kv_);
+  sampler_ = std::make_unique<Sampler>();
+  inbox_ = std::make_unique<Inbox>();
+  publish_stats();
+}
+
+Engine::~Engine() {
+  // Streams still open get an abort, so no consumer waits forever.
+  for (auto& [id, request] : requests_) {
+    for (auto& choice : request->choices) {
+      if (choice->sequence.status != SequenceStatus::kFinished) {
+        RequestEvent event;
+        event.index = choice->sequence.index;
+        event.finish_reason = FinishReason::kAbort;
+        event.error = "the engine shut down";
+        request->stream->push(std::move(event));
+      }
+    }
+  }
+  std::lock_guard lock(inbox_->mutex);
+  for (auto& pending : inbox_->added) {
+    for (int32_t index = 0; index < pending.params.n; ++index) {
+      RequestEvent event;
+      event.index = index;
+      event.finish_reason = FinishReason::kAbort;
+      event.error = "the engine shut down";
+      pending.stream->push(std::move(event));
+    }
+  }
+}
+
+const PageAllocator& Engine::allocator() const { return *allocator_; }
+
+Engine::Handle Engine::add_request(std::vector<int32_t> prompt, SamplingParams params) {
+  validate(params, static_cast<int64_t>(prompt.size()), limits_);
+  for (const int32_t token : prompt) {
+    PA_CHECK(token >= 0 && token < limits_.vocab_size,
+             "prompt: token {} is outside the vocabulary [0, {})", token, limits_.vocab_size);
+  }
+  PA_CHECK(params.stop.empty() || detokenizer_,
+           "stop: stop strings need a detokenizer, and this engine has none");
+  Handle handle;
+  handle.id = next_request_.fetch_add(1);
+  handle.stream = std::make_shared<RequestStream>(params.n);
+  {
+    std::lock_guard lock(inbox_->mutex);
+    live_requests_.fetch_add(1);
+    inbox_->added.push_back({handle.id, std::move(prompt), std::move(params), handle.stream});
+  }
+  inbox_->wake.notify_all();
+  return handle;
+}
+
+void Engine::abort(int64_t request) {
+  {
+    std::lock_guard lock(inbox_->mutex);
+    inbox_->aborted.push_back(request);
+  }
+  inbox_->wake.notify_all();
+}
+
+void Engine::abort_all() {
+  {
+    std::lock_guard lock(inbox_->mutex);
+    inbox_->abort_all = true;
+  }
+  inbox_->wake.notify_all();
+}
+
+bool Engine::has_work() const { return live_requests_.load() > 0; }
+
+bool Engine::wait_for_work(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(inbox_->mutex);
+  return inbox_->wake.wait_for(lock, timeout, [&] {
+    return live_requests_.load() > 0 || !inbox_->aborted.empty() || inbox_->abort_all;
+  });
+}
+
+void Engine::start_request(int64_t id, std::vector<int32_t> prompt, SamplingParams params,
+                           std::shared_ptr<RequestStream> stream) {
+  auto request = std::make_unique<Request>();
+  request->id = id;
+  request->seed = params.seed ? *params.seed : config_.seed * 0x9e3779b97f4a7c15ULL + uint64_t(id);
+  request->stream = std::move(stream);
+  const int64_t prompt_length = static_cast<int64_t>(prompt.size());
+  const int64_t max_output = resolved_max_tokens(params, prompt_length, limits_);
+  request->params = std::move(params);
+  request->unfinished = request->params.n;
+  for (int32_t index = 0; index < request->params.n; ++index) {
+    auto choice = std::make_unique<Choice>();
+    choice->request = request.get();
+    Sequence& sequence = choice->sequence;
+    sequence.id = next_sequence_++;
+    sequence.request = id;
+    sequence.index = index;
+    sequence.tokens = prompt;
+    sequence.prompt_length = prompt_length;
+    sequence.max_output = max_output;
+    if (index > 0) sequence.share_from = &request->choices.front()->sequence;
+    if (detokenizer_) choice->detokenizer = detokenizer_(prompt);
+    if (!request->params.stop.empty()) {
+      choice->stops = std::make_unique<StopStringMatcher>(request->params.stop);
+    }
+    choice->pending.index = index;
+    choices_.emplace(sequence.id, choice.get());
+    request->choices.push_back(std::move(choice));
+  }
+  for (auto& choice : request->choices) scheduler_->add(&choice->sequence);
+  requests_.emplace(id, std::move(request));
+}
+
+void Engine::drain_inbox() {
+  std::vector<Inbox::Pending> added;
+  std::vector<int64_t> aborted;
+  bool all = false;
+  {
+    std::lock_guard lock(inbox_->mutex);
+    added.swap(inbox_->added);
+    aborted.swap(inbox_->aborted);
+    all = std::exchange(inbox_->abort_all, false);
+  }
+  for (auto& pending : added) {
+    start_request(pending.id, std::move(pending.prompt), std::move(pending.params),
+                  std::move(pending.stream));
+  }
+  if (all) {
+    aborted.clear();
+    for (const auto& [id, request] : requests_) aborted.push_back(id);
+  }
+  for (const int64_t id : aborted) {
+    const auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    Request* request = it->second.get();
+    for (size_t i = 0; requests_.contains(id) && i < request->choices.size(); ++i) {
+      Choice& choice = *request->choices[i];
+      if (choice.sequence.status != SequenceStatus::kFinished) finish(choice, FinishReason::kAbort);
+    }
+  }
+}
+
+void Engine::flush_events(Choice& choice) {
+  RequestEvent& event = choice.pending;
+  if (event.token_ids.empty() && event.text.empty() && !event.finished()) return;
+  if (!choice.sent_first) {
+    event.num_prompt_tokens = choice.sequence.prompt_length;
+    event.num_cached_tokens = std::max<int64_t>(choice.sequence.num_cached_tokens, 0);
+    choice.sent_first = true;
+  }
+  choice.request->stream->push(std::move(event));
+  event = RequestEvent{};
+  event.index = choice.sequence.index;
+}
+
+void Engine::finish(Choice& choice, FinishReason reason, std::string error) {
+  Sequence& sequence = choice.sequence;
+  scheduler_->remove(&sequence);  // releases the pages (already removed when rejected)
+  if (choice.detokenizer && reason != FinishReason::kAbort && reason != FinishReason::kError &&
+      choice.pending.stop_string.empty()) {
+    std::string text = choice.detokenizer->flush();
+    if (choice.stops) {
+      StopStringMatcher::Result result = choice.stops->push(text);
+      text = std::move(result.text);
+      if (result.stop) {
+        choice.pending.stop_string = *result.stop;
+        reason = FinishReason::kStop;
+      } else {
+        text += choice.stops->flush();
+      }
+    }
+    choice.pending.text += text;
+  }
+  choice.pending.finish_reason = reason;
+  choice.pending.error = std::move(error);
+  flush_events(choice);
+  choices_.erase(sequence.id);
+  Request* request = choice.request;
+  if (--request->unfinished == 0) {
+    ++num_finished_;
+    requests_.erase(request->id);  // destroys `choice`
+    live_requests_.fetch_sub(1);
+  }
+}
+
+void Engine::advance(Choice& choice, std::span<const float> logits) {
+  Sequence& sequence = choice.sequence;
+  const Request& request = *choice.request;
+  const SamplingParams& params = request.params;
+  SampleContext context;
+  context.prompt = std::span<const int32_t>(sequence.tokens).first(
+      static_cast<size_t>(sequence.prompt_length));
+  context.output = std::span<const int32_t>(sequence.tokens).subspan(
+      static_cast<size_t>(sequence.prompt_length));
+  context.seed = request.seed;
+  context.choice = static_cast<uint64_t>(sequence.index);
+  context.position = static_cast<uint64_t>(sequence.num_output());
+  TokenLogprob sampled = sampler_->sample(logits, params, context);
+  const int32_t token = sampled.token;
+  sequence.tokens.push_back(token);
+  ++num_generated_tokens_;
+  choice.pending.token_ids.push_back(token);
+  if (params.logprobs) choice.pending.logprobs.push_back(std::move(sampled));
+
+  const auto contains = [](const std::vector<int32_t>& ids, int32_t id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  if (contains(params.stop_token_ids, token) ||
+      (!params.ignore_eos && contains(config_.eos_token_ids, token))) {
+    choice.pending.stop_token = token;
+    finish(choice, FinishReason::kStop);
+    return;
+  }
+  if (choice.detokenizer) {
+    std::string text = choice.detokenizer->push(token);
+    if (choice.stops) {
+      StopStringMatcher::Result result = choice.stops->push(text);
+      choice.pending.text += result.text;
+      if (result.stop) {
+        choice.pending.stop_string = *result.stop;
+        finish(choice, FinishReason::kStop);
+        return;
+      }
+    } else {
+      choice.pending.text += text;
+    }
+  }
+  if (sequence.num_output() >= sequence.max_output) finish(choice, FinishReason::kLength);
+}
+
+bool Engine::step() {
+  drain_inbox();
+  ScheduleResult result = scheduler_->schedule();
+  for (Sequence* sequence : result.rejected) {
+    Choice& choice = *choices_.at(sequence->id);
+    const int32_t pages = kv_->pages_for(sequence->num_tokens());
+    if (sequence->num_output() == 0) {
+      finish(choice, FinishReason::kError,
+             fmt::format("prompt: {} tokens need {} KV pages of {} tokens; the pool has {}",
+                         sequence->num_tokens(), pages, config_.page_size, config_.num_pages));
+    } else {
+      finish(choice, FinishReason::kLength,
+             fmt::format("the KV pool ({} pages of {} tokens) cannot hold {} tokens",
+                         config_.num_pages, config_.page_size, sequence->num_tokens()));
+    }
+  }
+  const bool worked = !result.plan.empty() || !result.rejected.empty();
+  if (result.plan.empty()) {
+    publish_stats();
+    return worked;
+  }
+  ++num_steps_;
+  num_computed_tokens_ += result.plan.num_tokens;
+  const size_t vocab = static_cast<size_t>(limits_.vocab_size);
+  logits_.resize(static_cast<size_t>(result.plan.num_logit_rows) * vocab);
+  try {
+    runner_.forward(result.plan, logits_);
+  } catch (const Error& error) {
+    for (Sequence* sequence : result.scheduled) {
+      finish(*choices_.at(sequence->id), FinishReason::kError,
+             std::string("model: ") + error.what());
+    }
+    publish_stats();
+    return true;
+  }
+  scheduler_->complete(result);
+  size_t row = 0;
+  for (size_t i = 0; i < result.scheduled.size(); ++i) {
+    if (result.plan.sequences[i].num_logit_rows == 0) continue;
+    Choice& choice = *choices_.at(result.scheduled[i]->id);
+    advance(choice, std::span<const float>(logits_).subspan(row * vocab, vocab));
+    ++row;
+  }
+  for (auto& [id, choice] : choices_) flush_events(*choice);
+  publish_stats();
+  return true;
+}
+
+int32_t Engine::clear_prefix_cache() {
+  RadixCache* cache = kv_->prefix_cache();
+  const int32_t freed = cache ? cache->clear() : 0;
+  publish_stats();
+  return freed;
+}
+
+void Engine::check_consistency() const {
+  allocator_->check_consistency();
+  if (const RadixCache* cache = kv_->prefix_cache()) cache->check_consistency();
+  for (const auto& [id, choice] : choices_) {
+    const Sequence& sequence = choice->sequence;
+    const bool held = allocator_->has_request(sequence.id);
+    PA_CHECK(held == (sequence.status == SequenceStatus::kRunning),
+             "engine: sequence {} is {} but {} pages", sequence.id,
+             static_cast<int>(sequence.status), held ? "holds" : "holds no");
+    if (held) {
+      PA_CHECK(allocator_->num_tokens(sequence.id) >= sequence.num_computed,
+               "engine: sequence {} computed {} tokens but holds pages for {}", sequence.id,
+               sequence.num_computed, allocator_->num_tokens(sequence.id));
+    }
+  }
+}
+
+void Engine::publish_stats() {
+  EngineStats stats;
+  stats.num_waiting = static_cast<int64_t>(scheduler_->num_waiting());
+  stats.num_running = static_cast<int64_t>(scheduler_->num_running());
+  stats.num_pages = allocator_->num_pages();
+  stats.num_free_pages = allocator_->num_free_pages();
+  stats.num_cached_pages = kv_->prefix_cache() ? kv_->prefix_cache()->num_cached_pages() : 0;
+  stats.prefix_hit_tokens = kv_->prefix_hit_tokens();
+  stats.prefix_query_tokens = kv_->prefix_query_tokens();
+  stats.num_preemptions = scheduler_->num_preemptions();
+  stats.num_steps = num_steps_;
+  stats.num_computed_tokens = num_computed_tokens_;
+  stats.num_generated_tokens = num_generated_tokens_;
+  stats.num_finished = num_finished_;
+  std::lock_guard lock(stats_mutex_);
+  stats_ = stats;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return stats_;
+}
+
+}  // namespace pagedattn::engine

@@ -1,0 +1,186 @@
+// The scheduler (see engine_scheduler.h for the policy).
+//
+// A step's passes: decodes, running prefill chunks, admissions. `scheduled_step` marks what this
+// step already holds, so a preemption never takes back pages a scheduled sequence will write.
+#include "pagedattn/engine_scheduler.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/check.h"
+
+namespace pagedattn::engine {
+
+Scheduler::Scheduler(SchedulerConfig config, KvManager& kv) : config_(config), kv_(kv) {
+  PA_CHECK(config_.max_running >= 1, "max_running: {} (expected >= 1)", config_.max_running);
+}
+
+void Scheduler::add(Sequence* sequence) {
+  PA_CHECK(sequence != nullptr && sequence->num_tokens() >= 1,
+           "sequence: null or without tokens");
+  sequence->status = SequenceStatus::kWaiting;
+  sequence->num_computed = 0;
+  waiting_.push_back(sequence);
+}
+
+void Scheduler::remove(Sequence* sequence) {
+  if (sequence->status == SequenceStatus::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), sequence));
+    kv_.release(sequence->id);
+  } else if (sequence->status == SequenceStatus::kWaiting ||
+             sequence->status == SequenceStatus::kPreempted) {
+    const auto it = std::find(waiting_.begin(), waiting_.end(), sequence);
+    if (it != waiting_.end()) waiting_.erase(it);
+  }
+  sequence->status = SequenceStatus::kFinished;
+  for (Sequence* other : waiting_) {
+    if (other->share_from == sequence) other->share_from = nullptr;
+  }
+  for (Sequence* other : running_) {
+    if (other->share_from == sequence) other->share_from = nullptr;
+  }
+}
+
+int32_t Scheduler::sibling_pages(const Sequence& sequence) const {
+  return static_cast<int32_t>((sequence.prompt_length - 1) / kv_.page_size());
+}
+
+bool Scheduler::blocked_on_sibling(Sequence* sequence) {
+  Sequence* source = sequence->share_from;
+  if (source == nullptr) return false;
+  if (source->status != SequenceStatus::kRunning || sibling_pages(*sequence) == 0) {
+    sequence->share_from = nullptr;  // share nothing; the prefix cache may still help
+    return false;
+  }
+  return source->num_computed < static_cast<int64_t>(sibling_pages(*sequence)) * kv_.page_size();
+}
+
+void Scheduler::preempt(Sequence* victim) {
+  running_.erase(std::find(running_.begin(), running_.end(), victim));
+  kv_.release(victim->id);
+  victim->num_computed = 0;
+  victim->num_offered_pages = 0;
+  victim->status = SequenceStatus::kPreempted;
+  ++victim->num_preemptions;
+  ++num_preemptions_;
+  waiting_.push_front(victim);
+}
+
+Sequence* Scheduler::newest_unscheduled(const Sequence* except) const {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if (*it != except && (*it)->scheduled_step != step_) return *it;
+  }
+  return nullptr;
+}
+
+void Scheduler::schedule_tokens(Sequence* sequence, int64_t count, ScheduleResult* result) {
+  ScheduledSequence entry;
+  entry.sequence = sequence->id;
+  const auto begin = sequence->tokens.begin() + static_cast<ptrdiff_t>(sequence->num_computed);
+  entry.token_ids.assign(begin, begin + static_cast<ptrdiff_t>(count));
+  entry.first_position = sequence->num_computed;
+  const auto table = kv_.block_table(sequence->id);
+  entry.block_table.assign(table.begin(), table.end());
+  entry.num_logit_rows = sequence->num_computed + count == sequence->num_tokens() ? 1 : 0;
+  result->plan.num_tokens += count;
+  result->plan.num_logit_rows += entry.num_logit_rows;
+  if (count == 1 && entry.num_logit_rows == 1 && result->plan.num_decodes ==
+                                                     static_cast<int32_t>(result->plan.sequences.size())) {
+    ++result->plan.num_decodes;
+  }
+  result->plan.sequences.push_back(std::move(entry));
+  result->scheduled.push_back(sequence);
+  sequence->scheduled_step = step_;
+}
+
+ScheduleResult Scheduler::schedule() {
+  ++step_;
+  ScheduleResult result;
+  result.plan.page_size = kv_.page_size();
+  int64_t budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step
+                                                   : std::numeric_limits<int64_t>::max();
+  bool stop_running = false;
+
+  // Passes 1 and 2 over the running sequences: decodes, then prefill chunks.
+  for (const bool decodes : {true, false}) {
+    for (size_t i = 0; i < running_.size() && budget > 0 && !stop_running; ++i) {
+      Sequence* sequence = running_[i];
+      const int64_t remaining = sequence->num_tokens() - sequence->num_computed;
+      if ((remaining == 1) != decodes || sequence->scheduled_step == step_) continue;
+      const int64_t count = std::min(remaining, budget);
+      bool granted = true;
+      while (!kv_.grow(sequence->id, sequence->num_computed + count)) {
+        Sequence* victim = newest_unscheduled(decodes ? nullptr : sequence);
+        if (victim == nullptr && !decodes && result.scheduled.empty()) victim = sequence;
+        if (victim == nullptr) {
+          granted = false;  // a prefill chunk waits while scheduled work holds the pages
+          break;
+        }
+        const size_t victim_index = static_cast<size_t>(
+            std::find(running_.begin(), running_.end(), victim) - running_.begin());
+        preempt(victim);
+        result.preempted.push_back(victim);
+        if (victim_index <= i) --i;  // keep i on the sequence after the current one
+        if (victim == sequence) {
+          granted = false;
+          stop_running = decodes;  // the newest decode gave way: nothing newer can grow
+          break;
+        }
+      }
+      if (!granted) continue;
+      schedule_tokens(sequence, count, &result);
+      budget -= count;
+    }
+  }
+
+  // Pass 3: admissions, front first; a sequence that cannot get its pages blocks the rest (FCFS).
+  if (result.preempted.empty()) {
+    for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 &&
+                                     running_.size() < static_cast<size_t>(config_.max_running);) {
+      Sequence* sequence = *it;
+      if (!kv_.fits_alone(sequence->num_tokens())) {
+        result.rejected.push_back(sequence);
+        sequence->status = SequenceStatus::kFinished;
+        it = waiting_.erase(it);
+        continue;
+      }
+      if (blocked_on_sibling(sequence)) {
+        ++it;
+        continue;
+      }
+      int64_t reused = 0;
+      if (sequence->share_from != nullptr) {
+        const int32_t pages = sibling_pages(*sequence);
+        kv_.admit_shared(sequence->id, sequence->share_from->id, pages);
+        reused = static_cast<int64_t>(pages) * kv_.page_size();
+      } else {
+        reused = kv_.admit(sequence->id, sequence->tokens);
+      }
+      const int64_t count = std::min(sequence->num_tokens() - reused, budget);
+      if (!kv_.grow(sequence->id, reused + count)) {
+        kv_.release(sequence->id);
+        break;
+      }
+      sequence->share_from = nullptr;
+      if (sequence->num_cached_tokens < 0) sequence->num_cached_tokens = reused;
+      sequence->num_computed = reused;
+      sequence->status = SequenceStatus::kRunning;
+      it = waiting_.erase(it);
+      running_.push_back(sequence);
+      schedule_tokens(sequence, count, &result);
+      budget -= count;
+    }
+  }
+  return result;
+}
+
+void Scheduler::complete(const ScheduleResult& result) {
+  for (size_t i = 0; i < result.scheduled.size(); ++i) {
+    Sequence* sequence = result.scheduled[i];
+    sequence->num_computed += result.plan.sequences[i].num_new_tokens();
+    sequence->num_offered_pages = kv_.cache(sequence->id, sequence->tokens, sequence->num_computed,
+                                            sequence->num_offered_pages);
+  }
+}
+
+}  // namespace pagedattn::engine
