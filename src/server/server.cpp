@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <sys/socket.h>
+
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -174,6 +176,7 @@ void Server::start() {
   }
   PA_CHECK(impl.bound_port > 0, "server: cannot listen on {}:{} (address in use or invalid?)",
            impl.config.host, impl.config.port);
+  ::listen(impl.http.listening_socket(), SOMAXCONN);
   impl.started = true;
   impl.engine_thread = std::thread([&impl] { impl.engine_loop(); });
   impl.http_thread = std::thread([&impl] { impl.http.listen_after_bind(); });

@@ -21,6 +21,14 @@ namespace pagedattn::server {
 
 using Clock = std::chrono::steady_clock;
 
+// httplib::Server with its listening socket reachable: httplib 0.11 listens with a backlog of 5,
+// which drops the SYNs of a burst of clients (each then retries a second later); start() listens
+// again on the bound socket with a backlog of SOMAXCONN.
+class HttpServer : public httplib::Server {
+ public:
+  socket_t listening_socket() const { return svr_sock_; }
+};
+
 struct Server::Impl {
   Impl(ServerConfig config, engine::Engine& engine, const TextFront& front);
 
@@ -35,7 +43,7 @@ struct Server::Impl {
   engine::Engine& engine;
   const TextFront& front;
   ParseContext context;
-  httplib::Server http;
+  HttpServer http;
   std::thread http_thread;
   std::thread engine_thread;
   int bound_port = 0;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstring>
 
 namespace pagedattn::server::testing {
 
@@ -119,6 +120,14 @@ HttpResponse raw_request(int port, const std::string& raw) {
       const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
       if (n <= 0) break;
       received.append(buffer, static_cast<size_t>(n));
+      // A server may keep the connection open (keep-alive); a response whose length is known
+      // is complete once that many body bytes are in.
+      HttpResponse head;
+      const size_t body = parse_head(received, head);
+      if (body != std::string::npos && head.headers.contains("content-length") &&
+          received.size() - body >= std::stoul(head.headers["content-length"])) {
+        break;
+      }
     }
   }
   ::close(fd);
@@ -141,12 +150,16 @@ StreamResult stream_request(int port, const std::string& path, const std::string
                             const std::function<bool(const std::string&)>& on_event) {
   StreamResult result;
   const int fd = connect_loopback(port);
-  if (fd < 0) return result;
+  if (fd < 0) {
+    result.failure = std::string("connect: ") + std::strerror(errno);
+    return result;
+  }
   const std::string raw = "POST " + path +
                           " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                           "Content-Type: application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
   if (!send_all(fd, raw)) {
+    result.failure = std::string("send: ") + std::strerror(errno);
     ::close(fd);
     return result;
   }
@@ -157,7 +170,10 @@ StreamResult stream_request(int port, const std::string& path, const std::string
   char buffer[16384];
   for (;;) {
     const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) break;
+    if (n <= 0) {
+      result.failure = n == 0 ? "closed by the server" : std::string("recv: ") + std::strerror(errno);
+      break;
+    }
     if (body_start == std::string::npos) {
       received.append(buffer, static_cast<size_t>(n));
       body_start = parse_head(received, head);
@@ -188,7 +204,10 @@ StreamResult stream_request(int port, const std::string& path, const std::string
         return result;
       }
     }
-    if (last) break;
+    if (last) {
+      result.failure.clear();
+      break;
+    }
   }
   result.body += text;
   ::close(fd);

@@ -32,6 +32,7 @@ struct StreamResult {
   std::vector<std::string> events;  // "data:" payloads in order ("[DONE]" included)
   std::string body;                 // the whole de-chunked body
   bool hung_up = false;             // the callback asked to stop
+  std::string failure;  // why no complete stream: connect / send / recv errno text; empty if ok
 };
 
 // POSTs `body` to `path` and reads the SSE stream; `on_event(payload)` returning false closes the

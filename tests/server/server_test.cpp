@@ -2,6 +2,7 @@
 // and completions compared with the greedy reference (no engine) decoded by the whole-buffer
 // UTF-8 decoder; the SSE framing (role first, content, the finish chunk, usage, [DONE]); n > 1;
 // logprobs shape; stop strings; /v1/models, /health, /metrics; the request log line.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "server/http_client.h"
@@ -40,7 +41,7 @@ TEST(Server, CompletionsStopsAtEos) {
   std::string prompt;
   std::vector<int32_t> expected;
   for (int seed = 0; seed < 200; ++seed) {
-    prompt = "p" + std::to_string(seed);
+    prompt = fmt::format("p{}", seed);
     expected = greedy_tokens(bytes_of(prompt), 400, false);
     if (expected.back() == kEos) break;
   }
