@@ -209,7 +209,7 @@ TEST(ServerBadInput, QueueFullIs503) {
     });
   }
   // Both are in the engine once the pending gauge says so.
-  for (int wait = 0; wait < 500; ++wait) {
+  for (int wait = 0; wait < 2000; ++wait) {
     if (server.server().metrics_text().find("pagedattn_num_requests_pending 2\n") !=
         std::string::npos) {
       break;

@@ -34,7 +34,7 @@ void collect(TestServer& server, Collected* out) {
 
 void wait_pending(TestServer& server, int count) {
   const std::string line = "pagedattn_num_requests_pending " + std::to_string(count) + "\n";
-  for (int wait = 0; wait < 1000; ++wait) {
+  for (int wait = 0; wait < 4000; ++wait) {
     if (server.server().metrics_text().find(line) != std::string::npos) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -52,7 +52,7 @@ TEST(ServerShutdown, RunningRequestsFinishWithinTheGrace) {
   std::thread stopper([&] { report = server.server().shutdown(std::chrono::seconds(20)); });
   // Draining: health and new requests are refused while the three run on.
   HttpResponse health;
-  for (int wait = 0; wait < 200 && health.status != 503; ++wait) {
+  for (int wait = 0; wait < 4000 && health.status != 503; ++wait) {
     health = http_request(server.port(), "GET", "/health");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -83,9 +83,16 @@ TEST(ServerShutdown, PastTheGraceRequestsAreAborted) {
   wait_pending(server, 2);
   ShutdownReport report;
   std::thread stopper([&] { report = server.server().shutdown(std::chrono::milliseconds(100)); });
-  // The engine thread is inside a paused forward(); the abort lands at the step boundary after
-  // it resumes.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The engine thread is inside a paused forward(); once the server says it is aborting (the
+  // grace is over), the model resumes and the abort lands at the next step boundary.
+  bool aborting = false;
+  for (int wait = 0; wait < 2000 && !aborting; ++wait) {
+    for (const std::string& line : server.log_lines()) {
+      if (line.rfind("shutdown: aborting 2 requests", 0) == 0) aborting = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(aborting);
   server.model().resume();
   stopper.join();
   for (std::thread& client : clients) client.join();
