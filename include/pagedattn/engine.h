@@ -41,8 +41,8 @@ class Scheduler;
 class Sampler;
 
 struct EngineConfig {
-  int32_t num_pages = 0;   // allocation pages of the runner's KV pool
-  int32_t page_size = 16;  // tokens per allocation page
+  int32_t num_pages = 0;               // allocation pages of the runner's KV pool
+  int32_t page_size = 16;              // tokens per allocation page
   int64_t max_tokens_per_step = 2048;  // token budget per step; <= 0: unbounded
   int32_t max_running = 256;
   int64_t max_model_length = 4096;
@@ -56,14 +56,19 @@ struct EngineStats {
   int64_t num_running = 0;
   int32_t num_pages = 0;
   int32_t num_free_pages = 0;
-  int32_t num_cached_pages = 0;      // held by the prefix cache (some may be in use too)
-  int64_t prefix_hit_tokens = 0;     // prompt tokens served from the prefix cache
-  int64_t prefix_query_tokens = 0;   // prompt tokens looked up in it
+  int32_t num_cached_pages = 0;     // held by the prefix cache (some may be in use too)
+  int64_t prefix_hit_tokens = 0;    // prompt tokens served from the prefix cache
+  int64_t prefix_query_tokens = 0;  // prompt tokens looked up in it
   int64_t num_preemptions = 0;
   int64_t num_steps = 0;
   int64_t num_computed_tokens = 0;   // tokens through the model
   int64_t num_generated_tokens = 0;  // tokens sampled
   int64_t num_finished = 0;          // requests (all choices done)
+  // Host time spent, over all steps: inbox + scheduling + plan building; the runner's forward;
+  // sampling, stop checks and events. Their ratio is the host overhead per step.
+  double schedule_seconds = 0.0;
+  double forward_seconds = 0.0;
+  double sample_seconds = 0.0;
 };
 
 class Engine {
@@ -136,6 +141,9 @@ class Engine {
   int64_t num_computed_tokens_ = 0;
   int64_t num_generated_tokens_ = 0;
   int64_t num_finished_ = 0;
+  double schedule_seconds_ = 0.0;
+  double forward_seconds_ = 0.0;
+  double sample_seconds_ = 0.0;
 };
 
 }  // namespace pagedattn::engine

@@ -35,9 +35,9 @@ struct ScheduledSequence {
 struct StepPlan {
   int32_t page_size = 0;
   std::vector<ScheduledSequence> sequences;  // decodes first, then prefill chunks
-  int32_t num_decodes = 0;     // sequences[0 .. num_decodes) are single-token decodes
-  int64_t num_tokens = 0;      // sum of num_new_tokens
-  int32_t num_logit_rows = 0;  // sum of num_logit_rows: the rows forward() writes
+  int32_t num_decodes = 0;                   // sequences[0 .. num_decodes) are single-token decodes
+  int64_t num_tokens = 0;                    // sum of num_new_tokens
+  int32_t num_logit_rows = 0;                // sum of num_logit_rows: the rows forward() writes
   bool empty() const { return sequences.empty(); }
 };
 

@@ -21,12 +21,12 @@
 namespace pagedattn::engine {
 
 struct SamplingParams {
-  int32_t n = 1;                // choices per request; they share the prompt's full pages
-  double temperature = 1.0;     // >= 0; 0 (or below 1e-5) is greedy
-  double top_p = 1.0;           // (0, 1]
-  int32_t top_k = -1;           // -1 or 0: off; else >= 1
-  double min_p = 0.0;           // [0, 1]: drop tokens below min_p * the top probability
-  std::optional<uint64_t> seed;  // same seed, same output, whatever else is in the batch
+  int32_t n = 1;                    // choices per request; they share the prompt's full pages
+  double temperature = 1.0;         // >= 0; 0 (or below 1e-5) is greedy
+  double top_p = 1.0;               // (0, 1]
+  int32_t top_k = -1;               // -1 or 0: off; else >= 1
+  double min_p = 0.0;               // [0, 1]: drop tokens below min_p * the top probability
+  std::optional<uint64_t> seed;     // same seed, same output, whatever else is in the batch
   double repetition_penalty = 1.0;  // > 0; over prompt + output
   double presence_penalty = 0.0;    // [-2, 2]; over output
   double frequency_penalty = 0.0;   // [-2, 2]; over output
@@ -79,9 +79,9 @@ struct RequestEvent {
   std::vector<TokenLogprob> logprobs;  // one per new token when logprobs were asked
   std::string text;                    // new text (with a detokenizer; stop strings withheld)
   FinishReason finish_reason = FinishReason::kNone;
-  std::string stop_string;               // the stop string that matched, if one did
-  std::optional<int32_t> stop_token;     // the EOS / stop token that finished it, if one did
-  std::string error;                     // why, for kError (and kLength by the pool)
+  std::string stop_string;            // the stop string that matched, if one did
+  std::optional<int32_t> stop_token;  // the EOS / stop token that finished it, if one did
+  std::string error;                  // why, for kError (and kLength by the pool)
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache (first admission)
   bool finished() const { return finish_reason != FinishReason::kNone; }

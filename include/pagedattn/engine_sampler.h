@@ -52,6 +52,7 @@ class Sampler {
   std::vector<uint8_t> seen_;    // per token: in prompt or output; zero between calls
   std::vector<int32_t> touched_;
   std::vector<int32_t> candidates_;
+  std::vector<float> weights_;  // exp(logit - max) of the candidates, for the draw
 };
 
 bool is_greedy(const SamplingParams& params);

@@ -34,8 +34,8 @@ struct Sequence {
   int32_t index = 0;            // choice index among the request's n
   std::vector<int32_t> tokens;  // the prompt, then the generated tokens
   int64_t prompt_length = 0;
-  int64_t max_output = 0;    // output budget (max_tokens)
-  int64_t num_computed = 0;  // tokens whose KV is in the sequence's pages
+  int64_t max_output = 0;         // output budget (max_tokens)
+  int64_t num_computed = 0;       // tokens whose KV is in the sequence's pages
   int32_t num_offered_pages = 0;  // full pages already offered to the prefix cache
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t num_cached_tokens = -1;  // reused tokens at first admission; -1: not admitted yet

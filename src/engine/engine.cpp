@@ -251,10 +251,10 @@ void Engine::advance(Choice& choice, std::span<const float> logits) {
   const Request& request = *choice.request;
   const SamplingParams& params = request.params;
   SampleContext context;
-  context.prompt = std::span<const int32_t>(sequence.tokens).first(
-      static_cast<size_t>(sequence.prompt_length));
-  context.output = std::span<const int32_t>(sequence.tokens).subspan(
-      static_cast<size_t>(sequence.prompt_length));
+  context.prompt =
+      std::span<const int32_t>(sequence.tokens).first(static_cast<size_t>(sequence.prompt_length));
+  context.output = std::span<const int32_t>(sequence.tokens)
+                       .subspan(static_cast<size_t>(sequence.prompt_length));
   context.seed = request.seed;
   context.choice = static_cast<uint64_t>(sequence.index);
   context.position = static_cast<uint64_t>(sequence.num_output());
@@ -291,7 +291,16 @@ void Engine::advance(Choice& choice, std::span<const float> logits) {
   if (sequence.num_output() >= sequence.max_output) finish(choice, FinishReason::kLength);
 }
 
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
 bool Engine::step() {
+  const auto start = std::chrono::steady_clock::now();
   drain_inbox();
   ScheduleResult result = scheduler_->schedule();
   for (Sequence* sequence : result.rejected) {
@@ -308,6 +317,7 @@ bool Engine::step() {
     }
   }
   const bool worked = !result.plan.empty() || !result.rejected.empty();
+  schedule_seconds_ += seconds_since(start);
   if (result.plan.empty()) {
     publish_stats();
     return worked;
@@ -316,8 +326,10 @@ bool Engine::step() {
   num_computed_tokens_ += result.plan.num_tokens;
   const size_t vocab = static_cast<size_t>(limits_.vocab_size);
   logits_.resize(static_cast<size_t>(result.plan.num_logit_rows) * vocab);
+  const auto forward_start = std::chrono::steady_clock::now();
   try {
     runner_.forward(result.plan, logits_);
+    forward_seconds_ += seconds_since(forward_start);
   } catch (const Error& error) {
     for (Sequence* sequence : result.scheduled) {
       finish(*choices_.at(sequence->id), FinishReason::kError,
@@ -326,6 +338,7 @@ bool Engine::step() {
     publish_stats();
     return true;
   }
+  const auto sample_start = std::chrono::steady_clock::now();
   scheduler_->complete(result);
   size_t row = 0;
   for (size_t i = 0; i < result.scheduled.size(); ++i) {
@@ -335,6 +348,7 @@ bool Engine::step() {
     ++row;
   }
   for (auto& [id, choice] : choices_) flush_events(*choice);
+  sample_seconds_ += seconds_since(sample_start);
   publish_stats();
   return true;
 }
@@ -377,6 +391,9 @@ void Engine::publish_stats() {
   stats.num_computed_tokens = num_computed_tokens_;
   stats.num_generated_tokens = num_generated_tokens_;
   stats.num_finished = num_finished_;
+  stats.schedule_seconds = schedule_seconds_;
+  stats.forward_seconds = forward_seconds_;
+  stats.sample_seconds = sample_seconds_;
   std::lock_guard lock(stats_mutex_);
   stats_ = stats;
 }

@@ -1,11 +1,10 @@
 // KvManager (see engine_kv.h): the allocator calls, with eviction from the prefix cache on
 // shortage.
-#include "pagedattn/engine_kv.h"
-
 #include <algorithm>
 #include <vector>
 
 #include "core/check.h"
+#include "pagedattn/engine_kv.h"
 
 namespace pagedattn::engine {
 
@@ -19,8 +18,7 @@ int64_t KvManager::admit(SequenceId sequence, std::span<const int32_t> tokens) {
     allocator_.add_request(sequence);
     return 0;
   }
-  const RadixCache::Match match =
-      cache_->match(tokens, static_cast<int64_t>(tokens.size()) - 1);
+  const RadixCache::Match match = cache_->match(tokens, static_cast<int64_t>(tokens.size()) - 1);
   allocator_.add_shared_request(sequence, match.pages);
   hit_tokens_ += match.num_tokens;
   query_tokens_ += static_cast<int64_t>(tokens.size());
@@ -38,14 +36,14 @@ void KvManager::admit_shared(SequenceId sequence, SequenceId source, int32_t num
 bool KvManager::grow(SequenceId sequence, int64_t num_tokens) {
   if (allocator_.grow(sequence, num_tokens) == AllocStatus::kOk) return true;
   if (!cache_) return false;
-  const int32_t short_by = allocator_.pages_needed(sequence, num_tokens) -
-                           allocator_.num_free_pages();
+  const int32_t short_by =
+      allocator_.pages_needed(sequence, num_tokens) - allocator_.num_free_pages();
   cache_->evict(short_by);
   return allocator_.grow(sequence, num_tokens) == AllocStatus::kOk;
 }
 
-int32_t KvManager::cache(SequenceId sequence, std::span<const int32_t> tokens,
-                         int64_t num_computed, int32_t num_offered) {
+int32_t KvManager::cache(SequenceId sequence, std::span<const int32_t> tokens, int64_t num_computed,
+                         int32_t num_offered) {
   const int32_t full = static_cast<int32_t>(num_computed / page_size());
   if (!cache_ || full <= num_offered) return std::max(full, num_offered);
   const auto table = allocator_.block_table(sequence);

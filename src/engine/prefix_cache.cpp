@@ -3,13 +3,12 @@
 // Walks compare whole pages: a child is found by its first page's tokens (the map key), then
 // compared page by page. A split gives the head and the tail fresh allocator holders before the
 // old holder is freed, so no page's count ever passes through zero.
-#include "pagedattn/engine_prefix_cache.h"
-
 #include <algorithm>
 #include <queue>
 #include <utility>
 
 #include "core/check.h"
+#include "pagedattn/engine_prefix_cache.h"
 
 namespace pagedattn::engine {
 
@@ -42,10 +41,9 @@ size_t RadixCache::common_pages(const Node& node, std::span<const int32_t> token
   const size_t p = static_cast<size_t>(page_size_);
   limit = std::min(limit, node.pages.size());
   size_t same = 0;
-  while (same < limit &&
-         std::equal(node.tokens.begin() + static_cast<ptrdiff_t>(same * p),
-                    node.tokens.begin() + static_cast<ptrdiff_t>((same + 1) * p),
-                    tokens.begin() + static_cast<ptrdiff_t>((page + same) * p))) {
+  while (same < limit && std::equal(node.tokens.begin() + static_cast<ptrdiff_t>(same * p),
+                                    node.tokens.begin() + static_cast<ptrdiff_t>((same + 1) * p),
+                                    tokens.begin() + static_cast<ptrdiff_t>((page + same) * p))) {
     ++same;
   }
   return same;
@@ -67,7 +65,8 @@ RadixCache::Node* RadixCache::split(Node* node, size_t num_pages) {
   head->last_used = node->last_used;
   head->holder = hold(head->pages);
   const RequestId old_holder = node->holder;
-  node->tokens.erase(node->tokens.begin(), node->tokens.begin() + static_cast<ptrdiff_t>(num_pages * p));
+  node->tokens.erase(node->tokens.begin(),
+                     node->tokens.begin() + static_cast<ptrdiff_t>(num_pages * p));
   node->pages.erase(node->pages.begin(), node->pages.begin() + static_cast<ptrdiff_t>(num_pages));
   node->holder = hold(node->pages);
   allocator_.free(old_holder);
@@ -109,8 +108,8 @@ RadixCache::Match RadixCache::match(std::span<const int32_t> tokens, int64_t max
 int32_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t> pages) {
   const size_t p = static_cast<size_t>(page_size_);
   PA_CHECK(tokens.size() >= pages.size() * p,
-           "prefix cache: {} tokens cannot fill {} pages of {} tokens", tokens.size(),
-           pages.size(), p);
+           "prefix cache: {} tokens cannot fill {} pages of {} tokens", tokens.size(), pages.size(),
+           p);
   ++clock_;
   Node* node = &root_;
   size_t page = 0;

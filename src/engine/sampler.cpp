@@ -2,13 +2,12 @@
 //
 // The scratch vectors are vocab-sized and reused across calls; counts_ and seen_ are reset
 // through touched_, so a row costs O(vocab) plus O(prompt + output), not O(vocab) allocations.
-#include "pagedattn/engine_sampler.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "core/check.h"
+#include "pagedattn/engine_sampler.h"
 
 namespace pagedattn::engine {
 
@@ -112,13 +111,23 @@ void Sampler::filter(std::span<float> logits, const SamplingParams& params) {
     });
   }
   if (params.top_p < 1.0) {
-    std::sort(candidates_.begin(), candidates_.end(), order);
-    const double top = logits[static_cast<size_t>(candidates_.front())];
+    // Only the head of the order matters: sort the best `sorted` candidates, and sort more
+    // (x4) only while their mass falls short of top_p (a large vocabulary is never fully sorted
+    // in the usual case).
+    const double top = static_cast<double>(max_logit);
     double total = 0.0;
     for (const int32_t t : candidates_) total += std::exp(logits[static_cast<size_t>(t)] - top);
+    const double target = params.top_p * total;
     double mass = 0.0;
     size_t keep = 0;
-    while (keep < candidates_.size() && mass < params.top_p * total) {
+    size_t sorted = 0;
+    while (keep < candidates_.size() && mass < target) {
+      if (keep == sorted) {
+        sorted = std::min(candidates_.size(), std::max<size_t>(64, sorted * 4));
+        std::partial_sort(candidates_.begin() + static_cast<ptrdiff_t>(keep),
+                          candidates_.begin() + static_cast<ptrdiff_t>(sorted), candidates_.end(),
+                          order);
+      }
       mass += std::exp(logits[static_cast<size_t>(candidates_[keep])] - top);
       ++keep;
     }
@@ -143,27 +152,40 @@ TokenLogprob Sampler::sample(std::span<const float> logits, const SamplingParams
                              const SampleContext& context) {
   PA_CHECK(!logits.empty(), "sampler: an empty logits row");
   const size_t vocab = logits.size();
-  work_.assign(logits.begin(), logits.end());
-  apply_bias_and_penalties(work_, params, context);
+  const bool modifies = !params.logit_bias.empty() || params.repetition_penalty != 1.0 ||
+                        params.presence_penalty != 0.0 || params.frequency_penalty != 0.0;
   TokenLogprob result;
   if (is_greedy(params)) {
+    // Plain greedy reads the row in place; ties and NaN go to the lowest id.
+    if (modifies) {
+      work_.assign(logits.begin(), logits.end());
+      apply_bias_and_penalties(work_, params, context);
+    }
+    const std::span<const float> row = modifies ? std::span<const float>(work_) : logits;
     size_t best = 0;
     for (size_t t = 1; t < vocab; ++t) {
-      if (work_[t] > work_[best] || std::isnan(work_[best])) best = t;
+      if (row[t] > row[best] || std::isnan(row[best])) best = t;
     }
     result.token = static_cast<int32_t>(best);
   } else {
+    work_.assign(logits.begin(), logits.end());
+    apply_bias_and_penalties(work_, params, context);
     filter(work_, params);
-    const double top = *std::max_element(work_.begin(), work_.end());
+    float top = kNegInf;
+    for (const int32_t t : candidates_) top = std::max(top, work_[static_cast<size_t>(t)]);
+    weights_.resize(candidates_.size());
     double total = 0.0;
-    for (const int32_t t : candidates_) total += std::exp(work_[static_cast<size_t>(t)] - top);
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      weights_[i] = std::exp(work_[static_cast<size_t>(candidates_[i])] - top);
+      total += weights_[i];
+    }
     const double target = sampling_uniform(context.seed, context.choice, context.position) * total;
     double cumulative = 0.0;
     result.token = candidates_.back();
-    for (const int32_t t : candidates_) {
-      cumulative += std::exp(work_[static_cast<size_t>(t)] - top);
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      cumulative += weights_[i];
       if (target < cumulative) {
-        result.token = t;
+        result.token = candidates_[i];
         break;
       }
     }
@@ -183,10 +205,10 @@ TokenLogprob Sampler::sample(std::span<const float> logits, const SamplingParams
       candidates_.resize(vocab);
       for (size_t t = 0; t < vocab; ++t) candidates_[t] = static_cast<int32_t>(t);
       std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(n),
-                        candidates_.end(), [&](int32_t a, int32_t b) {
-                          return before(logits, a, b);
-                        });
-      for (size_t i = 0; i < n; ++i) result.top.emplace_back(candidates_[i], logprob(candidates_[i]));
+                        candidates_.end(),
+                        [&](int32_t a, int32_t b) { return before(logits, a, b); });
+      for (size_t i = 0; i < n; ++i)
+        result.top.emplace_back(candidates_[i], logprob(candidates_[i]));
     }
   }
   return result;

@@ -2,12 +2,11 @@
 //
 // A step's passes: decodes, running prefill chunks, admissions. `scheduled_step` marks what this
 // step already holds, so a preemption never takes back pages a scheduled sequence will write.
-#include "pagedattn/engine_scheduler.h"
-
 #include <algorithm>
 #include <limits>
 
 #include "core/check.h"
+#include "pagedattn/engine_scheduler.h"
 
 namespace pagedattn::engine {
 
@@ -16,8 +15,7 @@ Scheduler::Scheduler(SchedulerConfig config, KvManager& kv) : config_(config), k
 }
 
 void Scheduler::add(Sequence* sequence) {
-  PA_CHECK(sequence != nullptr && sequence->num_tokens() >= 1,
-           "sequence: null or without tokens");
+  PA_CHECK(sequence != nullptr && sequence->num_tokens() >= 1, "sequence: null or without tokens");
   sequence->status = SequenceStatus::kWaiting;
   sequence->num_computed = 0;
   waiting_.push_back(sequence);
@@ -84,8 +82,8 @@ void Scheduler::schedule_tokens(Sequence* sequence, int64_t count, ScheduleResul
   entry.num_logit_rows = sequence->num_computed + count == sequence->num_tokens() ? 1 : 0;
   result->plan.num_tokens += count;
   result->plan.num_logit_rows += entry.num_logit_rows;
-  if (count == 1 && entry.num_logit_rows == 1 && result->plan.num_decodes ==
-                                                     static_cast<int32_t>(result->plan.sequences.size())) {
+  if (count == 1 && entry.num_logit_rows == 1 &&
+      result->plan.num_decodes == static_cast<int32_t>(result->plan.sequences.size())) {
     ++result->plan.num_decodes;
   }
   result->plan.sequences.push_back(std::move(entry));

@@ -43,7 +43,8 @@ std::vector<Spec> make_specs(uint64_t seed, size_t count) {
   for (Spec& spec : specs) {
     spec.prompt = prefixes[static_cast<size_t>(uniform(0, 3))];
     const int64_t suffix = uniform(spec.prompt.empty() ? 1 : 0, 40);
-    for (int64_t i = 0; i < suffix; ++i) spec.prompt.push_back(static_cast<int32_t>(uniform(0, kVocab - 2)));
+    for (int64_t i = 0; i < suffix; ++i)
+      spec.prompt.push_back(static_cast<int32_t>(uniform(0, kVocab - 2)));
     SamplingParams& params = spec.params;
     const int64_t room = kModelLength - static_cast<int64_t>(spec.prompt.size());
     params.max_tokens = static_cast<int32_t>(std::min<int64_t>(room, uniform(1, 40)));
@@ -134,7 +135,8 @@ TEST_P(EngineProperty, SameOutputAsAloneNoLeaksEveryRequestAnsweredOnce) {
   const Reference& ref = reference();
   EngineConfig config;
   config.page_size = c.page_size;
-  const int32_t pages_for_one = static_cast<int32_t>((kModelLength + c.page_size - 1) / c.page_size);
+  const int32_t pages_for_one =
+      static_cast<int32_t>((kModelLength + c.page_size - 1) / c.page_size);
   // Small: one longest request and a page more, so concurrent requests preempt each other.
   config.num_pages = c.small_pool ? pages_for_one + 1 : pages_for_one * 24;
   config.max_tokens_per_step = c.budget;
@@ -143,9 +145,15 @@ TEST_P(EngineProperty, SameOutputAsAloneNoLeaksEveryRequestAnsweredOnce) {
   config.prefix_cache = c.prefix_cache;
   config.eos_token_ids = kEos;
   const RunSummary summary = run_specs(config, ref.specs, kVocab);
-  if (c.budget > 0) EXPECT_LE(summary.max_step_tokens, c.budget);
-  if (c.small_pool && c.budget != 1) EXPECT_GT(summary.stats.num_preemptions, 0) << "the small pool never preempted";
-  if (c.prefix_cache) EXPECT_GT(summary.stats.prefix_hit_tokens, 0);
+  if (c.budget > 0) {
+    EXPECT_LE(summary.max_step_tokens, c.budget);
+  }
+  if (c.small_pool && c.budget != 1) {  // budget 1 runs one request at a time
+    EXPECT_GT(summary.stats.num_preemptions, 0) << "the small pool never preempted";
+  }
+  if (c.prefix_cache) {
+    EXPECT_GT(summary.stats.prefix_hit_tokens, 0);
+  }
   for (size_t i = 0; i < ref.specs.size(); ++i) {
     const Spec& spec = ref.specs[i];
     for (size_t k = 0; k < summary.outcomes[i].size(); ++k) {

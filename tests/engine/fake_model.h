@@ -72,9 +72,9 @@ class FakeModel : public ModelRunner {
     for (const ScheduledSequence& entry : plan.sequences) {
       const int64_t context = entry.context_length();
       PA_CHECK(!entry.token_ids.empty(), "fake: a sequence with no new tokens");
-      PA_CHECK(static_cast<int64_t>(entry.block_table.size()) >=
-                   (context + page_size_ - 1) / page_size_,
-               "fake: block table of {} pages for {} tokens", entry.block_table.size(), context);
+      PA_CHECK(
+          static_cast<int64_t>(entry.block_table.size()) >= (context + page_size_ - 1) / page_size_,
+          "fake: block table of {} pages for {} tokens", entry.block_table.size(), context);
       for (int64_t i = 0; i < entry.num_new_tokens(); ++i) {
         const int64_t position = entry.first_position + i;
         const int32_t page = entry.block_table[static_cast<size_t>(position / page_size_)];

@@ -73,7 +73,8 @@ RefResult reference(const std::vector<float>& raw, const SamplingParams& params,
   if (params.top_p < 1.0) {
     double mass = 0;
     size_t n = 0;
-    while (n < order.size() && mass < params.top_p * total) mass += std::exp(l[size_t(order[n++])] - top);
+    while (n < order.size() && mass < params.top_p * total)
+      mass += std::exp(l[size_t(order[n++])] - top);
     order.resize(std::max<size_t>(n, 1));
   }
   result.probs.assign(vocab, 0.0);
@@ -126,7 +127,9 @@ TEST(Sampler, ProcessedLogitsAndKeptSetsMatchFloat64Reference) {
     for (size_t t = 0; t < got.size(); ++t) {
       const bool kept = ref.greedy >= 0 || ref.probs[t] > 0.0;
       ASSERT_EQ(std::isfinite(got[t]), kept) << "token " << t;
-      if (kept) ASSERT_NEAR(got[t], ref.logits[t], 1e-4 * (1 + std::abs(ref.logits[t])));
+      if (kept) {
+        ASSERT_NEAR(got[t], ref.logits[t], 1e-4 * (1 + std::abs(ref.logits[t])));
+      }
     }
     const TokenLogprob sampled = sampler.sample(logits, params, context);
     if (ref.greedy >= 0) {
@@ -255,7 +258,8 @@ TEST(Sampler, GreedyTiesTakeLowestIdAndBiasCanForceAToken) {
   EXPECT_EQ(sampler.sample(logits, params, {}).token, 3);
   params.temperature = 1.0;
   params.logit_bias = {{0, -100.0f}, {1, -100.0f}, {2, -100.0f}};
-  for (uint64_t i = 0; i < 50; ++i) EXPECT_EQ(sampler.sample(logits, params, {{}, {}, 1, 0, i}).token, 3);
+  for (uint64_t i = 0; i < 50; ++i)
+    EXPECT_EQ(sampler.sample(logits, params, {{}, {}, 1, 0, i}).token, 3);
 }
 
 TEST(SamplingParams, ValidationNamesTheParameter) {
