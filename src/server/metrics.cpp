@@ -129,6 +129,15 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t pending_re
   out += fmt::format("pagedattn_num_preemptions_total {}\n", stats.num_preemptions);
   header(out, "pagedattn_engine_steps_total", "counter", "Engine steps run.");
   out += fmt::format("pagedattn_engine_steps_total {}\n", stats.num_steps);
+  header(out, "pagedattn_engine_seconds_total", "counter",
+         "Engine-thread time by phase (schedule: inbox, scheduling, plans; forward: the model; "
+         "sample: sampling, stop checks, events).");
+  out += fmt::format("pagedattn_engine_seconds_total{{phase=\"schedule\"}} {}\n",
+                     stats.schedule_seconds);
+  out += fmt::format("pagedattn_engine_seconds_total{{phase=\"forward\"}} {}\n",
+                     stats.forward_seconds);
+  out += fmt::format("pagedattn_engine_seconds_total{{phase=\"sample\"}} {}\n",
+                     stats.sample_seconds);
   return out;
 }
 
