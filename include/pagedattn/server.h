@@ -44,9 +44,9 @@ struct ServerConfig {
 };
 
 struct ShutdownReport {
-  int64_t num_aborted = 0;      // requests still running when the grace period ended
-  int32_t num_pages = 0;        // the engine's pool
-  int32_t num_free_pages = 0;   // after clearing the prefix cache: num_pages unless a leak
+  int64_t num_aborted = 0;     // requests still running when the grace period ended
+  int32_t num_pages = 0;       // the engine's pool
+  int32_t num_free_pages = 0;  // after clearing the prefix cache: num_pages unless a leak
 };
 
 class Server {

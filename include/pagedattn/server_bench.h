@@ -19,9 +19,9 @@ struct BenchServeOptions {
   std::string model;                          // empty: the first of GET /v1/models
   std::string endpoint = "completions";       // completions | chat
   int32_t num_requests = 100;
-  double rate = 0.0;  // requests per second; <= 0: all at once
-  int32_t input_len = 64;   // words per prompt
-  int32_t output_len = 64;  // max_tokens, ignore_eos
+  double rate = 0.0;            // requests per second; <= 0: all at once
+  int32_t input_len = 64;       // words per prompt
+  int32_t output_len = 64;      // max_tokens, ignore_eos
   int32_t max_concurrency = 0;  // <= 0: unbounded
   uint64_t seed = 0;
   double timeout_seconds = 600.0;  // per request

@@ -54,9 +54,9 @@ LatencySummary summarize(const std::vector<double>& seconds) {
   return summary;
 }
 
-const char* const kWords[] = {"the",  "of",    "and",   "to",    "a",     "in",   "was",
-                              "her",  "it",    "that",  "not",   "be",    "she",  "he",
-                              "his",  "as",    "had",   "with",  "for",   "you",  "Elizabeth",
+const char* const kWords[] = {"the",  "of",    "and",    "to",     "a",    "in",   "was",
+                              "her",  "it",    "that",   "not",    "be",   "she",  "he",
+                              "his",  "as",    "had",    "with",   "for",  "you",  "Elizabeth",
                               "Emma", "house", "sister", "letter", "walk", "ball", "family"};
 
 std::string random_prompt(std::mt19937_64& random, int32_t words) {
@@ -164,8 +164,7 @@ std::string first_model(const std::string& url) {
   const httplib::Result result = client.Get("/v1/models");
   PA_CHECK(result, "bench serve: --url {}: cannot reach GET /v1/models ({})", url,
            httplib::to_string(result.error()));
-  PA_CHECK(result->status == 200, "bench serve: GET {}/v1/models answered {}", url,
-           result->status);
+  PA_CHECK(result->status == 200, "bench serve: GET {}/v1/models answered {}", url, result->status);
   const Json body = Json::parse(result->body, nullptr, false);
   PA_CHECK(!body.is_discarded() && body.contains("data") && body["data"].is_array() &&
                !body["data"].empty() && body["data"][0].contains("id"),
@@ -248,18 +247,19 @@ BenchServeResult run_bench_serve(const BenchServeOptions& options) {
 }
 
 std::string format_bench_serve(const BenchServeOptions& options, const BenchServeResult& result) {
-  std::string out = fmt::format(
-      "bench serve: {} {} requests to {} ({}), input {} words, output {} tokens\n",
-      options.num_requests,
-      options.rate > 0.0 ? fmt::format("Poisson at {:.2f}/s", options.rate)
-                         : std::string("all at once"),
-      options.url, options.endpoint, options.input_len, options.output_len);
+  std::string out =
+      fmt::format("bench serve: {} {} requests to {} ({}), input {} words, output {} tokens\n",
+                  options.num_requests,
+                  options.rate > 0.0 ? fmt::format("Poisson at {:.2f}/s", options.rate)
+                                     : std::string("all at once"),
+                  options.url, options.endpoint, options.input_len, options.output_len);
   out += fmt::format("  completed {}  failed {}  duration {:.2f} s\n", result.num_completed,
                      result.num_failed, result.duration_seconds);
-  out += fmt::format("  request throughput {:.2f} req/s  output throughput {:.1f} tok/s  "
-                     "(prompt tokens {}, output tokens {})\n",
-                     result.request_throughput, result.output_throughput,
-                     result.total_prompt_tokens, result.total_output_tokens);
+  out += fmt::format(
+      "  request throughput {:.2f} req/s  output throughput {:.1f} tok/s  "
+      "(prompt tokens {}, output tokens {})\n",
+      result.request_throughput, result.output_throughput, result.total_prompt_tokens,
+      result.total_output_tokens);
   out += fmt::format("  {:<10} {:>10} {:>10} {:>10} {:>10}\n", "ms", "mean", "p50", "p90", "p99");
   const auto row = [&](const char* name, const LatencySummary& summary) {
     out += fmt::format("  {:<10} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f}\n", name, summary.mean,

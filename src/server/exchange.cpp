@@ -15,16 +15,15 @@
 namespace pagedattn::server {
 
 namespace {
-double seconds(Clock::duration duration) {
-  return std::chrono::duration<double>(duration).count();
-}
+double seconds(Clock::duration duration) { return std::chrono::duration<double>(duration).count(); }
 }  // namespace
 
 void Exchange::apply(const engine::RequestEvent& event) {
   if (event.index < 0 || event.index >= static_cast<int32_t>(choices.size())) return;
   ChoiceState& choice = choices[static_cast<size_t>(event.index)];
   if (!event.token_ids.empty() && !first_token) first_token = Clock::now();
-  if (event.num_prompt_tokens > 0 && event.index == 0) usage.cached_tokens = event.num_cached_tokens;
+  if (event.num_prompt_tokens > 0 && event.index == 0)
+    usage.cached_tokens = event.num_cached_tokens;
   usage.completion_tokens += static_cast<int64_t>(event.token_ids.size());
   choice.output.text += event.text;
   choice.output.logprobs.insert(choice.output.logprobs.end(), event.logprobs.begin(),
@@ -136,8 +135,8 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
   exchange->start = start;
   exchange->last_write = start;
   const int64_t number = next_id.fetch_add(1);
-  exchange->head = {endpoint, fmt::format("{}-{}", endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl",
-                                          number),
+  exchange->head = {endpoint,
+                    fmt::format("{}-{}", endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl", number),
                     static_cast<int64_t>(std::time(nullptr)), exchange->request.model};
   exchange->usage.prompt_tokens = static_cast<int64_t>(exchange->request.prompt.size());
   exchange->choices.resize(static_cast<size_t>(exchange->request.params.n));
@@ -164,9 +163,10 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
     }
     std::vector<detail::ChoiceOutput> outputs;
     for (const Exchange::ChoiceState& choice : exchange->choices) outputs.push_back(choice.output);
-    response.set_content(detail::completion_body(exchange->head, outputs, exchange->request.logprobs,
-                                                 exchange->usage, front),
-                         "application/json");
+    response.set_content(
+        detail::completion_body(exchange->head, outputs, exchange->request.logprobs,
+                                exchange->usage, front),
+        "application/json");
     return;
   }
 

@@ -30,12 +30,11 @@ void Histogram::render(const std::string& name, std::string& out) const {
 }
 
 namespace {
-const std::vector<double> kLatencyBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
-                                            0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
-                                            20.0,  40.0,  80.0};
-const std::vector<double> kTokenBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
-                                          0.1,   0.15,   0.2,   0.3,  0.4,   0.5,  0.75,
-                                          1.0,   2.5};
+const std::vector<double> kLatencyBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                            0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
+                                            7.5,   10.0,  20.0, 40.0, 80.0};
+const std::vector<double> kTokenBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
+                                          0.15,  0.2,    0.3,   0.4,  0.5,   0.75, 1.0,   2.5};
 
 void header(std::string& out, const char* name, const char* type, const char* help) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
@@ -119,12 +118,13 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t pending_re
   header(out, "pagedattn_prefix_cache_hits_total", "counter",
          "Prompt tokens served from the prefix cache.");
   out += fmt::format("pagedattn_prefix_cache_hits_total {}\n", stats.prefix_hit_tokens);
-  header(out, "pagedattn_prefix_cache_hit_rate", "gauge", "hits / queries since start (0 if none).");
-  out += fmt::format("pagedattn_prefix_cache_hit_rate {}\n",
-                     stats.prefix_query_tokens > 0
-                         ? static_cast<double>(stats.prefix_hit_tokens) /
-                               static_cast<double>(stats.prefix_query_tokens)
-                         : 0.0);
+  header(out, "pagedattn_prefix_cache_hit_rate", "gauge",
+         "hits / queries since start (0 if none).");
+  out +=
+      fmt::format("pagedattn_prefix_cache_hit_rate {}\n",
+                  stats.prefix_query_tokens > 0 ? static_cast<double>(stats.prefix_hit_tokens) /
+                                                      static_cast<double>(stats.prefix_query_tokens)
+                                                : 0.0);
   header(out, "pagedattn_num_preemptions_total", "counter", "Sequences preempted (recomputed).");
   out += fmt::format("pagedattn_num_preemptions_total {}\n", stats.num_preemptions);
   header(out, "pagedattn_engine_steps_total", "counter", "Engine steps run.");
@@ -136,8 +136,8 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t pending_re
                      stats.schedule_seconds);
   out += fmt::format("pagedattn_engine_seconds_total{{phase=\"forward\"}} {}\n",
                      stats.forward_seconds);
-  out += fmt::format("pagedattn_engine_seconds_total{{phase=\"sample\"}} {}\n",
-                     stats.sample_seconds);
+  out +=
+      fmt::format("pagedattn_engine_seconds_total{{phase=\"sample\"}} {}\n", stats.sample_seconds);
   return out;
 }
 

@@ -41,18 +41,17 @@ constexpr std::array kCommonFields = {
     "presence_penalty", "frequency_penalty", "logit_bias", "seed", "user", "logprobs",
     // vLLM's extensions.
     "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids"};
-constexpr std::array kChatFields = {"messages",       "max_completion_tokens", "top_logprobs",
-                                    "response_format", "store",                "metadata",
-                                    "service_tier",    "parallel_tool_calls",  "tools",
-                                    "tool_choice"};
+constexpr std::array kChatFields = {
+    "messages", "max_completion_tokens", "top_logprobs",        "response_format", "store",
+    "metadata", "service_tier",          "parallel_tool_calls", "tools",           "tool_choice"};
 constexpr std::array kCompletionFields = {"prompt", "echo", "best_of", "suffix"};
 
 bool known(const std::string& name, Endpoint endpoint) {
   const auto in = [&](const auto& list) {
     return std::find(list.begin(), list.end(), name) != list.end();
   };
-  return in(kCommonFields) || (endpoint == Endpoint::kChat ? in(kChatFields)
-                                                           : in(kCompletionFields));
+  return in(kCommonFields) ||
+         (endpoint == Endpoint::kChat ? in(kChatFields) : in(kCompletionFields));
 }
 
 Json parse_body(std::string_view body) {
@@ -81,8 +80,9 @@ std::string message_text(const Json& message, size_t index) {
   }
   if (it->is_string()) return it->get<std::string>();
   if (!it->is_array()) {
-    fail(param, fmt::format("'{}': expected a string or an array of text parts, got {}", param,
-                            type_name(*it)),
+    fail(param,
+         fmt::format("'{}': expected a string or an array of text parts, got {}", param,
+                     type_name(*it)),
          "invalid_type");
   }
   std::string text;
@@ -94,8 +94,9 @@ std::string message_text(const Json& message, size_t index) {
     if (type == nullptr || !type->is_string() || *type != "text") {
       fail(part_param,
            fmt::format("'{}': only parts of type \"text\" are supported, got {}", part_param,
-                       type == nullptr ? "none" : type->dump(-1, ' ', false,
-                                                             Json::error_handler_t::replace)));
+                       type == nullptr
+                           ? "none"
+                           : type->dump(-1, ' ', false, Json::error_handler_t::replace)));
     }
     const Json* part_text = find(item, "text");
     if (part_text == nullptr || !part_text->is_string()) {
@@ -126,18 +127,20 @@ std::vector<ChatMessage> read_messages(const Json& request) {
     }
     for (const auto& [key, value] : message.items()) {
       if (key != "role" && key != "content" && key != "name") {
-        fail(param + "." + key, fmt::format("'{}': unrecognized field '{}' (supported: role, "
-                                            "content, name)",
-                                            param, key),
+        fail(param + "." + key,
+             fmt::format("'{}': unrecognized field '{}' (supported: role, "
+                         "content, name)",
+                         param, key),
              "unknown_parameter");
       }
     }
     const Json* role = find(message, "role");
     if (role == nullptr || !role->is_string() || !kRoles.contains(role->get<std::string>())) {
       fail(param + ".role",
-           fmt::format("'{}.role': expected one of system, developer, user, assistant, got {}",
-                       param, role == nullptr ? "none" : role->dump(-1, ' ', false,
-                                                                    Json::error_handler_t::replace)));
+           fmt::format(
+               "'{}.role': expected one of system, developer, user, assistant, got {}", param,
+               role == nullptr ? "none"
+                               : role->dump(-1, ' ', false, Json::error_handler_t::replace)));
     }
     result.push_back({role->get<std::string>(), message_text(message, i)});
   }
@@ -168,8 +171,9 @@ std::vector<int32_t> read_prompt(const Json& request, const ParseContext& contex
     }
   }
   if (!single->is_array()) {
-    fail("prompt", fmt::format("'prompt': expected a string or an array of token ids, got {}",
-                               type_name(*single)),
+    fail("prompt",
+         fmt::format("'prompt': expected a string or an array of token ids, got {}",
+                     type_name(*single)),
          "invalid_type");
   }
   if (single->empty()) fail("prompt", "'prompt': must not be empty");
@@ -191,9 +195,10 @@ void read_stop(const Json& request, engine::SamplingParams& params) {
   if (stop == nullptr) return;
   const auto add = [&](const Json& value) {
     if (!value.is_string()) {
-      fail("stop", fmt::format("'stop': expected a string or an array of strings, got {}",
-                               type_name(value)),
-           "invalid_type");
+      fail(
+          "stop",
+          fmt::format("'stop': expected a string or an array of strings, got {}", type_name(value)),
+          "invalid_type");
     }
     if (value.get<std::string>().empty()) fail("stop", "'stop': stop strings must not be empty");
     params.stop.push_back(value.get<std::string>());
@@ -218,12 +223,13 @@ void read_logit_bias(const Json& request, int32_t vocab, engine::SamplingParams&
   }
   for (const auto& [key, value] : bias->items()) {
     int64_t token = -1;
-    const bool digits = !key.empty() && key.size() <= 10 &&
-                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits =
+        !key.empty() && key.size() <= 10 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (digits) token = std::stoll(key);
     if (token < 0 || token >= vocab) {
-      fail("logit_bias", fmt::format("'logit_bias': key '{}' is not a token id in [0, {})", key,
-                                     vocab));
+      fail("logit_bias",
+           fmt::format("'logit_bias': key '{}' is not a token id in [0, {})", key, vocab));
     }
     if (!value.is_number() || value.get<double>() < -100.0 || value.get<double>() > 100.0) {
       fail("logit_bias", fmt::format("'logit_bias': the bias of token {} must be a number in "
@@ -298,7 +304,8 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
   }
   params.ignore_eos = read_bool(request, "ignore_eos").value_or(false);
   if (const Json* ids = find(request, "stop_token_ids")) {
-    if (!ids->is_array()) fail("stop_token_ids", "'stop_token_ids': expected an array", "invalid_type");
+    if (!ids->is_array())
+      fail("stop_token_ids", "'stop_token_ids': expected an array", "invalid_type");
     for (const Json& id : *ids) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
           id.get<int64_t>() >= context.limits.vocab_size) {
@@ -334,7 +341,8 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
                                   *best_of, params.n));
     }
   }
-  if (max_tokens) params.max_tokens = static_cast<int32_t>(std::min<int64_t>(*max_tokens, INT32_MAX));
+  if (max_tokens)
+    params.max_tokens = static_cast<int32_t>(std::min<int64_t>(*max_tokens, INT32_MAX));
 
   // The model comes after the fields: a request malformed in any way is a 400 whatever it names.
   const Json* model = find(request, "model");
@@ -345,8 +353,9 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
   }
   prepared.model = model->get<std::string>();
   if (prepared.model != context.model_name) {
-    fail("model", fmt::format("The model `{}` does not exist (this server serves `{}`)",
-                              prepared.model, context.model_name),
+    fail("model",
+         fmt::format("The model `{}` does not exist (this server serves `{}`)", prepared.model,
+                     context.model_name),
          "model_not_found", 404);
   }
 
@@ -355,14 +364,16 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
     try {
       prepared.prompt = context.front->encode(context.front->render_chat(messages));
     } catch (const Error& error) {
-      fail("messages", fmt::format("'messages': cannot be rendered or tokenized: {}", error.what()));
+      fail("messages",
+           fmt::format("'messages': cannot be rendered or tokenized: {}", error.what()));
     }
   } else {
     prepared.prompt = read_prompt(request, context);
   }
   const std::string prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
   const int64_t prompt_length = static_cast<int64_t>(prepared.prompt.size());
-  if (prompt_length == 0) fail(prompt_param, fmt::format("'{}': renders to no tokens", prompt_param));
+  if (prompt_length == 0)
+    fail(prompt_param, fmt::format("'{}': renders to no tokens", prompt_param));
   if (prompt_length >= length || (max_tokens && prompt_length + *max_tokens > length)) {
     fail(prompt_param,
          fmt::format("This model's maximum context length is {} tokens. However, you requested "

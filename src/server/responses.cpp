@@ -43,7 +43,8 @@ Json chat_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const Text
     Json top = Json::array();
     for (const auto& [token, logprob] : entry.top) {
       const std::string top_bytes = front.token_bytes(token);
-      top.push_back({{"token", top_bytes}, {"logprob", logprob}, {"bytes", bytes_array(top_bytes)}});
+      top.push_back(
+          {{"token", top_bytes}, {"logprob", logprob}, {"bytes", bytes_array(top_bytes)}});
     }
     item["top_logprobs"] = std::move(top);
     content.push_back(std::move(item));
@@ -51,8 +52,8 @@ Json chat_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const Text
   return {{"content", std::move(content)}};
 }
 
-Json completion_logprobs(const std::vector<engine::TokenLogprob>& logprobs,
-                         const TextFront& front, int64_t text_offset) {
+Json completion_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const TextFront& front,
+                         int64_t text_offset) {
   Json tokens = Json::array();
   Json token_logprobs = Json::array();
   Json top_logprobs = Json::array();
@@ -124,8 +125,8 @@ std::string chunk_event(const ResponseHead& head, const ChoiceOutput& choice, bo
     if (first) delta["role"] = "assistant";
     if (!choice.text.empty() || first) delta["content"] = choice.text;
     item["delta"] = std::move(delta);
-    item["logprobs"] =
-        logprobs && !choice.logprobs.empty() ? chat_logprobs(choice.logprobs, front) : Json(nullptr);
+    item["logprobs"] = logprobs && !choice.logprobs.empty() ? chat_logprobs(choice.logprobs, front)
+                                                            : Json(nullptr);
   } else {
     item["text"] = choice.text;
     item["logprobs"] = logprobs && !choice.logprobs.empty()

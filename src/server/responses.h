@@ -4,9 +4,8 @@
 // U+FFFD (a token's bytes need not be valid UTF-8). Internal to the server layer.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

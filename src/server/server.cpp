@@ -4,7 +4,6 @@
 #include "pagedattn/server.h"
 
 #include <fmt/format.h>
-
 #include <sys/socket.h>
 
 #include <csignal>
@@ -38,14 +37,14 @@ void Server::Impl::send_error(httplib::Response& response, const ApiError& error
 }
 
 void Server::Impl::install_routes() {
-  http.Post("/v1/chat/completions", [this](const httplib::Request& request,
-                                           httplib::Response& response) {
-    handle_generate(request, response, Endpoint::kChat);
-  });
-  http.Post("/v1/completions", [this](const httplib::Request& request,
-                                      httplib::Response& response) {
-    handle_generate(request, response, Endpoint::kCompletions);
-  });
+  http.Post("/v1/chat/completions",
+            [this](const httplib::Request& request, httplib::Response& response) {
+              handle_generate(request, response, Endpoint::kChat);
+            });
+  http.Post("/v1/completions",
+            [this](const httplib::Request& request, httplib::Response& response) {
+              handle_generate(request, response, Endpoint::kCompletions);
+            });
   const auto model_json = [this] {
     return detail::Json{{"id", config.model_name},
                         {"object", "model"},
@@ -60,16 +59,18 @@ void Server::Impl::install_routes() {
   http.Get("/v1/models/(.+)", [this, model_json](const httplib::Request& request,
                                                  httplib::Response& response) {
     if (request.matches[1] != config.model_name) {
-      send_error(response, {404, fmt::format("The model `{}` does not exist",
-                                             std::string(request.matches[1])),
-                            "invalid_request_error", "model", "model_not_found"});
+      send_error(
+          response,
+          {404, fmt::format("The model `{}` does not exist", std::string(request.matches[1])),
+           "invalid_request_error", "model", "model_not_found"});
       return;
     }
     response.set_content(detail::dump(model_json()), "application/json");
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
     if (draining.load()) {
-      send_error(response, {503, "the server is shutting down", "server_error", "", "shutting_down"});
+      send_error(response,
+                 {503, "the server is shutting down", "server_error", "", "shutting_down"});
       return;
     }
     response.set_content("{\"status\":\"ok\"}", "application/json");
@@ -83,24 +84,24 @@ void Server::Impl::install_routes() {
   http.set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request& request,
              httplib::Response& response) -> httplib::Server::HandlerResponse {
-    if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    ApiError error;
-    error.status = response.status;
-    if (response.status == 404) {
-      error.message = fmt::format("not found: {} {}", request.method, request.path);
-      error.code = "not_found";
-    } else if (response.status == 413) {
-      error.message = fmt::format("the request body exceeds the limit of {} bytes",
-                                  config.max_body_bytes);
-      error.code = "request_too_large";
-    } else {
-      error.message = fmt::format("the HTTP request could not be served (status {})",
-                                  response.status);
-      if (response.status >= 500) error.type = "server_error";
-    }
-    send_error(response, error);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+        if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError error;
+        error.status = response.status;
+        if (response.status == 404) {
+          error.message = fmt::format("not found: {} {}", request.method, request.path);
+          error.code = "not_found";
+        } else if (response.status == 413) {
+          error.message =
+              fmt::format("the request body exceeds the limit of {} bytes", config.max_body_bytes);
+          error.code = "request_too_large";
+        } else {
+          error.message =
+              fmt::format("the HTTP request could not be served (status {})", response.status);
+          if (response.status >= 500) error.type = "server_error";
+        }
+        send_error(response, error);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   http.set_exception_handler(
       [this](const httplib::Request&, httplib::Response& response, std::exception_ptr pointer) {
         std::string what = "unknown exception";

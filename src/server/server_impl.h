@@ -76,7 +76,7 @@ struct Exchange {
   std::vector<ChoiceState> choices;
   detail::Usage usage;
   int32_t num_finished = 0;
-  std::string error;  // the first kError message
+  std::string error;       // the first kError message
   bool completed = false;  // recorded (metrics, log, pending released)
 
   // Folds an event into the choice's state and the usage.

@@ -69,13 +69,12 @@ std::vector<BadCase> bad_cases() {
       {"max_tokens huge", "/v1/chat/completions", chat_with(R"(,"max_tokens":99999999999)"), 400,
        "max_tokens", "invalid_value"},
       {"max_completion_tokens negative", "/v1/chat/completions",
-       chat_with(R"(,"max_completion_tokens":-3)"), 400, "max_completion_tokens",
-       "invalid_value"},
+       chat_with(R"(,"max_completion_tokens":-3)"), 400, "max_completion_tokens", "invalid_value"},
       {"invalid utf-8", "/v1/chat/completions",
        "{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"a\xC3\x28\"}]}",
        400, nullptr, "invalid_json"},
-      {"lone surrogate escape", "/v1/completions",
-       R"({"model":"test-model","prompt":"\udc00"})", 400, nullptr, "invalid_json"},
+      {"lone surrogate escape", "/v1/completions", R"({"model":"test-model","prompt":"\udc00"})",
+       400, nullptr, "invalid_json"},
       {"top_p zero", "/v1/completions", R"({"model":"test-model","prompt":"x","top_p":0})", 400,
        "top_p", "invalid_value"},
       {"logit_bias key", "/v1/completions",
@@ -83,8 +82,8 @@ std::vector<BadCase> bad_cases() {
        "invalid_value"},
       {"token out of vocabulary", "/v1/completions",
        R"({"model":"test-model","prompt":[1,2,99999]})", 400, "prompt", "invalid_value"},
-      {"top_logprobs without logprobs", "/v1/chat/completions",
-       chat_with(R"(,"top_logprobs":2)"), 400, "top_logprobs", "invalid_value"},
+      {"top_logprobs without logprobs", "/v1/chat/completions", chat_with(R"(,"top_logprobs":2)"),
+       400, "top_logprobs", "invalid_value"},
       {"tools", "/v1/chat/completions",
        chat_with(R"(,"tools":[{"type":"function","function":{"name":"f"}}])"), 400, "tools",
        "invalid_value"},
@@ -119,8 +118,8 @@ void expect_error_shape(const HttpResponse& response, int status, const char* pa
 void expect_serving(int port) {
   const HttpResponse health = http_request(port, "GET", "/health");
   EXPECT_EQ(health.status, 200);
-  const Json request = {{"model", "test-model"}, {"prompt", "ok"}, {"max_tokens", 3},
-                        {"ignore_eos", true}};
+  const Json request = {
+      {"model", "test-model"}, {"prompt", "ok"}, {"max_tokens", 3}, {"ignore_eos", true}};
   const HttpResponse response = http_request(port, "POST", "/v1/completions", request.dump());
   ASSERT_EQ(response.status, 200) << response.body;
   EXPECT_EQ(Json::parse(response.body)["usage"]["completion_tokens"], 3);
@@ -155,10 +154,13 @@ TEST(ServerBadInput, EachAnsweredAndStillServing) {
 
 TEST(ServerBadInput, SlowClientSendingHeadersByteByByte) {
   TestServer server;
-  const std::string body = R"({"model":"test-model","prompt":"slow","max_tokens":4,"ignore_eos":true})";
-  const std::string raw = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                          "Connection: close\r\nContent-Type: application/json\r\n"
-                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  const std::string body =
+      R"({"model":"test-model","prompt":"slow","max_tokens":4,"ignore_eos":true})";
+  const std::string raw =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Connection: close\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
   const int fd = connect_loopback(server.port());
   ASSERT_GE(fd, 0);
   std::atomic<int> served_meanwhile{0};
@@ -199,7 +201,8 @@ TEST(ServerBadInput, QueueFullIs503) {
   options.max_pending_requests = 2;
   TestServer server(options);
   server.model().pause();
-  const std::string body = R"({"model":"test-model","prompt":"q","max_tokens":2,"ignore_eos":true})";
+  const std::string body =
+      R"({"model":"test-model","prompt":"q","max_tokens":2,"ignore_eos":true})";
   std::vector<std::thread> holders;
   std::vector<int> statuses(2, 0);
   for (int i = 0; i < 2; ++i) {

@@ -32,7 +32,7 @@ inline int utf8_character(const std::string& text) {
     length = 2;
   } else if (lead >= 0xE0 && lead <= 0xEF) {
     length = 3;
-    if (lead == 0xE0) low = 0xA0;  // no overlong forms
+    if (lead == 0xE0) low = 0xA0;   // no overlong forms
     if (lead == 0xED) high = 0x9F;  // no surrogates
   } else if (lead >= 0xF0 && lead <= 0xF4) {
     length = 4;
@@ -96,7 +96,8 @@ class ByteFront : public TextFront {
   }
   std::string render_chat(std::span<const ChatMessage> messages) const override {
     std::string text;
-    for (const ChatMessage& message : messages) text += message.role + ": " + message.content + "\n";
+    for (const ChatMessage& message : messages)
+      text += message.role + ": " + message.content + "\n";
     return text + "assistant: ";
   }
   std::string token_bytes(int32_t token) const override {

@@ -24,13 +24,20 @@ const std::vector<std::string> kValidBodies = {
 
 std::string random_json_value(std::mt19937_64& random, int depth = 0) {
   switch (random() % (depth > 3 ? 7 : 9)) {
-    case 0: return "null";
-    case 1: return random() % 2 ? "true" : "false";
-    case 2: return std::to_string(static_cast<int64_t>(random()) >> (random() % 64));
-    case 3: return std::to_string(static_cast<double>(random() % 100000) / 997.0 - 50.0);
-    case 4: return "\"" + std::string(random() % 8, static_cast<char>('a' + random() % 26)) + "\"";
-    case 5: return "\"\\u" + std::string("d800") + "\"";
-    case 6: return "1e999";
+    case 0:
+      return "null";
+    case 1:
+      return random() % 2 ? "true" : "false";
+    case 2:
+      return std::to_string(static_cast<int64_t>(random()) >> (random() % 64));
+    case 3:
+      return std::to_string(static_cast<double>(random() % 100000) / 997.0 - 50.0);
+    case 4:
+      return "\"" + std::string(random() % 8, static_cast<char>('a' + random() % 26)) + "\"";
+    case 5:
+      return "\"\\u" + std::string("d800") + "\"";
+    case 6:
+      return "1e999";
     case 7: {
       std::string out = "[";
       for (size_t i = 0, n = random() % 4; i < n; ++i) {
@@ -41,7 +48,8 @@ std::string random_json_value(std::mt19937_64& random, int depth = 0) {
     default: {
       std::string out = "{";
       for (size_t i = 0, n = random() % 3; i < n; ++i) {
-        out += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + random_json_value(random, depth + 1);
+        out +=
+            (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + random_json_value(random, depth + 1);
       }
       return out + "}";
     }
@@ -53,10 +61,18 @@ std::string mutate(std::string body, std::mt19937_64& random) {
   for (int round = 0; round < rounds && !body.empty(); ++round) {
     const size_t at = random() % body.size();
     switch (random() % 6) {
-      case 0: body[at] = static_cast<char>(random() % 256); break;
-      case 1: body.insert(at, 1, static_cast<char>(random() % 256)); break;
-      case 2: body.erase(at, 1 + random() % 8); break;
-      case 3: body.resize(at); break;
+      case 0:
+        body[at] = static_cast<char>(random() % 256);
+        break;
+      case 1:
+        body.insert(at, 1, static_cast<char>(random() % 256));
+        break;
+      case 2:
+        body.erase(at, 1 + random() % 8);
+        break;
+      case 3:
+        body.resize(at);
+        break;
       case 4: {  // Replace the value after a ':' with a random JSON value.
         const size_t colon = body.find(':', at);
         if (colon == std::string::npos) break;
@@ -80,7 +96,8 @@ std::string mutate(std::string body, std::mt19937_64& random) {
 }
 
 uint64_t fuzz_seed() {
-  if (const char* text = std::getenv("PAGEDATTN_FUZZ_SEED")) return std::strtoull(text, nullptr, 10);
+  if (const char* text = std::getenv("PAGEDATTN_FUZZ_SEED"))
+    return std::strtoull(text, nullptr, 10);
   return std::random_device{}();
 }
 
@@ -102,8 +119,8 @@ void check_result(const std::string& body, Endpoint endpoint, const ParseContext
   for (const int32_t token : request.prompt) {
     EXPECT_TRUE(token >= 0 && token < context.limits.vocab_size) << body;
   }
-  EXPECT_NO_THROW(engine::validate(request.params, static_cast<int64_t>(request.prompt.size()),
-                                   context.limits))
+  EXPECT_NO_THROW(
+      engine::validate(request.params, static_cast<int64_t>(request.prompt.size()), context.limits))
       << body;
 }
 

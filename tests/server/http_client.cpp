@@ -139,8 +139,8 @@ HttpResponse http_request(int port, const std::string& method, const std::string
   std::string raw = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
   for (const std::string& header : extra_headers) raw += header + "\r\n";
   if (!body.empty() || method == "POST") {
-    raw += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-           "\r\n";
+    raw +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   }
   raw += "\r\n" + body;
   return raw_request(port, raw);
@@ -171,7 +171,8 @@ StreamResult stream_request(int port, const std::string& path, const std::string
   for (;;) {
     const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
     if (n <= 0) {
-      result.failure = n == 0 ? "closed by the server" : std::string("recv: ") + std::strerror(errno);
+      result.failure =
+          n == 0 ? "closed by the server" : std::string("recv: ") + std::strerror(errno);
       break;
     }
     if (body_start == std::string::npos) {

@@ -12,7 +12,7 @@
 namespace pagedattn::server::testing {
 
 struct HttpResponse {
-  int status = 0;  // 0: no response (connection failed or closed early)
+  int status = 0;                              // 0: no response (connection failed or closed early)
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;                            // de-chunked
 };

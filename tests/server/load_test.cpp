@@ -96,7 +96,8 @@ TEST(ServerLoad, FiveHundredStreamsWithAQuarterDisconnecting) {
               if (choice["delta"].contains("content")) {
                 outcome.text += choice["delta"]["content"].get<std::string>();
               }
-              if (!choice["finish_reason"].is_null()) outcome.finish_reason = choice["finish_reason"];
+              if (!choice["finish_reason"].is_null())
+                outcome.finish_reason = choice["finish_reason"];
             }
             if (chunk.contains("usage") && chunk["usage"].is_object()) {
               outcome.completion_tokens = chunk["usage"]["completion_tokens"];
@@ -112,8 +113,8 @@ TEST(ServerLoad, FiveHundredStreamsWithAQuarterDisconnecting) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   clients_done = true;
   health.join();
-  std::printf("ServerLoad: %d streams in %.2f s; /health answered %d times (%d failed)\n",
-              kClients, seconds, health_ok.load(), health_failed.load());
+  std::printf("ServerLoad: %d streams in %.2f s; /health answered %d times (%d failed)\n", kClients,
+              seconds, health_ok.load(), health_failed.load());
 
   int completed = 0;
   for (int i = 0; i < kClients; ++i) {

@@ -4,12 +4,12 @@
 // after the fixture server_node_setup installed the npm package into the build tree; elsewhere
 // (the environment variables absent) it is skipped.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "server/http_client.h"
 #include "server/server_support.h"
@@ -33,14 +33,14 @@ TEST(OpenAiNodeClient, ParsesWhatTheServerSends) {
       {"model", "test-model"},
       {"max_tokens", max_tokens},
       {"chat_prompt", chat_prompt},
-      {"chat_text", naive_decode(greedy_tokens(
-                        bytes_of("user: " + chat_prompt + "\nassistant: "), max_tokens, true))},
+      {"chat_text", naive_decode(greedy_tokens(bytes_of("user: " + chat_prompt + "\nassistant: "),
+                                               max_tokens, true))},
       {"completion_prompt", completion_prompt},
       {"completion_text",
        naive_decode(greedy_tokens(bytes_of(completion_prompt), max_tokens, true))}};
-  const std::filesystem::path path = std::filesystem::temp_directory_path() /
-                                     ("pagedattn_node_expected_" + std::to_string(::getpid()) +
-                                      ".json");
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() /
+      ("pagedattn_node_expected_" + std::to_string(::getpid()) + ".json");
   std::ofstream(path) << expected.dump();
   const std::string command = std::string("OPENAI_MODULE_DIR='") + module + "' '" + node + "' '" +
                               script + "' http://127.0.0.1:" + std::to_string(server.port()) +

@@ -130,10 +130,15 @@ inline std::string naive_decode(const std::vector<int32_t>& tokens) {
   size_t i = 0;
   while (i < bytes.size()) {
     const unsigned lead = static_cast<unsigned char>(bytes[i]);
-    size_t length = lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3
-                                    : (lead >> 3) == 30 ? 4 : 0;
-    uint32_t code = length == 1 ? lead : length == 2 ? (lead & 0x1F) : length == 3 ? (lead & 0x0F)
-                                                                                    : (lead & 0x07);
+    size_t length = lead < 0x80         ? 1
+                    : (lead >> 5) == 6  ? 2
+                    : (lead >> 4) == 14 ? 3
+                    : (lead >> 3) == 30 ? 4
+                                        : 0;
+    uint32_t code = length == 1   ? lead
+                    : length == 2 ? (lead & 0x1F)
+                    : length == 3 ? (lead & 0x0F)
+                                  : (lead & 0x07);
     bool valid = length > 0 && i + length <= bytes.size();
     for (size_t k = 1; valid && k < length; ++k) {
       const unsigned next = static_cast<unsigned char>(bytes[i + k]);
@@ -141,7 +146,8 @@ inline std::string naive_decode(const std::vector<int32_t>& tokens) {
       code = (code << 6) | (next & 0x3F);
     }
     const uint32_t minimum[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (valid && (code < minimum[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF))) {
+    if (valid &&
+        (code < minimum[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF))) {
       valid = false;
     }
     if (valid) {

@@ -46,8 +46,8 @@ TEST(Server, CompletionsStopsAtEos) {
     if (expected.back() == kEos) break;
   }
   ASSERT_EQ(expected.back(), kEos) << "no prompt reaches EOS; the fake model changed?";
-  const Json request = {{"model", "test-model"}, {"prompt", prompt}, {"temperature", 0.0},
-                        {"max_tokens", 400}};
+  const Json request = {
+      {"model", "test-model"}, {"prompt", prompt}, {"temperature", 0.0}, {"max_tokens", 400}};
   const HttpResponse response =
       http_request(server.port(), "POST", "/v1/completions", request.dump());
   ASSERT_EQ(response.status, 200) << response.body;
@@ -61,16 +61,15 @@ TEST(Server, CompletionsStopsAtEos) {
 TEST(Server, ChatStreamFraming) {
   TestServer server;
   const Json request = {{"model", "test-model"},
-                        {"messages", {{{"role", "system"}, {"content", "Be brief."}},
-                                      {{"role", "user"}, {"content", {{{"type", "text"},
-                                                                       {"text", "Hi"}}}}}}},
+                        {"messages",
+                         {{{"role", "system"}, {"content", "Be brief."}},
+                          {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hi"}}}}}}},
                         {"temperature", 0},
                         {"max_completion_tokens", 40},
                         {"ignore_eos", true},
                         {"stream", true},
                         {"stream_options", {{"include_usage", true}}}};
-  const StreamResult result =
-      stream_request(server.port(), "/v1/chat/completions", request.dump());
+  const StreamResult result = stream_request(server.port(), "/v1/chat/completions", request.dump());
   ASSERT_EQ(result.status, 200);
   ASSERT_GE(result.events.size(), 4u);
   EXPECT_EQ(result.events.back(), "[DONE]");
@@ -101,7 +100,7 @@ TEST(Server, ChatStreamFraming) {
 TEST(Server, CompletionsStreamWithTokenPromptAndN) {
   TestServer server;
   const std::vector<int32_t> prompt = {5, 300, 17, 99, 256, 3};
-  const Json request = {{"model", "test-model"}, {"prompt", prompt}, {"temperature", 0},
+  const Json request = {{"model", "test-model"}, {"prompt", prompt},   {"temperature", 0},
                         {"max_tokens", 30},      {"ignore_eos", true}, {"n", 3},
                         {"stream", true}};
   const StreamResult result = stream_request(server.port(), "/v1/completions", request.dump());
@@ -132,12 +131,9 @@ TEST(Server, CompletionsStreamWithTokenPromptAndN) {
 
 TEST(Server, LogprobsShapes) {
   TestServer server;
-  const Json chat = {{"model", "test-model"},
-                     {"messages", {{{"role", "user"}, {"content", "x"}}}},
-                     {"temperature", 0},
-                     {"max_tokens", 5},
-                     {"ignore_eos", true},
-                     {"logprobs", true},
+  const Json chat = {{"model", "test-model"}, {"messages", {{{"role", "user"}, {"content", "x"}}}},
+                     {"temperature", 0},      {"max_tokens", 5},
+                     {"ignore_eos", true},    {"logprobs", true},
                      {"top_logprobs", 3}};
   HttpResponse response = http_request(server.port(), "POST", "/v1/chat/completions", chat.dump());
   ASSERT_EQ(response.status, 200) << response.body;
@@ -156,7 +152,7 @@ TEST(Server, LogprobsShapes) {
       EXPECT_EQ(content[i]["bytes"][b], static_cast<unsigned char>(bytes[b]));
     }
   }
-  const Json completion = {{"model", "test-model"}, {"prompt", "x"}, {"temperature", 0},
+  const Json completion = {{"model", "test-model"}, {"prompt", "x"},      {"temperature", 0},
                            {"max_tokens", 4},       {"ignore_eos", true}, {"logprobs", 2}};
   response = http_request(server.port(), "POST", "/v1/completions", completion.dump());
   ASSERT_EQ(response.status, 200) << response.body;
@@ -185,12 +181,10 @@ TEST(Server, StopStringCutsTheText) {
   }
   ASSERT_NE(at, std::string::npos) << full;
   const std::string stop = full.substr(at, 2);
-  const Json request = {{"model", "test-model"},
-                        {"messages", {{{"role", "user"}, {"content", "stop test"}}}},
-                        {"temperature", 0},
-                        {"max_tokens", 60},
-                        {"ignore_eos", true},
-                        {"stop", {stop, "\x01\x02never"}}};
+  const Json request = {
+      {"model", "test-model"}, {"messages", {{{"role", "user"}, {"content", "stop test"}}}},
+      {"temperature", 0},      {"max_tokens", 60},
+      {"ignore_eos", true},    {"stop", {stop, "\x01\x02never"}}};
   const HttpResponse response =
       http_request(server.port(), "POST", "/v1/chat/completions", request.dump());
   ASSERT_EQ(response.status, 200) << response.body;
@@ -213,16 +207,14 @@ TEST(Server, ModelsHealthMetricsAndLog) {
   response = http_request(server.port(), "GET", "/health");
   EXPECT_EQ(response.status, 200);
 
-  const Json request = {{"model", "test-model"}, {"prompt", "metrics"}, {"max_tokens", 7},
-                        {"ignore_eos", true}};
+  const Json request = {
+      {"model", "test-model"}, {"prompt", "metrics"}, {"max_tokens", 7}, {"ignore_eos", true}};
   ASSERT_EQ(http_request(server.port(), "POST", "/v1/completions", request.dump()).status, 200);
   ASSERT_EQ(http_request(server.port(), "POST", "/v1/completions", "{").status, 400);
   response = http_request(server.port(), "GET", "/metrics");
   ASSERT_EQ(response.status, 200);
   const std::string& text = response.body;
-  const auto has = [&](const std::string& line) {
-    return text.find(line) != std::string::npos;
-  };
+  const auto has = [&](const std::string& line) { return text.find(line) != std::string::npos; };
   EXPECT_TRUE(has("pagedattn_http_requests_total{status=\"200\"} ")) << text;
   EXPECT_TRUE(has("pagedattn_http_requests_total{status=\"400\"} 1\n")) << text;
   EXPECT_TRUE(has("pagedattn_request_success_total{finished_reason=\"length\"} 1\n")) << text;

@@ -27,10 +27,8 @@ void add_bench_serve_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--model", options.model, "Model name (default: the first of /v1/models)");
   cmd->add_option("--endpoint", options.endpoint, "completions or chat")->capture_default_str();
-  cmd->add_option("--requests", options.num_requests, "Number of requests")
-      ->capture_default_str();
-  cmd->add_option("--rate", options.rate,
-                  "Poisson arrival rate in requests/s (0: all at once)")
+  cmd->add_option("--requests", options.num_requests, "Number of requests")->capture_default_str();
+  cmd->add_option("--rate", options.rate, "Poisson arrival rate in requests/s (0: all at once)")
       ->capture_default_str();
   cmd->add_option("--input-len", options.input_len, "Prompt length in words")
       ->capture_default_str();

@@ -56,11 +56,12 @@ ServedModel load_served_model(const ServeOptions& options) {
   // name (default: the directory's name), runner, front, detokenizer (the same tokenizer's),
   // eos_token_ids and max_model_length from the model's config, default_num_pages from the
   // runner's KV pool.
-  PA_FAIL("serve: {} cannot be loaded yet: the model runtime (issue 14) and the tokenizer "
-          "(issue 15) are not wired into `pagedattn serve` (tools/serve/cmd_serve.cpp, "
-          "load_served_model)",
-          options.model_dir.empty() ? std::string("the embedded model models/austen-3m")
-                                    : "--model " + options.model_dir);
+  PA_FAIL(
+      "serve: {} cannot be loaded yet: the model runtime (issue 14) and the tokenizer "
+      "(issue 15) are not wired into `pagedattn serve` (tools/serve/cmd_serve.cpp, "
+      "load_served_model)",
+      options.model_dir.empty() ? std::string("the embedded model models/austen-3m")
+                                : "--model " + options.model_dir);
 }
 
 void run_serve(const ServeOptions& options) {
