@@ -1,0 +1,82 @@
+// The OpenAI request side of the server, without any HTTP: what a text front must provide
+// (tokenize, render a chat, spell a token), the parsed and validated request, and the errors in
+// OpenAI's shape. Everything here is pure functions over a body string, so the parser can be
+// fuzzed in-process and the server's HTTP threads only call prepare_request().
+//
+// Validation order (the first failure is the answer): JSON syntax (and UTF-8, which the JSON
+// parser checks) -> top-level object -> unknown fields (OpenAI rejects an unrecognized argument
+// with 400; the extensions vLLM accepts are known here) -> each field's type and range -> the
+// model name (404) -> messages / prompt -> tokenization -> context length -> the engine's own
+// validate(). Every ApiError names the parameter in `param` and says what was expected.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "pagedattn/engine_request.h"
+#include "pagedattn/engine_stop.h"
+
+namespace pagedattn::server {
+
+struct ChatMessage {
+  std::string role;     // system | developer | user | assistant
+  std::string content;  // text parts joined
+};
+
+// What the server needs of a tokenizer and its chat template. The engine is built with the
+// detokenizer of the same tokenizer; the server never detokenizes itself except single tokens
+// for logprobs. Methods may throw pagedattn::Error (answered as 400 naming the input).
+class TextFront {
+ public:
+  virtual ~TextFront() = default;
+  // Token ids of `text` (special tokens spelled in the text are recognized, as a chat template's
+  // output needs).
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // The model's chat template applied to `messages`, with the generation prompt appended.
+  virtual std::string render_chat(std::span<const ChatMessage> messages) const = 0;
+  // The raw bytes of one token (not necessarily valid UTF-8), for logprobs.
+  virtual std::string token_bytes(int32_t token) const = 0;
+};
+
+enum class Endpoint { kChat, kCompletions };
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+};
+
+// {"error": {"message", "type", "param", "code"}} as OpenAI sends it.
+std::string error_body(const ApiError& error);
+
+struct PreparedRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;
+  std::vector<int32_t> prompt;  // token ids
+  engine::SamplingParams params;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  // Chat: logprobs true (top_logprobs in params.logprobs); completions: logprobs = k.
+  bool logprobs = false;
+};
+
+struct ParseContext {
+  std::string model_name;  // the one model served
+  engine::ModelLimits limits;
+  const TextFront* front = nullptr;
+};
+
+// Parses and validates a request body; never throws (any failure is an ApiError).
+std::variant<PreparedRequest, ApiError> prepare_request(std::string_view body, Endpoint endpoint,
+                                                        const ParseContext& context);
+
+// Nesting deeper than this is refused (400) while parsing, before any tree is built.
+inline constexpr int kMaxJsonDepth = 64;
+
+}  // namespace pagedattn::server

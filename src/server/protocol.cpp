@@ -1,0 +1,410 @@
+// prepare_request (server_protocol.h): body -> JSON (depth-limited, UTF-8 checked by the
+// parser) -> known-field check -> typed fields -> model -> messages / prompt -> tokens ->
+// context length -> the engine's validate(). The field lists say which names OpenAI accepts per
+// endpoint plus the extensions vLLM accepts (top_k, min_p, repetition_penalty, ignore_eos,
+// stop_token_ids); fields accepted but without effect here are listed apart.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <set>
+#include <string>
+
+#include "fields.h"
+#include "pagedattn/error.h"
+
+namespace pagedattn::server {
+
+using detail::fail;
+using detail::FieldError;
+using detail::find;
+using detail::Json;
+using detail::read_bool;
+using detail::read_integer;
+using detail::read_number;
+using detail::read_string;
+using detail::type_name;
+
+std::string error_body(const ApiError& error) {
+  Json body;
+  body["error"]["message"] = error.message;
+  body["error"]["type"] = error.type;
+  body["error"]["param"] = error.param.empty() ? Json(nullptr) : Json(error.param);
+  body["error"]["code"] = error.code.empty() ? Json(nullptr) : Json(error.code);
+  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+namespace {
+
+constexpr std::array kCommonFields = {
+    "model", "stream", "stream_options", "temperature", "top_p", "n", "stop", "max_tokens",
+    "presence_penalty", "frequency_penalty", "logit_bias", "seed", "user", "logprobs",
+    // vLLM's extensions.
+    "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids"};
+constexpr std::array kChatFields = {
+    "messages", "max_completion_tokens", "top_logprobs",        "response_format", "store",
+    "metadata", "service_tier",          "parallel_tool_calls", "tools",           "tool_choice"};
+constexpr std::array kCompletionFields = {"prompt", "echo", "best_of", "suffix"};
+
+bool known(const std::string& name, Endpoint endpoint) {
+  const auto in = [&](const auto& list) {
+    return std::find(list.begin(), list.end(), name) != list.end();
+  };
+  return in(kCommonFields) ||
+         (endpoint == Endpoint::kChat ? in(kChatFields) : in(kCompletionFields));
+}
+
+Json parse_body(std::string_view body) {
+  // The callback sees each value's depth as it is parsed; refusing a deep one keeps a hostile
+  // body from building a deep tree at all.
+  const Json::parser_callback_t depth_guard = [](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxJsonDepth) {
+      fail("", fmt::format("malformed JSON: nesting deeper than {} levels", kMaxJsonDepth),
+           "invalid_json");
+    }
+    return true;
+  };
+  try {
+    return Json::parse(body.begin(), body.end(), depth_guard);
+  } catch (const Json::parse_error& error) {
+    fail("", fmt::format("malformed JSON body: {}", error.what()), "invalid_json");
+  }
+}
+
+std::string message_text(const Json& message, size_t index) {
+  const std::string param = fmt::format("messages[{}].content", index);
+  const auto it = message.find("content");
+  if (it == message.end() || it->is_null()) {
+    fail(param, fmt::format("'{}': missing (expected a string or an array of text parts)", param),
+         "invalid_type");
+  }
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) {
+    fail(param,
+         fmt::format("'{}': expected a string or an array of text parts, got {}", param,
+                     type_name(*it)),
+         "invalid_type");
+  }
+  std::string text;
+  for (size_t part = 0; part < it->size(); ++part) {
+    const Json& item = (*it)[part];
+    const std::string part_param = fmt::format("{}[{}]", param, part);
+    if (!item.is_object()) fail(part_param, fmt::format("'{}': expected an object", part_param));
+    const Json* type = find(item, "type");
+    if (type == nullptr || !type->is_string() || *type != "text") {
+      fail(part_param,
+           fmt::format("'{}': only parts of type \"text\" are supported, got {}", part_param,
+                       type == nullptr
+                           ? "none"
+                           : type->dump(-1, ' ', false, Json::error_handler_t::replace)));
+    }
+    const Json* part_text = find(item, "text");
+    if (part_text == nullptr || !part_text->is_string()) {
+      fail(part_param + ".text", fmt::format("'{}.text': expected a string", part_param),
+           "invalid_type");
+    }
+    text += part_text->get<std::string>();
+  }
+  return text;
+}
+
+std::vector<ChatMessage> read_messages(const Json& request) {
+  const Json* messages = find(request, "messages");
+  if (messages == nullptr) fail("messages", "'messages': required", "missing_required_parameter");
+  if (!messages->is_array()) {
+    fail("messages", fmt::format("'messages': expected an array, got {}", type_name(*messages)),
+         "invalid_type");
+  }
+  if (messages->empty()) fail("messages", "'messages': must contain at least one message");
+  static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant"};
+  std::vector<ChatMessage> result;
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const Json& message = (*messages)[i];
+    const std::string param = fmt::format("messages[{}]", i);
+    if (!message.is_object()) {
+      fail(param, fmt::format("'{}': expected an object, got {}", param, type_name(message)),
+           "invalid_type");
+    }
+    for (const auto& [key, value] : message.items()) {
+      if (key != "role" && key != "content" && key != "name") {
+        fail(param + "." + key,
+             fmt::format("'{}': unrecognized field '{}' (supported: role, "
+                         "content, name)",
+                         param, key),
+             "unknown_parameter");
+      }
+    }
+    const Json* role = find(message, "role");
+    if (role == nullptr || !role->is_string() || !kRoles.contains(role->get<std::string>())) {
+      fail(param + ".role",
+           fmt::format(
+               "'{}.role': expected one of system, developer, user, assistant, got {}", param,
+               role == nullptr ? "none"
+                               : role->dump(-1, ' ', false, Json::error_handler_t::replace)));
+    }
+    result.push_back({role->get<std::string>(), message_text(message, i)});
+  }
+  return result;
+}
+
+std::vector<int32_t> read_prompt(const Json& request, const ParseContext& context) {
+  const Json* prompt = find(request, "prompt");
+  if (prompt == nullptr) fail("prompt", "'prompt': required", "missing_required_parameter");
+  const Json* single = prompt;
+  if (prompt->is_array() && !prompt->empty() && !(*prompt)[0].is_number_integer()) {
+    // A batch of prompts: one is served (answering a batch would need several engine requests
+    // in one response).
+    if (prompt->size() != 1) {
+      fail("prompt", fmt::format("'prompt': a batch of {} prompts; this server takes one prompt "
+                                 "per request",
+                                 prompt->size()));
+    }
+    single = &(*prompt)[0];
+  }
+  if (single->is_string()) {
+    const std::string text = single->get<std::string>();
+    if (text.empty()) fail("prompt", "'prompt': must not be empty");
+    try {
+      return context.front->encode(text);
+    } catch (const Error& error) {
+      fail("prompt", fmt::format("'prompt': cannot be tokenized: {}", error.what()));
+    }
+  }
+  if (!single->is_array()) {
+    fail("prompt",
+         fmt::format("'prompt': expected a string or an array of token ids, got {}",
+                     type_name(*single)),
+         "invalid_type");
+  }
+  if (single->empty()) fail("prompt", "'prompt': must not be empty");
+  std::vector<int32_t> tokens;
+  for (const Json& token : *single) {
+    if (!token.is_number_integer() || token.get<int64_t>() < 0 ||
+        token.get<int64_t>() >= context.limits.vocab_size) {
+      fail("prompt", fmt::format("'prompt': token {} is not a token id in [0, {})",
+                                 token.dump(-1, ' ', false, Json::error_handler_t::replace),
+                                 context.limits.vocab_size));
+    }
+    tokens.push_back(token.get<int32_t>());
+  }
+  return tokens;
+}
+
+void read_stop(const Json& request, engine::SamplingParams& params) {
+  const Json* stop = find(request, "stop");
+  if (stop == nullptr) return;
+  const auto add = [&](const Json& value) {
+    if (!value.is_string()) {
+      fail(
+          "stop",
+          fmt::format("'stop': expected a string or an array of strings, got {}", type_name(value)),
+          "invalid_type");
+    }
+    if (value.get<std::string>().empty()) fail("stop", "'stop': stop strings must not be empty");
+    params.stop.push_back(value.get<std::string>());
+  };
+  if (stop->is_array()) {
+    if (stop->size() > engine::kMaxStopStrings) {
+      fail("stop", fmt::format("'stop': {} stop strings (at most {})", stop->size(),
+                               engine::kMaxStopStrings));
+    }
+    for (const Json& item : *stop) add(item);
+  } else {
+    add(*stop);
+  }
+}
+
+void read_logit_bias(const Json& request, int32_t vocab, engine::SamplingParams& params) {
+  const Json* bias = find(request, "logit_bias");
+  if (bias == nullptr) return;
+  if (!bias->is_object()) {
+    fail("logit_bias", fmt::format("'logit_bias': expected an object, got {}", type_name(*bias)),
+         "invalid_type");
+  }
+  for (const auto& [key, value] : bias->items()) {
+    int64_t token = -1;
+    const bool digits =
+        !key.empty() && key.size() <= 10 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) token = std::stoll(key);
+    if (token < 0 || token >= vocab) {
+      fail("logit_bias",
+           fmt::format("'logit_bias': key '{}' is not a token id in [0, {})", key, vocab));
+    }
+    if (!value.is_number() || value.get<double>() < -100.0 || value.get<double>() > 100.0) {
+      fail("logit_bias", fmt::format("'logit_bias': the bias of token {} must be a number in "
+                                     "[-100, 100]",
+                                     token));
+    }
+    params.logit_bias.emplace_back(static_cast<int32_t>(token), value.get<float>());
+  }
+}
+
+// Fields OpenAI accepts that this server takes without effect, or refuses when they ask for
+// what it does not do.
+void read_unsupported(const Json& request, Endpoint endpoint) {
+  if (endpoint == Endpoint::kChat) {
+    if (const Json* tools = find(request, "tools"); tools != nullptr && !tools->empty()) {
+      fail("tools", "'tools': tool calling is not supported by this server");
+    }
+    if (const Json* format = find(request, "response_format")) {
+      if (!format->is_object() || find(*format, "type") == nullptr ||
+          *find(*format, "type") != "text") {
+        fail("response_format", "'response_format': only {\"type\": \"text\"} is supported");
+      }
+    }
+    read_bool(request, "store");
+    read_bool(request, "parallel_tool_calls");
+    read_string(request, "service_tier");
+  } else {
+    if (read_bool(request, "echo").value_or(false)) {
+      fail("echo", "'echo': echoing the prompt is not supported by this server");
+    }
+    if (const auto suffix = read_string(request, "suffix"); suffix && !suffix->empty()) {
+      fail("suffix", "'suffix': not supported by this server");
+    }
+  }
+  read_string(request, "user");
+}
+
+PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseContext& context) {
+  const Json request = parse_body(body);
+  if (!request.is_object()) {
+    fail("", fmt::format("the request body must be a JSON object, got {}", type_name(request)),
+         "invalid_type");
+  }
+  for (const auto& [key, value] : request.items()) {
+    if (!known(key, endpoint)) {
+      fail(key, fmt::format("Unrecognized request argument supplied: {}", key),
+           "unknown_parameter");
+    }
+  }
+  PreparedRequest prepared;
+  prepared.endpoint = endpoint;
+  engine::SamplingParams& params = prepared.params;
+  prepared.stream = read_bool(request, "stream").value_or(false);
+  if (const Json* options = find(request, "stream_options")) {
+    if (!options->is_object()) {
+      fail("stream_options", "'stream_options': expected an object", "invalid_type");
+    }
+    if (!prepared.stream) fail("stream_options", "'stream_options': only allowed with stream true");
+    prepared.include_usage = read_bool(*options, "include_usage").value_or(false);
+  }
+  params.temperature = read_number(request, "temperature", 0.0, 2.0).value_or(1.0);
+  params.top_p = read_number(request, "top_p", 0.0, 1.0).value_or(1.0);
+  if (params.top_p <= 0.0) fail("top_p", "'top_p': must be in (0, 1]");
+  params.n = static_cast<int32_t>(read_integer(request, "n", 1, engine::kMaxChoices).value_or(1));
+  params.presence_penalty = read_number(request, "presence_penalty", -2.0, 2.0).value_or(0.0);
+  params.frequency_penalty = read_number(request, "frequency_penalty", -2.0, 2.0).value_or(0.0);
+  params.repetition_penalty = read_number(request, "repetition_penalty", 1e-6, 1e6).value_or(1.0);
+  params.top_k = static_cast<int32_t>(read_integer(request, "top_k", -1, INT32_MAX).value_or(-1));
+  params.min_p = read_number(request, "min_p", 0.0, 1.0).value_or(0.0);
+  if (const auto seed = read_integer(request, "seed", INT64_MIN, INT64_MAX)) {
+    params.seed = static_cast<uint64_t>(*seed);
+  }
+  params.ignore_eos = read_bool(request, "ignore_eos").value_or(false);
+  if (const Json* ids = find(request, "stop_token_ids")) {
+    if (!ids->is_array())
+      fail("stop_token_ids", "'stop_token_ids': expected an array", "invalid_type");
+    for (const Json& id : *ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() >= context.limits.vocab_size) {
+        fail("stop_token_ids", fmt::format("'stop_token_ids': expected token ids in [0, {})",
+                                           context.limits.vocab_size));
+      }
+      params.stop_token_ids.push_back(id.get<int32_t>());
+    }
+  }
+  read_stop(request, params);
+  read_logit_bias(request, context.limits.vocab_size, params);
+  read_unsupported(request, endpoint);
+  const int64_t length = context.limits.max_model_length;
+  std::optional<int64_t> max_tokens = read_integer(request, "max_tokens", 1, INT32_MAX);
+  if (endpoint == Endpoint::kChat) {
+    if (const auto completion = read_integer(request, "max_completion_tokens", 1, INT32_MAX)) {
+      max_tokens = completion;
+    }
+    const bool logprobs = read_bool(request, "logprobs").value_or(false);
+    const auto top = read_integer(request, "top_logprobs", 0, engine::kMaxLogprobs);
+    if (top && !logprobs) fail("top_logprobs", "'top_logprobs': requires 'logprobs': true");
+    prepared.logprobs = logprobs;
+    if (logprobs) params.logprobs = static_cast<int32_t>(top.value_or(0));
+  } else {
+    if (const auto k = read_integer(request, "logprobs", 0, engine::kMaxLogprobs)) {
+      prepared.logprobs = true;
+      params.logprobs = static_cast<int32_t>(*k);
+    }
+    if (const auto best_of = read_integer(request, "best_of", 1, engine::kMaxChoices);
+        best_of && *best_of != params.n) {
+      fail("best_of", fmt::format("'best_of': {} differs from n = {}; only best_of = n is "
+                                  "supported",
+                                  *best_of, params.n));
+    }
+  }
+  if (max_tokens)
+    params.max_tokens = static_cast<int32_t>(std::min<int64_t>(*max_tokens, INT32_MAX));
+
+  // The model comes after the fields: a request malformed in any way is a 400 whatever it names.
+  const Json* model = find(request, "model");
+  if (model == nullptr) fail("model", "'model': required", "missing_required_parameter");
+  if (!model->is_string()) {
+    fail("model", fmt::format("'model': expected a string, got {}", type_name(*model)),
+         "invalid_type");
+  }
+  prepared.model = model->get<std::string>();
+  if (prepared.model != context.model_name) {
+    fail("model",
+         fmt::format("The model `{}` does not exist (this server serves `{}`)", prepared.model,
+                     context.model_name),
+         "model_not_found", 404);
+  }
+
+  if (endpoint == Endpoint::kChat) {
+    const std::vector<ChatMessage> messages = read_messages(request);
+    try {
+      prepared.prompt = context.front->encode(context.front->render_chat(messages));
+    } catch (const Error& error) {
+      fail("messages",
+           fmt::format("'messages': cannot be rendered or tokenized: {}", error.what()));
+    }
+  } else {
+    prepared.prompt = read_prompt(request, context);
+  }
+  const std::string prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
+  const int64_t prompt_length = static_cast<int64_t>(prepared.prompt.size());
+  if (prompt_length == 0)
+    fail(prompt_param, fmt::format("'{}': renders to no tokens", prompt_param));
+  if (prompt_length >= length || (max_tokens && prompt_length + *max_tokens > length)) {
+    fail(prompt_param,
+         fmt::format("This model's maximum context length is {} tokens. However, you requested "
+                     "{} tokens ({} in the {}, {} for the completion).",
+                     length, prompt_length + max_tokens.value_or(1), prompt_length, prompt_param,
+                     max_tokens ? fmt::format("{}", *max_tokens) : std::string("at least 1")),
+         "context_length_exceeded");
+  }
+  try {
+    engine::validate(params, prompt_length, context.limits);
+  } catch (const Error& error) {
+    fail("", error.what());
+  }
+  return prepared;
+}
+
+}  // namespace
+
+std::variant<PreparedRequest, ApiError> prepare_request(std::string_view body, Endpoint endpoint,
+                                                        const ParseContext& context) {
+  try {
+    return parse(body, endpoint, context);
+  } catch (const FieldError& error) {
+    return error.error;
+  } catch (const std::exception& error) {
+    // Anything else a malformed body provokes (a JSON type error in a path not checked above) is
+    // still the client's: 400, never a crash.
+    ApiError api;
+    api.message = fmt::format("invalid request: {}", error.what());
+    return api;
+  }
+}
+
+}  // namespace pagedattn::server

@@ -1,0 +1,150 @@
+// Response bodies and SSE chunks (responses.h), field by field as OpenAI's API reference gives
+// them. Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}; completion
+// logprobs: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}.
+#include "responses.h"
+
+namespace pagedattn::server::detail {
+
+using Json = nlohmann::json;
+
+std::string dump(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+const char* finish_reason_name(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::kStop:
+      return "stop";
+    case engine::FinishReason::kLength:
+      return "length";
+    case engine::FinishReason::kAbort:
+      return "abort";
+    case engine::FinishReason::kError:
+      return "error";
+    case engine::FinishReason::kNone:
+      break;
+  }
+  return nullptr;
+}
+
+namespace {
+
+Json bytes_array(const std::string& bytes) {
+  Json array = Json::array();
+  for (const char c : bytes) array.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return array;
+}
+
+Json chat_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const TextFront& front) {
+  Json content = Json::array();
+  for (const engine::TokenLogprob& entry : logprobs) {
+    const std::string bytes = front.token_bytes(entry.token);
+    Json item = {{"token", bytes}, {"logprob", entry.logprob}, {"bytes", bytes_array(bytes)}};
+    Json top = Json::array();
+    for (const auto& [token, logprob] : entry.top) {
+      const std::string top_bytes = front.token_bytes(token);
+      top.push_back(
+          {{"token", top_bytes}, {"logprob", logprob}, {"bytes", bytes_array(top_bytes)}});
+    }
+    item["top_logprobs"] = std::move(top);
+    content.push_back(std::move(item));
+  }
+  return {{"content", std::move(content)}};
+}
+
+Json completion_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const TextFront& front,
+                         int64_t text_offset) {
+  Json tokens = Json::array();
+  Json token_logprobs = Json::array();
+  Json top_logprobs = Json::array();
+  Json offsets = Json::array();
+  for (const engine::TokenLogprob& entry : logprobs) {
+    const std::string bytes = front.token_bytes(entry.token);
+    tokens.push_back(bytes);
+    token_logprobs.push_back(entry.logprob);
+    Json top = Json::object();
+    for (const auto& [token, logprob] : entry.top) top[front.token_bytes(token)] = logprob;
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(bytes.size());
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(offsets)}};
+}
+
+Json usage_json(const Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+}
+
+Json finish_json(engine::FinishReason reason) {
+  const char* name = finish_reason_name(reason);
+  return name == nullptr ? Json(nullptr) : Json(name);
+}
+
+Json head_json(const ResponseHead& head, bool chunk) {
+  const char* object = head.endpoint == Endpoint::kChat
+                           ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                           : "text_completion";
+  return {{"id", head.id}, {"object", object}, {"created", head.created}, {"model", head.model}};
+}
+
+}  // namespace
+
+std::string completion_body(const ResponseHead& head, const std::vector<ChoiceOutput>& choices,
+                            bool logprobs, const Usage& usage, const TextFront& front) {
+  Json body = head_json(head, false);
+  Json list = Json::array();
+  for (const ChoiceOutput& choice : choices) {
+    Json item = {{"index", choice.index}, {"finish_reason", finish_json(choice.finish_reason)}};
+    if (head.endpoint == Endpoint::kChat) {
+      item["message"] = {{"role", "assistant"}, {"content", choice.text}};
+      item["logprobs"] = logprobs ? chat_logprobs(choice.logprobs, front) : Json(nullptr);
+    } else {
+      item["text"] = choice.text;
+      item["logprobs"] = logprobs ? completion_logprobs(choice.logprobs, front, 0) : Json(nullptr);
+    }
+    list.push_back(std::move(item));
+  }
+  body["choices"] = std::move(list);
+  body["usage"] = usage_json(usage);
+  if (head.endpoint == Endpoint::kChat) body["system_fingerprint"] = nullptr;
+  return dump(body);
+}
+
+std::string chunk_event(const ResponseHead& head, const ChoiceOutput& choice, bool first,
+                        bool logprobs, bool include_usage, const TextFront& front) {
+  Json body = head_json(head, true);
+  Json item = {{"index", choice.index}, {"finish_reason", finish_json(choice.finish_reason)}};
+  if (head.endpoint == Endpoint::kChat) {
+    Json delta = Json::object();
+    if (first) delta["role"] = "assistant";
+    if (!choice.text.empty() || first) delta["content"] = choice.text;
+    item["delta"] = std::move(delta);
+    item["logprobs"] = logprobs && !choice.logprobs.empty() ? chat_logprobs(choice.logprobs, front)
+                                                            : Json(nullptr);
+  } else {
+    item["text"] = choice.text;
+    item["logprobs"] = logprobs && !choice.logprobs.empty()
+                           ? completion_logprobs(choice.logprobs, front, 0)
+                           : Json(nullptr);
+  }
+  body["choices"] = Json::array({std::move(item)});
+  if (include_usage) body["usage"] = nullptr;
+  return "data: " + dump(body) + "\n\n";
+}
+
+std::string usage_event(const ResponseHead& head, const Usage& usage) {
+  Json body = head_json(head, true);
+  body["choices"] = Json::array();
+  body["usage"] = usage_json(usage);
+  return "data: " + dump(body) + "\n\n";
+}
+
+std::string error_event(const ApiError& error) { return "data: " + error_body(error) + "\n\n"; }
+
+}  // namespace pagedattn::server::detail

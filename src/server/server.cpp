@@ -1,0 +1,246 @@
+// The server (server.h): routes, the cpp-httplib configuration (a pool of max_connections
+// threads, the body limit, timeouts, OpenAI-shaped bodies for the errors httplib answers by
+// itself), the engine thread, and the graceful shutdown.
+#include "pagedattn/server.h"
+
+#include <fmt/format.h>
+#include <sys/socket.h>
+
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+
+#include "core/check.h"
+#include "pagedattn/page_allocator.h"
+#include "server_impl.h"
+
+namespace pagedattn::server {
+
+Server::Impl::Impl(ServerConfig config_in, engine::Engine& engine_in, const TextFront& front_in)
+    : config(std::move(config_in)), engine(engine_in), front(front_in) {
+  context.model_name = config.model_name;
+  context.limits = engine.limits();
+  context.front = &front;
+}
+
+void Server::Impl::log(const std::string& line) const {
+  if (config.log) {
+    config.log(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+void Server::Impl::send_error(httplib::Response& response, const ApiError& error) const {
+  response.status = error.status;
+  response.set_content(error_body(error), "application/json");
+}
+
+void Server::Impl::install_routes() {
+  http.Post("/v1/chat/completions",
+            [this](const httplib::Request& request, httplib::Response& response) {
+              handle_generate(request, response, Endpoint::kChat);
+            });
+  http.Post("/v1/completions",
+            [this](const httplib::Request& request, httplib::Response& response) {
+              handle_generate(request, response, Endpoint::kCompletions);
+            });
+  const auto model_json = [this] {
+    return detail::Json{{"id", config.model_name},
+                        {"object", "model"},
+                        {"created", static_cast<int64_t>(std::time(nullptr))},
+                        {"owned_by", "pagedattn"},
+                        {"max_model_len", context.limits.max_model_length}};
+  };
+  http.Get("/v1/models", [model_json](const httplib::Request&, httplib::Response& response) {
+    const detail::Json body = {{"object", "list"}, {"data", detail::Json::array({model_json()})}};
+    response.set_content(detail::dump(body), "application/json");
+  });
+  http.Get("/v1/models/(.+)", [this, model_json](const httplib::Request& request,
+                                                 httplib::Response& response) {
+    if (request.matches[1] != config.model_name) {
+      send_error(
+          response,
+          {404, fmt::format("The model `{}` does not exist", std::string(request.matches[1])),
+           "invalid_request_error", "model", "model_not_found"});
+      return;
+    }
+    response.set_content(detail::dump(model_json()), "application/json");
+  });
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
+    if (draining.load()) {
+      send_error(response,
+                 {503, "the server is shutting down", "server_error", "", "shutting_down"});
+      return;
+    }
+    response.set_content("{\"status\":\"ok\"}", "application/json");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    response.set_content(metrics.render(engine.stats(), pending.load()),
+                         "text/plain; version=0.0.4; charset=utf-8");
+  });
+  // httplib answers some errors itself (no route, body over the limit, an unparsable request)
+  // with an empty body; those get OpenAI's error shape. Bodies the handlers wrote are kept.
+  http.set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& request,
+             httplib::Response& response) -> httplib::Server::HandlerResponse {
+        if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError error;
+        error.status = response.status;
+        if (response.status == 404) {
+          error.message = fmt::format("not found: {} {}", request.method, request.path);
+          error.code = "not_found";
+        } else if (response.status == 413) {
+          error.message =
+              fmt::format("the request body exceeds the limit of {} bytes", config.max_body_bytes);
+          error.code = "request_too_large";
+        } else {
+          error.message =
+              fmt::format("the HTTP request could not be served (status {})", response.status);
+          if (response.status >= 500) error.type = "server_error";
+        }
+        send_error(response, error);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http.set_exception_handler(
+      [this](const httplib::Request&, httplib::Response& response, std::exception_ptr pointer) {
+        std::string what = "unknown exception";
+        try {
+          std::rethrow_exception(pointer);
+        } catch (const std::exception& error) {
+          what = error.what();
+        } catch (...) {
+        }
+        log(fmt::format("error: a handler threw: {}", what));
+        send_error(response, {500, "internal error: " + what, "server_error", "", ""});
+      });
+  http.set_logger([this](const httplib::Request&, const httplib::Response& response) {
+    metrics.record_status(response.status);
+  });
+}
+
+void Server::Impl::engine_loop() {
+  while (!engine_stop.load()) {
+    bool worked = false;
+    try {
+      worked = engine.step();
+    } catch (const std::exception& error) {
+      log(fmt::format("error: engine step failed: {}; aborting every request", error.what()));
+      engine.abort_all();
+    }
+    if (!worked) {
+      if (engine.has_work()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      } else {
+        engine.wait_for_work(std::chrono::milliseconds(50));
+      }
+    }
+  }
+  // Whatever is left (only after the grace period and the abort) is aborted and drained, so the
+  // pages come back before the caller checks them.
+  engine.abort_all();
+  for (int step = 0; step < 100000; ++step) {
+    try {
+      engine.step();
+    } catch (const std::exception&) {
+    }
+    if (!engine.has_work()) break;
+  }
+}
+
+Server::Server(ServerConfig config, engine::Engine& engine, const TextFront& front)
+    : impl_(std::make_unique<Impl>(std::move(config), engine, front)) {}
+
+Server::~Server() {
+  if (impl_->started.load() && !impl_->stopped.load()) shutdown(std::chrono::milliseconds(0));
+}
+
+void Server::start() {
+  Impl& impl = *impl_;
+  PA_CHECK(!impl.started.load(), "server: start() called twice");
+  PA_CHECK(impl.config.max_connections >= 1, "max_connections: {} (expected >= 1)",
+           impl.config.max_connections);
+  std::signal(SIGPIPE, SIG_IGN);
+  const size_t threads = static_cast<size_t>(impl.config.max_connections);
+  impl.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  impl.http.set_payload_max_length(impl.config.max_body_bytes);
+  impl.http.set_read_timeout(impl.config.read_timeout_seconds, 0);
+  impl.http.set_write_timeout(10, 0);
+  impl.http.set_keep_alive_max_count(1000);
+  impl.http.set_tcp_nodelay(true);
+  impl.install_routes();
+  if (impl.config.port == 0) {
+    impl.bound_port = impl.http.bind_to_any_port(impl.config.host);
+  } else {
+    impl.bound_port =
+        impl.http.bind_to_port(impl.config.host, impl.config.port) ? impl.config.port : -1;
+  }
+  PA_CHECK(impl.bound_port > 0, "server: cannot listen on {}:{} (address in use or invalid?)",
+           impl.config.host, impl.config.port);
+  ::listen(impl.http.listening_socket(), SOMAXCONN);
+  impl.started = true;
+  impl.engine_thread = std::thread([&impl] { impl.engine_loop(); });
+  impl.http_thread = std::thread([&impl] { impl.http.listen_after_bind(); });
+  // stop() is a no-op until the accept loop runs, so shutdown must not be able to come first.
+  while (!impl.http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  impl.log(fmt::format("pagedattn server: model {} on http://{}:{} ({} connection threads)",
+                       impl.config.model_name, impl.config.host, impl.bound_port, threads));
+}
+
+int Server::port() const { return impl_->bound_port; }
+
+bool Server::running() const { return impl_->started.load() && !impl_->stopped.load(); }
+
+std::string Server::metrics_text() const {
+  return impl_->metrics.render(impl_->engine.stats(), impl_->pending.load());
+}
+
+ShutdownReport Server::shutdown(std::chrono::milliseconds grace) {
+  Impl& impl = *impl_;
+  std::lock_guard lock(impl.shutdown_mutex);
+  ShutdownReport report;
+  if (!impl.started.load() || impl.stopped.load()) return report;
+  impl.draining = true;
+  const Clock::time_point deadline = Clock::now() + grace;
+  while (impl.pending.load() > 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  report.num_aborted = impl.pending.load();
+  if (report.num_aborted > 0) {
+    impl.log(fmt::format("shutdown: aborting {} requests still running", report.num_aborted));
+    impl.engine.abort_all();
+    // The aborted streams send their last chunk and [DONE]; a client that stopped reading is
+    // cut off by the write timeout.
+    const Clock::time_point limit = Clock::now() + std::chrono::seconds(15);
+    while (impl.pending.load() > 0 && Clock::now() < limit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  impl.http.stop();
+  if (impl.http_thread.joinable()) impl.http_thread.join();
+  impl.engine_stop = true;
+  if (impl.engine_thread.joinable()) impl.engine_thread.join();
+  impl.engine.clear_prefix_cache();
+  report.num_pages = impl.engine.allocator().num_pages();
+  report.num_free_pages = impl.engine.allocator().num_free_pages();
+  impl.stopped = true;
+  impl.log(fmt::format("shutdown: done; {} of {} KV pages free{}", report.num_free_pages,
+                       report.num_pages,
+                       report.num_free_pages == report.num_pages ? "" : " (LEAK)"));
+  return report;
+}
+
+std::function<int()> block_shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return [set] {
+    int signal_number = 0;
+    sigwait(&set, &signal_number);
+    return signal_number;
+  };
+}
+
+}  // namespace pagedattn::server

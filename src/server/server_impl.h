@@ -1,0 +1,93 @@
+// The server's private state (server.h's Impl) and the per-request Exchange shared by the HTTP
+// handler and, for a stream, the content provider that outlives the handler. Internal.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "metrics.h"
+#include "pagedattn/server.h"
+#include "responses.h"
+
+namespace pagedattn::server {
+
+using Clock = std::chrono::steady_clock;
+
+// httplib::Server with its listening socket reachable: httplib 0.11 listens with a backlog of 5,
+// which drops the SYNs of a burst of clients (each then retries a second later); start() listens
+// again on the bound socket with a backlog of SOMAXCONN.
+class HttpServer : public httplib::Server {
+ public:
+  socket_t listening_socket() const { return svr_sock_; }
+};
+
+struct Server::Impl {
+  Impl(ServerConfig config, engine::Engine& engine, const TextFront& front);
+
+  void log(const std::string& line) const;
+  void install_routes();
+  void engine_loop();
+  void handle_generate(const httplib::Request& request, httplib::Response& response,
+                       Endpoint endpoint);
+  void send_error(httplib::Response& response, const ApiError& error) const;
+
+  ServerConfig config;
+  engine::Engine& engine;
+  const TextFront& front;
+  ParseContext context;
+  HttpServer http;
+  std::thread http_thread;
+  std::thread engine_thread;
+  int bound_port = 0;
+  std::atomic<bool> started{false};
+  std::atomic<bool> stopped{false};
+  std::atomic<bool> draining{false};
+  std::atomic<bool> engine_stop{false};
+  std::atomic<int64_t> pending{0};  // requests handed to the engine and not yet answered
+  std::atomic<int64_t> open_streams{0};
+  std::atomic<int64_t> next_id{0};
+  detail::Metrics metrics;
+  std::mutex shutdown_mutex;
+};
+
+// One generation request from enqueue to its last byte.
+struct Exchange {
+  struct ChoiceState {
+    detail::ChoiceOutput output;  // accumulated (non-streaming) or the event being sent
+    bool sent_first = false;
+    bool finished = false;
+  };
+
+  Server::Impl* server = nullptr;
+  PreparedRequest request;
+  detail::ResponseHead head;
+  engine::Engine::Handle handle;
+  Clock::time_point start;
+  std::optional<Clock::time_point> first_token;
+  Clock::time_point last_write;
+  std::vector<ChoiceState> choices;
+  detail::Usage usage;
+  int32_t num_finished = 0;
+  std::string error;       // the first kError message
+  bool completed = false;  // recorded (metrics, log, pending released)
+
+  // Folds an event into the choice's state and the usage.
+  void apply(const engine::RequestEvent& event);
+  bool all_finished() const { return num_finished == static_cast<int32_t>(choices.size()); }
+  // Metrics, the log line, the pending count. `cancelled`: the client went away.
+  void complete(bool cancelled);
+  // The SSE text for `event` (after apply()).
+  std::string stream_text(const engine::RequestEvent& event);
+  // The SSE text after the last choice finished: usage (if asked) and [DONE].
+  std::string stream_tail() const;
+};
+
+}  // namespace pagedattn::server

@@ -1,0 +1,108 @@
+// Drives a running pagedattn server with the official OpenAI Node client (npm package `openai`,
+// installed at test set-up; its directory in OPENAI_MODULE_DIR). Usage:
+//   node openai_client.cjs <base url> <expected.json>
+// expected.json (written by the C++ test from its greedy reference): {"model", "chat_prompt",
+// "chat_text", "completion_prompt", "completion_text", "max_tokens"}. Every check that fails is
+// printed; the exit code is the number of failures (0: all passed).
+'use strict';
+const fs = require('fs');
+const OpenAI = require(process.env.OPENAI_MODULE_DIR);
+
+const [baseURL, expectedPath] = process.argv.slice(2);
+const expected = JSON.parse(fs.readFileSync(expectedPath, 'utf8'));
+const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+let failures = 0;
+let checks = 0;
+function check(condition, what, detail) {
+  ++checks;
+  if (!condition) {
+    ++failures;
+    console.log(`FAIL: ${what}${detail === undefined ? '' : ': ' + JSON.stringify(detail)}`);
+  }
+}
+
+async function main() {
+  const models = await client.models.list();
+  check(models.data.length === 1 && models.data[0].id === expected.model, 'models.list', models.data);
+
+  const common = { model: expected.model, temperature: 0, max_tokens: expected.max_tokens,
+                   ignore_eos: true };
+  const chat = await client.chat.completions.create({
+    ...common, messages: [{ role: 'user', content: expected.chat_prompt }] });
+  check(chat.object === 'chat.completion', 'chat object', chat.object);
+  check(chat.choices[0].message.role === 'assistant', 'chat role', chat.choices[0].message);
+  check(chat.choices[0].message.content === expected.chat_text, 'chat text',
+        [chat.choices[0].message.content, expected.chat_text]);
+  check(chat.choices[0].finish_reason === 'length', 'chat finish', chat.choices[0].finish_reason);
+  check(chat.usage.completion_tokens === expected.max_tokens, 'chat usage', chat.usage);
+
+  const stream = await client.chat.completions.create({
+    ...common, messages: [{ role: 'user', content: expected.chat_prompt }], stream: true,
+    stream_options: { include_usage: true } });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let role = null;
+  for await (const chunk of stream) {
+    check(chunk.object === 'chat.completion.chunk', 'chunk object', chunk.object);
+    if (chunk.usage) usage = chunk.usage;
+    for (const choice of chunk.choices) {
+      if (choice.delta.role) role = choice.delta.role;
+      if (choice.delta.content) text += choice.delta.content;
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+  }
+  check(role === 'assistant', 'stream role', role);
+  check(text === expected.chat_text, 'stream text', [text, expected.chat_text]);
+  check(finish === 'length', 'stream finish', finish);
+  check(usage && usage.completion_tokens === expected.max_tokens, 'stream usage', usage);
+
+  const completion = await client.completions.create({ ...common, prompt: expected.completion_prompt });
+  check(completion.object === 'text_completion', 'completion object', completion.object);
+  check(completion.choices[0].text === expected.completion_text, 'completion text',
+        [completion.choices[0].text, expected.completion_text]);
+
+  const completionStream = await client.completions.create({
+    ...common, prompt: expected.completion_prompt, stream: true });
+  let streamed = '';
+  for await (const chunk of completionStream) {
+    for (const choice of chunk.choices) streamed += choice.text;
+  }
+  check(streamed === expected.completion_text, 'completion stream text',
+        [streamed, expected.completion_text]);
+
+  // Hang up mid-stream: the client aborts; the server must go on serving.
+  const cut = await client.chat.completions.create({
+    ...common, max_tokens: 200, messages: [{ role: 'user', content: 'long' }], stream: true });
+  let seen = 0;
+  for await (const chunk of cut) {
+    if (++seen === 3) { cut.controller.abort(); break; }
+  }
+  check(seen === 3, 'aborted stream', seen);
+
+  try {
+    await client.chat.completions.create({ model: 'no-such-model',
+                                            messages: [{ role: 'user', content: 'x' }] });
+    check(false, 'unknown model accepted');
+  } catch (error) {
+    check(error instanceof OpenAI.NotFoundError, 'unknown model -> NotFoundError', error.status);
+    check(error.code === 'model_not_found', 'unknown model code', error.code);
+  }
+  try {
+    await client.chat.completions.create({ ...common, messages: [] });
+    check(false, 'empty messages accepted');
+  } catch (error) {
+    check(error instanceof OpenAI.BadRequestError, 'empty messages -> BadRequestError', error.status);
+    check(error.param === 'messages', 'empty messages param', error.param);
+  }
+  const again = await client.completions.create({ ...common, prompt: expected.completion_prompt });
+  check(again.choices[0].text === expected.completion_text, 'serving after errors');
+}
+
+main().then(() => {
+  console.log(`${checks - failures} passed, ${failures} failed`);
+  process.exit(failures === 0 ? 0 : 1);
+}, (error) => {
+  console.log(`FAIL: uncaught ${error && error.stack ? error.stack : error}`);
+  process.exit(2);
+});

@@ -1,0 +1,144 @@
+// `pagedattn serve`: the OpenAI-compatible server (include/pagedattn/server.h) over the engine,
+// with the engine and HTTP flags on the command line. SIGINT / SIGTERM start a graceful
+// shutdown (--grace seconds for running requests, then abort), after which the command exits 0
+// and reports whether every KV page came back.
+//
+// The model side (a ModelRunner, the tokenizer's TextFront and detokenizer, EOS ids, the model
+// length) comes from load_served_model(), which is not wired yet: see the TODO there.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "core/check.h"
+#include "pagedattn/engine.h"
+#include "pagedattn/server.h"
+#include "tools/cli/command.h"
+
+namespace pagedattn::tools {
+namespace {
+
+struct ServeOptions {
+  std::string model_dir;  // empty: the embedded default model
+  std::string served_name;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int32_t num_pages = 0;  // 0: the runner's choice
+  int32_t page_size = 16;
+  int64_t max_tokens_per_step = 2048;
+  int32_t max_running = 256;
+  int64_t max_model_length = 0;  // 0: the model's
+  bool no_prefix_cache = false;
+  uint64_t seed = 0;
+  int32_t max_connections = 1024;
+  int64_t max_pending_requests = 4096;
+  size_t max_body_bytes = size_t{4} << 20;
+  double grace_seconds = 30.0;
+  bool quiet = false;
+};
+
+// What serving a model needs besides the engine's own settings.
+struct ServedModel {
+  std::string name;
+  std::unique_ptr<engine::ModelRunner> runner;
+  std::unique_ptr<server::TextFront> front;
+  engine::DetokenizerFactory detokenizer;
+  std::vector<int32_t> eos_token_ids;
+  int64_t max_model_length = 0;
+  int32_t default_num_pages = 0;
+};
+
+ServedModel load_served_model(const ServeOptions& options) {
+  // TODO(lead): wire the model runtime (issue 14: checkpoint + forward on the CPU ops) and the
+  // tokenizer (issue 15: its TextFront, i.e. encode / chat-template render / token bytes, and
+  // its incremental detokenizer) here. Without --model, load the embedded default model
+  // models/austen-3m/ (in main) so that `pagedattn serve` starts on a fresh machine; with
+  // --model DIR, the checkpoint and tokenizer files in DIR. Fill every field of ServedModel:
+  // name (default: the directory's name), runner, front, detokenizer (the same tokenizer's),
+  // eos_token_ids and max_model_length from the model's config, default_num_pages from the
+  // runner's KV pool.
+  PA_FAIL(
+      "serve: {} cannot be loaded yet: the model runtime (issue 14) and the tokenizer "
+      "(issue 15) are not wired into `pagedattn serve` (tools/serve/cmd_serve.cpp, "
+      "load_served_model)",
+      options.model_dir.empty() ? std::string("the embedded model models/austen-3m")
+                                : "--model " + options.model_dir);
+}
+
+void run_serve(const ServeOptions& options) {
+  ServedModel model = load_served_model(options);
+  engine::EngineConfig config;
+  config.num_pages = options.num_pages > 0 ? options.num_pages : model.default_num_pages;
+  config.page_size = options.page_size;
+  config.max_tokens_per_step = options.max_tokens_per_step;
+  config.max_running = options.max_running;
+  config.max_model_length =
+      options.max_model_length > 0 ? options.max_model_length : model.max_model_length;
+  config.prefix_cache = !options.no_prefix_cache;
+  config.eos_token_ids = model.eos_token_ids;
+  config.seed = options.seed;
+  engine::Engine engine(config, *model.runner, model.detokenizer);
+
+  server::ServerConfig server_config;
+  server_config.host = options.host;
+  server_config.port = options.port;
+  server_config.model_name = options.served_name.empty() ? model.name : options.served_name;
+  server_config.max_connections = options.max_connections;
+  server_config.max_pending_requests = options.max_pending_requests;
+  server_config.max_body_bytes = options.max_body_bytes;
+  server_config.log_requests = !options.quiet;
+  // Blocked before any thread starts, so that every thread inherits the mask and the signal
+  // reaches the waiter below.
+  const std::function<int()> wait_for_signal = server::block_shutdown_signals();
+  server::Server server(server_config, engine, *model.front);
+  server.start();
+  const int signal_number = wait_for_signal();
+  fmt::print(stderr, "serve: signal {} received; finishing running requests (grace {} s)\n",
+             signal_number, options.grace_seconds);
+  const server::ShutdownReport report = server.shutdown(
+      std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000.0)));
+  PA_CHECK(report.num_free_pages == report.num_pages,
+           "serve: {} of {} KV pages still held after shutdown (a leak)",
+           report.num_pages - report.num_free_pages, report.num_pages);
+}
+
+void add_serve_command(CLI::App& app) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server over the engine");
+  cmd->add_option("--model", options->model_dir,
+                  "Model directory (default: the embedded model models/austen-3m)");
+  cmd->add_option("--served-model-name", options->served_name,
+                  "The model name clients send (default: the model's)");
+  cmd->add_option("--host", options->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", options->port, "Port (0: any free port)")->capture_default_str();
+  cmd->add_option("--num-pages", options->num_pages, "KV pages (default: the runner's pool)");
+  cmd->add_option("--page-size", options->page_size, "Tokens per KV page")->capture_default_str();
+  cmd->add_option("--max-tokens-per-step", options->max_tokens_per_step,
+                  "Token budget of one engine step (<= 0: unbounded)")
+      ->capture_default_str();
+  cmd->add_option("--max-running", options->max_running, "Sequences in the batch at most")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", options->max_model_length,
+                  "Context length (default: the model's)");
+  cmd->add_flag("--no-prefix-cache", options->no_prefix_cache, "Disable the radix prefix cache");
+  cmd->add_option("--seed", options->seed, "Seed of requests that give none")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", options->max_connections,
+                  "HTTP threads = open streams served at once")
+      ->capture_default_str();
+  cmd->add_option("--max-pending", options->max_pending_requests,
+                  "Requests in the engine at once; more get 503")
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", options->max_body_bytes, "Larger bodies get 413")
+      ->capture_default_str();
+  cmd->add_option("--grace", options->grace_seconds,
+                  "Seconds running requests get to finish on SIGINT / SIGTERM")
+      ->capture_default_str();
+  cmd->add_flag("--quiet", options->quiet, "No per-request log lines");
+  cmd->callback([options] { run_serve(*options); });
+}
+
+}  // namespace
+
+PAGEDATTN_CLI_COMMAND("serve", add_serve_command);
+
+}  // namespace pagedattn::tools
