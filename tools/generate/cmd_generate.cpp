@@ -21,10 +21,7 @@
 #include "pagedattn/error.h"
 #include "pagedattn/tokenizer.h"
 #include "tools/cli/command.h"
-
-#ifndef PAGEDATTN_DEFAULT_MODEL
-#define PAGEDATTN_DEFAULT_MODEL "models/austen-3m"
-#endif
+#include "tools/cli/default_model.h"
 
 namespace pagedattn::tools {
 namespace {
@@ -50,16 +47,6 @@ struct GenerateOptions {
 };
 
 constexpr const char* kDefaultPrompt = "It is a truth universally acknowledged, that";
-
-// The embedded model: where the build tree says the source tree is, else ./models/austen-3m.
-fs::path default_model() {
-  for (const fs::path& candidate : {fs::path(PAGEDATTN_DEFAULT_MODEL), fs::path("models/austen-3m")}) {
-    if (fs::exists(candidate / "config.json")) return candidate;
-  }
-  throw Error(fmt::format(
-      "the embedded default model is not at {} nor at ./models/austen-3m: pass --model DIR",
-      PAGEDATTN_DEFAULT_MODEL));
-}
 
 DType parse_kv_dtype(const std::string& name) {
   if (name == "bf16") return DType::kBF16;
@@ -103,7 +90,7 @@ std::vector<int32_t> prompt_ids(const GenerateOptions& options, const fs::path& 
 
 void run_generate(const GenerateOptions& options) {
   using Clock = std::chrono::steady_clock;
-  const fs::path model_dir = options.model.empty() ? default_model() : fs::path(options.model);
+  const fs::path model_dir = options.model.empty() ? default_model_directory() : fs::path(options.model);
   const auto load_start = Clock::now();
 
   engine::RuntimeOptions runtime_options;

@@ -3,16 +3,23 @@
 // shutdown (--grace seconds for running requests, then abort), after which the command exits 0
 // and reports whether every KV page came back.
 //
-// The model side (a ModelRunner, the tokenizer's TextFront and detokenizer, EOS ids, the model
-// length) comes from load_served_model(), which is not wired yet: see the TODO there.
+// The model side comes from load_served_model(): a model directory (default: the embedded
+// models/austen-3m) as a ModelRuntime (checkpoint + KV pool), its tokenizer's TextFront and
+// detokenizer, EOS ids and model length from its config.
 #include <fmt/format.h>
 
 #include <memory>
 
 #include "core/check.h"
+#include <filesystem>
+
 #include "pagedattn/engine.h"
+#include "pagedattn/engine_runtime.h"
 #include "pagedattn/server.h"
+#include "pagedattn/server_text_front.h"
+#include "pagedattn/tokenizer.h"
 #include "tools/cli/command.h"
+#include "tools/cli/default_model.h"
 
 namespace pagedattn::tools {
 namespace {
@@ -39,6 +46,7 @@ struct ServeOptions {
 // What serving a model needs besides the engine's own settings.
 struct ServedModel {
   std::string name;
+  std::shared_ptr<tokenizer::Tokenizer> tokenizer;  // the front and detokenizer refer to it
   std::unique_ptr<engine::ModelRunner> runner;
   std::unique_ptr<server::TextFront> front;
   engine::DetokenizerFactory detokenizer;
@@ -48,20 +56,30 @@ struct ServedModel {
 };
 
 ServedModel load_served_model(const ServeOptions& options) {
-  // TODO(lead): wire the model runtime (issue 14: checkpoint + forward on the CPU ops) and the
-  // tokenizer (issue 15: its TextFront, i.e. encode / chat-template render / token bytes, and
-  // its incremental detokenizer) here. Without --model, load the embedded default model
-  // models/austen-3m/ (in main) so that `pagedattn serve` starts on a fresh machine; with
-  // --model DIR, the checkpoint and tokenizer files in DIR. Fill every field of ServedModel:
-  // name (default: the directory's name), runner, front, detokenizer (the same tokenizer's),
-  // eos_token_ids and max_model_length from the model's config, default_num_pages from the
-  // runner's KV pool.
-  PA_FAIL(
-      "serve: {} cannot be loaded yet: the model runtime (issue 14) and the tokenizer "
-      "(issue 15) are not wired into `pagedattn serve` (tools/serve/cmd_serve.cpp, "
-      "load_served_model)",
-      options.model_dir.empty() ? std::string("the embedded model models/austen-3m")
-                                : "--model " + options.model_dir);
+  const std::filesystem::path directory =
+      options.model_dir.empty() ? default_model_directory() : std::filesystem::path(options.model_dir);
+  engine::RuntimeOptions runtime_options;
+  runtime_options.page_size = options.page_size;
+  runtime_options.num_pages = options.num_pages;
+  runtime_options.max_sequences = options.max_running;  // no more pages than that can use
+  std::unique_ptr<engine::ModelRuntime> runtime =
+      engine::ModelRuntime::open(directory, runtime_options);
+  auto tokenizer =
+      std::make_shared<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_directory(directory));
+  const engine::EngineConfig engine_config = runtime->engine_config();
+  fmt::print(stderr, "serve: model {} ({} layers, {:.1f} MB of weights), {} KV pages of {} tokens\n",
+             directory.string(), runtime->config().num_hidden_layers,
+             runtime->weight_bytes() / 1e6, engine_config.num_pages, engine_config.page_size);
+  ServedModel model;
+  model.name = std::filesystem::absolute(directory).filename().string();
+  model.front = server::make_text_front(*tokenizer, directory);
+  model.detokenizer = engine::make_detokenizer_factory(*tokenizer);
+  model.eos_token_ids = engine_config.eos_token_ids;
+  model.max_model_length = engine_config.max_model_length;
+  model.default_num_pages = engine_config.num_pages;
+  model.runner = std::move(runtime);
+  model.tokenizer = std::move(tokenizer);
+  return model;
 }
 
 void run_serve(const ServeOptions& options) {
