@@ -18,6 +18,7 @@
 #include "pagedattn/engine.h"
 #include "pagedattn/engine_generate.h"
 #include "pagedattn/engine_runtime.h"
+#include "pagedattn/page_allocator.h"
 
 namespace pagedattn::engine {
 namespace {

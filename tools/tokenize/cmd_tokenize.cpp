@@ -4,6 +4,10 @@
 //   pagedattn tokenize --tokenizer DIR "text" ...      ids, then each id with its token and text
 //   pagedattn tokenize --tokenizer DIR --input FILE --json
 //       FILE: one JSON string per line; prints {"ids": [...], "text": decode(ids)} per line
+//   pagedattn tokenize --tokenizer DIR --chat FILE.json [--json]
+//       FILE: {"messages": [...], "tools": [...]?, "add_generation_prompt": true?, other template
+//       variables such as "enable_thinking"}; prints the chat template rendered as transformers'
+//       apply_chat_template does ({"prompt": "..."} with --json)
 //   pagedattn bench tokenize --tokenizer DIR[,DIR...] [--corpus FILE] [--hf FILE]
 //
 // The benchmark text is the tokenizer corpus (tests/data/tokenizer/corpus.jsonl): its lines
@@ -19,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "pagedattn/chat_template.h"
 #include "pagedattn/tokenizer.h"
 #include "tools/cli/command.h"
 #include "tools/cli/report.h"
@@ -56,13 +61,64 @@ std::vector<std::string> read_json_lines(const std::string& path) {
 }
 
 struct TokenizeOptions {
-  std::string directory, input;
+  std::string directory, input, chat;
   std::vector<std::string> texts;
   bool json = false, add_special_tokens = false, skip_special_tokens = false;
 };
 
+// --chat FILE: the conversation rendered with the tokenizer's chat template.
+void run_chat(const Tokenizer& tokenizer, const TokenizeOptions& options) {
+  std::ifstream file(options.chat);
+  PA_CHECK(file.good(), "--chat {}: cannot open the file", options.chat);
+  nlohmann::ordered_json chat;
+  try {
+    chat = nlohmann::ordered_json::parse(file);
+  } catch (const nlohmann::json::exception& error) {
+    PA_FAIL("--chat {}: not valid JSON ({})", options.chat, error.what());
+  }
+  PA_CHECK(chat.is_object() && chat.contains("messages") && chat["messages"].is_array(),
+           "--chat {}: expected {{\"messages\": [...]}}", options.chat);
+  const std::optional<std::string_view> source = tokenizer.chat_template();
+  PA_CHECK(source.has_value(), "--chat: {} ships no chat template", options.directory);
+  nlohmann::json config = nlohmann::json::object();
+  if (std::ifstream in(std::filesystem::path(options.directory) / "tokenizer_config.json"); in) {
+    config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded()) config = nlohmann::json::object();
+  }
+  ChatOptions chat_options = chat_options_from_config(config);
+  chat_options.add_generation_prompt = true;
+  for (const auto& [key, value] : chat.items()) {
+    if (key == "messages") continue;
+    if (key == "tools") {
+      chat_options.tools = value;
+    } else if (key == "documents") {
+      chat_options.documents = value;
+    } else if (key == "add_generation_prompt") {
+      PA_CHECK(value.is_boolean(), "--chat {}: add_generation_prompt is {} (expected a boolean)",
+               options.chat, value.dump());
+      chat_options.add_generation_prompt = value.get<bool>();
+    } else {
+      chat_options.variables[key] = value;  // enable_thinking and other template variables
+    }
+  }
+  const std::string prompt =
+      render_chat(ChatTemplate::compile(std::string(*source)), chat["messages"], chat_options);
+  if (options.json) {
+    fmt::print("{}\n", nlohmann::json({{"prompt", prompt}})
+                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else {
+    fmt::print("{}\n", prompt);
+  }
+}
+
 void run_tokenize(const TokenizeOptions& options) {
   Tokenizer tokenizer = Tokenizer::from_directory(options.directory);
+  if (!options.chat.empty()) {
+    PA_CHECK(options.texts.empty() && options.input.empty(),
+             "tokenize: --chat renders one conversation; give no TEXT or --input with it");
+    run_chat(tokenizer, options);
+    return;
+  }
   std::vector<std::string> texts = options.texts;
   if (!options.input.empty()) {
     auto lines = read_json_lines(options.input);
@@ -97,6 +153,8 @@ void add_tokenize_command(CLI::App& app) {
       ->required();
   cmd->add_option("text", options->texts, "Texts to encode");
   cmd->add_option("--input", options->input, "File of texts: one JSON string per line");
+  cmd->add_option("--chat", options->chat,
+                  "A JSON file {\"messages\": [...]} rendered with the chat template");
   cmd->add_flag("--json", options->json,
                 "One JSON object per text: {\"ids\": [...], \"text\": decode(ids)}");
   cmd->add_flag("--add-special-tokens", options->add_special_tokens,
