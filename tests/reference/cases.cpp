@@ -1,6 +1,7 @@
 // The shared case generator (see common/cases.h): logical data first (seeded, independent of the
 // page layout), then scattered into a NaN-filled paged pool through shuffled allocation pages.
 #include "common/cases.h"
+#include "reference/reference.h"
 
 #include <fmt/format.h>
 
@@ -34,23 +35,6 @@ void store(const TensorView& view, int64_t offset, float value) {
       break;
     default:
       fail("store: not a floating dtype");
-  }
-}
-
-// The element at `offset` of a floating view as a double (no fp8 scale).
-double element_value(const TensorView& view, int64_t offset) {
-  const char* base = static_cast<const char*>(view.data);
-  switch (view.dtype) {
-    case DType::kF32:
-      return reinterpret_cast<const float*>(base)[offset];
-    case DType::kF16:
-      return half_to_float(reinterpret_cast<const uint16_t*>(base)[offset]);
-    case DType::kBF16:
-      return bf16_to_float(reinterpret_cast<const uint16_t*>(base)[offset]);
-    case DType::kFP8E4M3:
-      return fp8e4m3_to_float(reinterpret_cast<const uint8_t*>(base)[offset]);
-    default:
-      fail("element_value: not a floating dtype");
   }
 }
 
@@ -213,7 +197,7 @@ AttentionCase::AttentionCase(const CaseSpec& spec, uint64_t seed) : spec_(spec) 
     const TensorView view = tensor.view();
     const int64_t dim = view.shape[2];
     for (int64_t i = 0; i < view.numel(); ++i) {
-      const double value = element_value(view, i) + direction[dim_offset + i % dim];
+      const double value = read_element(view, i) + direction[dim_offset + i % dim];
       store(view, i, static_cast<float>(value));
     }
   };

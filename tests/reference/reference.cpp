@@ -192,6 +192,10 @@ Problem kv_problem(const TensorView& q, const PagedKv& kv, const StepMetadata& m
 
 }  // namespace
 
+double read_element(const TensorView& view, int64_t offset, double scale) {
+  return read(view, offset, scale);
+}
+
 std::vector<double> reference_decode(const DecodeArgs& args, std::vector<double>* lse) {
   AttentionOptions options = args.options;
   options.causal = true;  // one query row at the end of the KV: nothing to mask

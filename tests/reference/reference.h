@@ -27,6 +27,10 @@
 
 namespace pagedattn::testing {
 
+// Element at an offset (in elements) of a host view as a double: f32 / f16 / bf16, fp8 e4m3
+// times `scale`, i32 / i64.
+double read_element(const TensorView& view, int64_t offset, double scale = 1.0);
+
 std::vector<double> reference_decode(const DecodeArgs& args, std::vector<double>* lse = nullptr);
 std::vector<double> reference_prefill(const PrefillArgs& args, std::vector<double>* lse = nullptr);
 std::vector<double> reference_mla(const MlaArgs& args, std::vector<double>* lse = nullptr);

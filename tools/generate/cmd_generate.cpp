@@ -17,6 +17,7 @@
 
 #include "pagedattn/chat_template.h"
 #include "pagedattn/engine.h"
+#include "pagedattn/engine_generate.h"
 #include "pagedattn/engine_runtime.h"
 #include "pagedattn/error.h"
 #include "pagedattn/tokenizer.h"
@@ -130,21 +131,16 @@ void run_generate(const GenerateOptions& options) {
     std::fflush(stdout);
   }
   const auto start = Clock::now();
-  engine::Engine::Handle handle = engine.add_request(std::move(prompt), params);
   std::optional<Clock::time_point> first_token;
-  int64_t generated = 0, prompt_tokens = 0;
-  engine::RequestEvent last;
-  while (!handle.stream->done()) {
-    engine.step();
-    while (auto event = handle.stream->try_pop()) {
-      if (!event->token_ids.empty() && !first_token) first_token = Clock::now();
-      generated += static_cast<int64_t>(event->token_ids.size());
-      prompt_tokens = std::max(prompt_tokens, event->num_prompt_tokens);
-      std::fputs(event->text.c_str(), stdout);
-      std::fflush(stdout);
-      if (event->finished()) last = *event;
-    }
-  }
+  const auto completions = engine::generate(
+      engine, {std::move(prompt)}, params, [&](size_t, const engine::RequestEvent& event) {
+        if (!event.token_ids.empty() && !first_token) first_token = Clock::now();
+        std::fputs(event.text.c_str(), stdout);
+        std::fflush(stdout);
+      });
+  const engine::Completion& last = completions.at(0).at(0);
+  const int64_t generated = static_cast<int64_t>(last.tokens.size());
+  const int64_t prompt_tokens = last.num_prompt_tokens;
   const auto end = Clock::now();
   std::fputs("\n", stdout);
   if (last.finish_reason == engine::FinishReason::kError) {
