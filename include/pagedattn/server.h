@@ -73,9 +73,10 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// Blocks SIGINT and SIGTERM in the calling thread (call before starting any thread, so every
-// thread inherits the mask) and returns a function that waits for one of them and returns its
-// number. For `pagedattn serve`: main waits, then calls shutdown().
-std::function<int()> block_shutdown_signals();
+// Installs handlers for SIGINT and SIGTERM (once per process; they stay installed) and returns
+// a function that waits until one of them arrives and returns its number. Safe whichever thread
+// the kernel delivers the signal to, and whenever other threads were started. For
+// `pagedattn serve`: main waits, then calls shutdown().
+std::function<int()> install_shutdown_signals();
 
 }  // namespace pagedattn::server

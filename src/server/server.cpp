@@ -6,7 +6,14 @@
 #include <fmt/format.h>
 #include <sys/socket.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
+#include <mutex>
 #include <cstdio>
 #include <ctime>
 
@@ -230,16 +237,58 @@ ShutdownReport Server::shutdown(std::chrono::milliseconds grace) {
   return report;
 }
 
-std::function<int()> block_shutdown_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return [set] {
-    int signal_number = 0;
-    sigwait(&set, &signal_number);
-    return signal_number;
+namespace {
+
+// The write end of the pipe the handler reports a signal through; -1 when not installed.
+std::atomic<int> g_signal_pipe_write{-1};
+
+extern "C" void on_shutdown_signal(int signal_number) {
+  const int saved_errno = errno;
+  const int fd = g_signal_pipe_write.load(std::memory_order_relaxed);
+  if (fd >= 0) {
+    const unsigned char byte = static_cast<unsigned char>(signal_number);
+    // A full pipe means a signal is already pending for the waiter: dropping this one is fine.
+    [[maybe_unused]] const ssize_t written = ::write(fd, &byte, 1);
+  }
+  errno = saved_errno;
+}
+
+}  // namespace
+
+std::function<int()> install_shutdown_signals() {
+  // A handler rather than a blocked mask and sigwait: the kernel hands a process-directed
+  // signal to any thread that does not block it, and threads started before the caller could
+  // block anything (OpenBLAS's and OpenMP's pools start when their libraries load) would take
+  // the default action and kill the process. A handler runs on whichever thread receives it.
+  static std::once_flag once;
+  static int read_fd = -1;
+  std::call_once(once, [] {
+    int fds[2];
+    PA_CHECK(::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0, "serve: pipe2 failed: {}",
+             std::strerror(errno));
+    // The read end blocks (the waiter sleeps in read); the write end must never block a
+    // handler.
+    const int flags = ::fcntl(fds[0], F_GETFL);
+    ::fcntl(fds[0], F_SETFL, flags & ~O_NONBLOCK);
+    read_fd = fds[0];
+    g_signal_pipe_write.store(fds[1]);
+    struct sigaction action {};
+    action.sa_handler = on_shutdown_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    for (const int signal_number : {SIGINT, SIGTERM}) {
+      PA_CHECK(::sigaction(signal_number, &action, nullptr) == 0,
+               "serve: sigaction({}) failed: {}", signal_number, std::strerror(errno));
+    }
+  });
+  return [] {
+    unsigned char byte = 0;
+    for (;;) {
+      const ssize_t got = ::read(read_fd, &byte, 1);
+      if (got == 1) return static_cast<int>(byte);
+      PA_CHECK(got < 0 && errno == EINTR, "serve: reading the signal pipe failed: {}",
+               std::strerror(errno));
+    }
   };
 }
 

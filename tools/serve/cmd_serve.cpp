@@ -104,9 +104,7 @@ void run_serve(const ServeOptions& options) {
   server_config.max_pending_requests = options.max_pending_requests;
   server_config.max_body_bytes = options.max_body_bytes;
   server_config.log_requests = !options.quiet;
-  // Blocked before any thread starts, so that every thread inherits the mask and the signal
-  // reaches the waiter below.
-  const std::function<int()> wait_for_signal = server::block_shutdown_signals();
+  const std::function<int()> wait_for_signal = server::install_shutdown_signals();
   server::Server server(server_config, engine, *model.front);
   server.start();
   const int signal_number = wait_for_signal();
