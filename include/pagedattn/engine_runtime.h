@@ -25,7 +25,7 @@
 namespace pagedattn::engine {
 
 struct RuntimeOptions {
-  model::ModelOptions model;
+  model::ModelOptions model;          // model.device: where the model and its KV pool live
   int32_t page_size = 16;             // allocation page size (the engine's and the prefix cache's)
   int32_t attention_page_size = 0;    // the kernels' page size P (divides page_size); 0: = page_size
   DType kv_dtype = DType::kBF16;
@@ -46,9 +46,11 @@ class ModelRuntime final : public ModelRunner {
 
   const model::ModelConfig& config() const;
   const model::KvPool& pool() const;
+  Device device() const;  // the model's (and the pool's)
   int64_t weight_bytes() const;
   // An EngineConfig for this model: the pool's pages and page size, the model length, the EOS
-  // ids of config.json (and generation_config.json when present).
+  // ids of config.json (and generation_config.json when present), and a token budget per step
+  // within what the model's buffers hold (Model::max_step_tokens on CUDA).
   EngineConfig engine_config() const;
 
  private:

@@ -15,14 +15,23 @@
 // cache, absorbed: W_UK folded into q, W_UV applied after attention; MoE with shared experts after
 // first_k_dense_replace dense layers).
 //
-// Activations are f32; GEMMs go through ops::Linear (weights as stored, f32 copies by default:
-// ModelOptions::weight_mode), the attention through the selected Backend. This session's
-// implementation runs on the CPU; the step structure (plan once, per-layer calls on views, no
-// per-token work on the host) is the one a CUDA path fills with cuBLAS and device kernels.
+// Two devices (ModelOptions::device):
+//  - cpu: activations are f32; GEMMs go through ops::Linear (weights as stored, f32 copies by
+//    default: ModelOptions::weight_mode), the attention through the selected CPU backend.
+//  - cuda: weights are uploaded once, tensor by tensor, into device memory in the compute dtype
+//    (ModelOptions::compute_dtype); GEMMs run on cuBLAS (compute-dtype inputs, f32 accumulation
+//    and outputs); the residual stream, norms, RoPE and softmax statistics stay f32; q and the
+//    KV pool (on the device) are in the pool's dtype; the attention runs on the CUDA backends
+//    ("cuda", or "cuda_generic" for shapes it does not cover). Activations live in fixed device
+//    buffers sized at construction (ModelOptions::max_step_tokens). The logits come back to the
+//    host as f32 (src/model/cuda/).
+// The step structure is the same on both: plan once, per-layer calls on views, no per-token work
+// on the host.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -44,10 +53,13 @@ struct KvPoolConfig {
   // The pool's size: num_pages if > 0, else as many pages as fit in byte_budget.
   int64_t num_pages = 0;
   int64_t byte_budget = 0;
+  // Where the pages live: host memory, or (cuda:N) device memory, zeroed, one allocation for all
+  // layers. Model::make_kv_pool sets the model's device.
+  Device device = Device::cpu();
 };
 
-// One paged cache per layer, on the host: K/V [pages, alloc, Hkv, D] for GQA, the latent
-// [pages, alloc, kv_lora_rank + qk_rope] (ckv then kpe) for MLA.
+// One paged cache per layer, on the pool's device: K/V [pages, alloc, Hkv, D] for GQA, the
+// latent [pages, alloc, kv_lora_rank + qk_rope] (ckv then kpe) for MLA.
 class KvPool {
  public:
   KvPool(const ModelConfig& config, const KvPoolConfig& pool);
@@ -59,15 +71,22 @@ class KvPool {
   int32_t alloc_page_size() const { return config_.alloc_page_size; }
   int32_t page_size() const { return config_.page_size; }
   int64_t bytes() const;
-  bool is_mla() const { return !latent_.empty(); }
+  Device device() const { return config_.device; }
+  bool is_mla() const { return mla_; }
   int64_t num_layers() const;
   PagedKv layer_kv(int64_t layer) const;
   PagedLatent layer_latent(int64_t layer) const;
 
  private:
   KvPoolConfig config_;
-  std::vector<HostKvCache> kv_;
+  bool mla_ = false;
+  std::vector<HostKvCache> kv_;         // host pools
   std::vector<HostMlaCache> latent_;
+  std::shared_ptr<void> device_memory_;  // device pools: one allocation, viewed per layer
+  std::vector<PagedKv> device_kv_;
+  std::vector<PagedLatent> device_latent_;
+  int64_t device_bytes_ = 0;
+  void make_device_caches(const ModelConfig& config);
 };
 
 // ---- a step ----
@@ -101,12 +120,28 @@ struct Logits {
 // ---- the model ----
 
 struct ModelOptions {
-  ops::WeightMode weight_mode = ops::WeightMode::kAuto;
+  ops::WeightMode weight_mode = ops::WeightMode::kAuto;  // cpu
   std::string backend =
       "auto";                 // a registry selection spec ("auto", "cpu", "prefill=..,decode=..")
   int threads = 0;            // OpenMP threads (0: OMP_NUM_THREADS or the core count)
   int64_t max_positions = 0;  // RoPE table length (0: max_position_embeddings)
+  // Where the model runs: "cpu", "cuda", "cuda:N", or "auto": the device of the backends the
+  // `backend` spec names when it names only CPU ones, else cuda:0 when a CUDA device is usable,
+  // else the CPU. "cuda" without a usable device (or in a build without CUDA) is an Error that
+  // says why.
+  std::string device = "auto";
+  // cuda: the dtype of the weights on the device and of every GEMM input (bf16, f16 or f32; the
+  // GEMMs accumulate in f32 either way). Absent: the checkpoint's dtype when it is f16 or bf16,
+  // bf16 for an f32 checkpoint (f32 keeps it exact: what the tests use against transformers).
+  std::optional<DType> compute_dtype;
+  // cuda: the activations' fixed device buffers hold steps of up to this many tokens (0: 4096);
+  // a larger step is an Error naming this option. ModelRuntime caps the engine's budget at it.
+  int64_t max_step_tokens = 0;
 };
+
+// What ModelOptions::device resolves to (see there); throws Error for an unknown device, or
+// "cuda" where no CUDA device can be used, saying why.
+Device resolve_model_device(const ModelOptions& options);
 
 class Model {
  public:
@@ -119,13 +154,19 @@ class Model {
   Model& operator=(Model&&) noexcept;
 
   const ModelConfig& config() const;
-  // Host bytes the Model owns beyond the checkpoint (f32 weight copies, RoPE tables).
+  Device device() const;
+  // Bytes the Model owns beyond the checkpoint: host (f32 weight copies, RoPE tables) on the
+  // CPU; device memory (weights, RoPE tables, activation buffers) on CUDA.
   int64_t owned_bytes() const;
-  KvPool make_kv_pool(const KvPoolConfig& pool) const { return KvPool(config(), pool); }
+  // The most tokens one step may hold (cuda: ModelOptions::max_step_tokens; cpu: 0, no bound).
+  int64_t max_step_tokens() const;
+  // A pool on the model's device.
+  KvPool make_kv_pool(const KvPoolConfig& pool) const;
 
-  // Runs one step over `pool` (whose pages the block tables index) and returns the logits of the
-  // rows asked for. One step at a time: a Model keeps its activations between calls (one engine
-  // thread steps it; its layers use OpenMP inside).
+  // Runs one step over `pool` (whose pages the block tables index; on the model's device) and
+  // returns the logits of the rows asked for. One step at a time: a Model keeps its activations
+  // between calls (one engine thread steps it; on the CPU its layers use OpenMP inside, on CUDA
+  // the step is enqueued on the model's stream and waited for when the logits are copied back).
   // Throws Error naming the request and the problem for an empty request, a
   // block table too short, a page id outside the pool, a position outside the RoPE table, a
   // token id outside the vocabulary; nothing is written to the pool then.

@@ -35,7 +35,8 @@ class Registry {
   std::vector<std::unique_ptr<Backend>> backends_;
 };
 
-// Fills `registry` with the built-in backends (CUDA first when compiled in, then CPU).
+// Fills `registry` with the built-in backends (CUDA first when compiled in: "cuda", then the
+// "cuda_generic" fallback; then CPU).
 void register_builtin_backends(Registry& registry);
 
 struct Selection {

@@ -100,6 +100,7 @@ int32_t ModelRuntime::vocab_size() const {
 const model::ModelConfig& ModelRuntime::config() const { return state_->checkpoint.config(); }
 const model::KvPool& ModelRuntime::pool() const { return state_->pool; }
 int64_t ModelRuntime::weight_bytes() const { return state_->checkpoint.weight_bytes(); }
+Device ModelRuntime::device() const { return state_->model.device(); }
 
 EngineConfig ModelRuntime::engine_config() const {
   const model::ModelConfig& config = this->config();
@@ -107,6 +108,12 @@ EngineConfig ModelRuntime::engine_config() const {
   engine.num_pages = static_cast<int32_t>(state_->pool.num_pages());
   engine.page_size = state_->pool.alloc_page_size();
   engine.max_model_length = config.max_position_embeddings;
+  if (const int64_t cap = state_->model.max_step_tokens(); cap > 0) {
+    engine.max_tokens_per_step = engine.max_tokens_per_step > 0
+                                     ? std::min(engine.max_tokens_per_step, cap)
+                                     : cap;
+    engine.max_running = static_cast<int32_t>(std::min<int64_t>(engine.max_running, cap));
+  }
   for (int64_t id : config.eos_token_ids) engine.eos_token_ids.push_back(static_cast<int32_t>(id));
   for (int32_t id : state_->extra_eos) {
     if (std::find(engine.eos_token_ids.begin(), engine.eos_token_ids.end(), id) ==

@@ -16,14 +16,19 @@ TensorView i32_view(std::vector<int32_t>& values, int64_t n) {
 
 }  // namespace
 
-StepPlanner::StepPlanner(const ModelConfig& config, Selection selection)
+StepPlanner::StepPlanner(const ModelConfig& config, Selection selection, Device device,
+                         DeviceStep* device_step)
     : mla_(config.is_mla()),
       heads_(static_cast<int32_t>(config.num_attention_heads)),
       kv_heads_(config.is_mla() ? 1 : static_cast<int32_t>(config.num_key_value_heads)),
       sm_scale_(static_cast<float>(config.softmax_scale())),
       rope_style_(config.rope.layout == RopeLayout::kInterleaved ? ops::RopeStyle::kInterleaved
                                                                  : ops::RopeStyle::kNeox),
-      selection_(std::move(selection)) {
+      selection_(std::move(selection)),
+      device_(device),
+      device_step_(device_step) {
+  PA_CHECK(device_.type == DeviceType::kCPU || device_step_ != nullptr,
+           "step planner: device {} without a device step", device_.str());
   if (mla_) {
     head_dim_qk_ = static_cast<int32_t>(config.mla->kv_lora_rank + config.mla->qk_rope_head_dim);
     head_dim_vo_ = static_cast<int32_t>(config.mla->kv_lora_rank);
@@ -35,7 +40,8 @@ StepPlanner::StepPlanner(const ModelConfig& config, Selection selection)
     OpDesc op;
     op.op = mla_ ? (decode ? OpKind::kMlaDecode : OpKind::kMlaExtend)
                  : (decode ? OpKind::kDecode : OpKind::kPrefill);
-    op.q_dtype = DType::kF32;
+    op.device = device_;
+    op.q_dtype = device_.type == DeviceType::kCPU ? DType::kF32 : DType::kBF16;
     op.kv_dtype = DType::kBF16;
     op.num_qo_heads = heads_;
     op.num_kv_heads = kv_heads_;
@@ -50,8 +56,9 @@ OpDesc StepPlanner::describe(bool decode, const KvPool& pool) const {
   OpDesc op;
   op.op = mla_ ? (decode ? OpKind::kMlaDecode : OpKind::kMlaExtend)
                : (decode ? OpKind::kDecode : OpKind::kPrefill);
-  op.device = Device::cpu();
-  op.q_dtype = DType::kF32;
+  op.device = device_;
+  // The CPU backend takes f32 q over any cache; on CUDA q is in the cache's dtype.
+  op.q_dtype = device_.type == DeviceType::kCPU ? DType::kF32 : pool.config().dtype;
   op.kv_dtype = pool.config().dtype;
   op.num_qo_heads = heads_;
   op.num_kv_heads = kv_heads_;
@@ -68,6 +75,8 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
   PA_CHECK(!step.requests.empty(), "step: no requests");
   PA_CHECK(pool.is_mla() == mla_, "step: the KV pool holds {} caches, the model needs {}",
            pool.is_mla() ? "latent" : "K/V", mla_ ? "latent" : "K/V");
+  PA_CHECK(pool.device() == device_, "step: the KV pool is on {}, the model on {}",
+           pool.device().str(), device_.str());
   const int32_t num_reqs = static_cast<int32_t>(step.requests.size());
   const int32_t alloc = pool.alloc_page_size();
   StepContext& ctx = context_;
@@ -146,6 +155,7 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
   meta.kv_last_page_len = i32_view(storage_->kv_last_page_len, summary.batch_size);
   meta.max_q_len = summary.max_q_len;
   meta.num_pages_hint = summary.num_pages;
+  if (device_step_ != nullptr) meta = device_step_->upload(meta);
   ctx.slot_view = TensorView::contiguous(ctx.slots.data(), DType::kI64, {ctx.tokens});
   ctx.rope = &rope;
   ctx.rope_style = rope_style_;
@@ -164,6 +174,7 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
     limits.max_qo_heads = heads_;
     limits.max_head_dim = std::max(head_dim_qk_, head_dim_vo_);
     slot.workspace = slot.backend->create_workspace(limits);
+    if (device_step_ != nullptr) device_step_->adopt(*slot.workspace);
   }
   slot.backend->plan(*slot.workspace, op, meta);
   ctx.backend = slot.backend;

@@ -13,10 +13,24 @@
 
 namespace pagedattn::model {
 
+// A device model's side of planning (src/model/cuda): the host planner's metadata copied to the
+// device before Backend::plan, and the stream of every workspace the planner creates.
+class DeviceStep {
+ public:
+  virtual ~DeviceStep() = default;
+  // Device copies of `host`'s arrays (batch_size, max_q_len and num_pages_hint as given).
+  virtual StepMetadata upload(const StepMetadata& host) = 0;
+  // Called once for each workspace the planner creates (the CUDA model sets its stream).
+  virtual void adopt(Workspace& workspace) = 0;
+};
+
 class StepPlanner {
  public:
   StepPlanner() = default;
-  StepPlanner(const ModelConfig& config, Selection selection);
+  // On a CUDA device, `device_step` receives the metadata and the workspaces (it must outlive
+  // the planner); q is then in the pool's dtype, else f32.
+  StepPlanner(const ModelConfig& config, Selection selection, Device device = Device::cpu(),
+              DeviceStep* device_step = nullptr);
 
   // Throws Error naming the request for anything invalid, before anything is written.
   StepContext& prepare(const Step& step, const KvPool& pool, const ops::RopeTable& rope);
@@ -38,6 +52,8 @@ class StepPlanner {
   float sm_scale_ = 0.0f;
   ops::RopeStyle rope_style_ = ops::RopeStyle::kNeox;
   Selection selection_;
+  Device device_ = Device::cpu();
+  DeviceStep* device_step_ = nullptr;
   std::array<BackendSlot, 4> slots_by_op_;  // indexed by OpKind
   std::unique_ptr<PlanStorage> storage_;
   int32_t storage_batch_ = 0;

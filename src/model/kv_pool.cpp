@@ -1,11 +1,28 @@
-// The model's KV pool: one host cache per layer, sized by a page count or a byte budget (see
+// The model's KV pool: one cache per layer, sized by a page count or a byte budget (see
 // model.h). GQA layers hold K and V [pages, alloc, Hkv, D]; MLA layers one latent buffer
 // [pages, alloc, kv_lora_rank + qk_rope_head_dim] whose ckv / kpe views are slices of each row
-// (kv_cache.h's HostMlaCache), the 576-wide layout of DeepSeek's real dimensions.
+// (kv_cache.h's HostMlaCache), the 576-wide layout of DeepSeek's real dimensions. On the host
+// each layer owns its HostKvCache / HostMlaCache; on a CUDA device one zeroed allocation holds
+// every layer (layer after layer, K then V), with the same shapes and strides.
 #include "core/check.h"
 #include "pagedattn/model.h"
+#ifdef PAGEDATTN_WITH_CUDA
+#include "model/cuda/cuda_model.h"
+#endif
 
 namespace pagedattn::model {
+namespace {
+
+// A contiguous view of `shape` at byte `offset` of a device allocation.
+TensorView device_view(void* base, int64_t& offset, DType dtype, Device device,
+                       std::initializer_list<int64_t> shape) {
+  TensorView view = TensorView::contiguous(static_cast<char*>(base) + offset, dtype, shape, device);
+  // 256-byte alignment for every layer's buffer (the kernels' vector loads need 16).
+  offset += (view.numel() * dtype_size(dtype) + 255) / 256 * 256;
+  return view;
+}
+
+}  // namespace
 
 int64_t KvPool::bytes_per_page(const ModelConfig& config, int32_t alloc_page_size, DType dtype) {
   const int64_t per_token = config.is_mla()
@@ -34,6 +51,13 @@ KvPool::KvPool(const ModelConfig& config, const KvPoolConfig& pool) : config_(po
              page_bytes, config_.byte_budget);
     config_.num_pages = config_.byte_budget / page_bytes;
   }
+  mla_ = config.is_mla();
+  if (config_.device.type == DeviceType::kCUDA) {
+    make_device_caches(config);
+    return;
+  }
+  PA_CHECK(config_.device.type == DeviceType::kCPU, "kv pool: device {} (expected cpu or cuda)",
+           config_.device.str());
   for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
     if (config.is_mla()) {
       MlaCacheConfig c;
@@ -56,11 +80,61 @@ KvPool::KvPool(const ModelConfig& config, const KvPoolConfig& pool) : config_(po
   }
 }
 
+void KvPool::make_device_caches(const ModelConfig& config) {
+#ifdef PAGEDATTN_WITH_CUDA
+  const int64_t pages = config_.num_pages, alloc = config_.alloc_page_size;
+  const DType dtype = config_.dtype;
+  const int64_t layer_bytes = bytes_per_page(config, config_.alloc_page_size, dtype) /
+                                  config.num_hidden_layers * pages +
+                              2 * 256;
+  device_memory_ = cuda::allocate_device_memory(layer_bytes * config.num_hidden_layers,
+                                                config_.device, "kv pool");
+  device_bytes_ = bytes_per_page(config, config_.alloc_page_size, dtype) * pages;
+  int64_t offset = 0;
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    if (mla_) {
+      const int64_t rank = config.mla->kv_lora_rank, rope = config.mla->qk_rope_head_dim;
+      const TensorView latent = device_view(device_memory_.get(), offset, dtype, config_.device,
+                                            {pages, alloc, rank + rope});
+      PagedLatent cache;
+      cache.ckv = latent;
+      cache.ckv.shape[2] = rank;
+      cache.kpe = latent;
+      cache.kpe.shape[2] = rope;
+      cache.kpe.data = static_cast<char*>(latent.data) + rank * dtype_size(dtype);
+      cache.page_size = config_.page_size;
+      device_latent_.push_back(cache);
+    } else {
+      const int64_t heads = config.num_key_value_heads, dim = config.head_dim;
+      PagedKv cache;
+      cache.layout = config_.layout;
+      const bool nhd = config_.layout == KvLayout::kNHD;
+      for (TensorView* view : {&cache.k, &cache.v}) {
+        *view = nhd ? device_view(device_memory_.get(), offset, dtype, config_.device,
+                                  {pages, alloc, heads, dim})
+                    : device_view(device_memory_.get(), offset, dtype, config_.device,
+                                  {pages, heads, alloc, dim});
+      }
+      cache.page_size = config_.page_size;
+      device_kv_.push_back(cache);
+    }
+  }
+#else
+  (void)config;
+  PA_FAIL("kv pool: device {} needs pagedattn built with CUDA (configure with -DPAGEDATTN_CUDA=ON)",
+          config_.device.str());
+#endif
+}
+
 int64_t KvPool::num_layers() const {
-  return static_cast<int64_t>(is_mla() ? latent_.size() : kv_.size());
+  if (config_.device.type == DeviceType::kCUDA) {
+    return static_cast<int64_t>(mla_ ? device_latent_.size() : device_kv_.size());
+  }
+  return static_cast<int64_t>(mla_ ? latent_.size() : kv_.size());
 }
 
 int64_t KvPool::bytes() const {
+  if (config_.device.type == DeviceType::kCUDA) return device_bytes_;
   int64_t total = 0;
   for (const HostKvCache& c : kv_) {
     total += 2 * c.config().num_pages * c.config().alloc_page_size * c.config().num_kv_heads *
@@ -77,6 +151,7 @@ PagedKv KvPool::layer_kv(int64_t layer) const {
   PA_CHECK(!is_mla() && layer >= 0 && layer < num_layers(),
            "kv pool: no K/V cache for layer {} ({} {} layers)", layer, num_layers(),
            is_mla() ? "latent" : "K/V");
+  if (config_.device.type == DeviceType::kCUDA) return device_kv_[static_cast<size_t>(layer)];
   return kv_[static_cast<size_t>(layer)].paged(config_.page_size);
 }
 
@@ -84,6 +159,7 @@ PagedLatent KvPool::layer_latent(int64_t layer) const {
   PA_CHECK(is_mla() && layer >= 0 && layer < num_layers(),
            "kv pool: no latent cache for layer {} ({} {} layers)", layer, num_layers(),
            is_mla() ? "latent" : "K/V");
+  if (config_.device.type == DeviceType::kCUDA) return device_latent_[static_cast<size_t>(layer)];
   return latent_[static_cast<size_t>(layer)].paged(config_.page_size);
 }
 

@@ -78,6 +78,10 @@ std::unique_ptr<MlpLayer> make_dense_mlp(const MlpWeights& weights, const std::s
 std::unique_ptr<MlpLayer> make_moe_mlp(const ModelConfig& config, const MoeWeights& weights,
                                        int64_t layer, ops::WeightMode mode);
 
+// The router of a DeepSeek MoE layer as ops::moe_route takes it (V2 softmax greedy or
+// group-limited, V3 sigmoid noaux_tc); Error for a scoring / top-k method pair not supported.
+ops::MoeRouterConfig moe_router_config(const MoeConfig& moe);
+
 // The Linear of one checkpoint projection, or of several stacked (q/k/v, gate/up).
 ops::Linear make_linear(const std::string& name, std::initializer_list<const LinearWeights*> parts,
                         ops::WeightMode mode);

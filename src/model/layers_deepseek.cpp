@@ -145,23 +145,6 @@ class MlaAttention final : public AttentionLayer {
   Scratch q_buffer_, qa_buffer_, kv_a_buffer_, q_lat_buffer_, o_lat_buffer_, o_buffer_;
 };
 
-ops::MoeRouting routing_of(const MoeConfig& moe) {
-  if (moe.scoring == MoeScoring::kSoftmax && moe.topk_method == MoeTopkMethod::kGreedy) {
-    return ops::MoeRouting::kSoftmaxGreedy;
-  }
-  if (moe.scoring == MoeScoring::kSoftmax &&
-      moe.topk_method == MoeTopkMethod::kGroupLimitedGreedy) {
-    return ops::MoeRouting::kSoftmaxGroupLimited;
-  }
-  if (moe.scoring == MoeScoring::kSigmoid && moe.topk_method == MoeTopkMethod::kNoAuxTc) {
-    return ops::MoeRouting::kSigmoidNoAuxTc;
-  }
-  PA_FAIL(
-      "moe: scoring_func {} with topk_method {} is not supported (expected softmax with "
-      "greedy or group_limited_greedy, or sigmoid with noaux_tc)",
-      moe_scoring_name(moe.scoring), moe_topk_method_name(moe.topk_method));
-}
-
 class MoeMlp final : public MlpLayer {
  public:
   MoeMlp(const ModelConfig& config, const MoeWeights& w, int64_t layer, ops::WeightMode mode)
@@ -170,13 +153,7 @@ class MoeMlp final : public MlpLayer {
     const std::string prefix = fmt::format("model.layers.{}.mlp", layer);
     const std::vector<ops::LinearPart> router_part = {{w.router, {}}};
     router_ = ops::Linear(prefix + ".gate", router_part, ops::WeightMode::kCachedF32);
-    routing_.method = routing_of(moe);
-    routing_.num_experts = static_cast<int32_t>(moe.n_routed_experts);
-    routing_.top_k = static_cast<int32_t>(moe.num_experts_per_tok);
-    routing_.num_groups = static_cast<int32_t>(moe.n_group);
-    routing_.topk_groups = static_cast<int32_t>(moe.topk_group);
-    routing_.norm_topk_prob = moe.norm_topk_prob;
-    routing_.routed_scaling_factor = static_cast<float>(moe.routed_scaling_factor);
+    routing_ = moe_router_config(moe);
     std::vector<ops::Linear> gate_up, down;
     for (size_t e = 0; e < w.experts.size(); ++e) {
       const MlpWeights& ew = w.experts[e];
@@ -218,6 +195,39 @@ class MoeMlp final : public MlpLayer {
 };
 
 }  // namespace
+
+namespace {
+
+ops::MoeRouting routing_of(const MoeConfig& moe) {
+  if (moe.scoring == MoeScoring::kSoftmax && moe.topk_method == MoeTopkMethod::kGreedy) {
+    return ops::MoeRouting::kSoftmaxGreedy;
+  }
+  if (moe.scoring == MoeScoring::kSoftmax &&
+      moe.topk_method == MoeTopkMethod::kGroupLimitedGreedy) {
+    return ops::MoeRouting::kSoftmaxGroupLimited;
+  }
+  if (moe.scoring == MoeScoring::kSigmoid && moe.topk_method == MoeTopkMethod::kNoAuxTc) {
+    return ops::MoeRouting::kSigmoidNoAuxTc;
+  }
+  PA_FAIL(
+      "moe: scoring_func {} with topk_method {} is not supported (expected softmax with "
+      "greedy or group_limited_greedy, or sigmoid with noaux_tc)",
+      moe_scoring_name(moe.scoring), moe_topk_method_name(moe.topk_method));
+}
+
+}  // namespace
+
+ops::MoeRouterConfig moe_router_config(const MoeConfig& moe) {
+  ops::MoeRouterConfig routing;
+  routing.method = routing_of(moe);
+  routing.num_experts = static_cast<int32_t>(moe.n_routed_experts);
+  routing.top_k = static_cast<int32_t>(moe.num_experts_per_tok);
+  routing.num_groups = static_cast<int32_t>(moe.n_group);
+  routing.topk_groups = static_cast<int32_t>(moe.topk_group);
+  routing.norm_topk_prob = moe.norm_topk_prob;
+  routing.routed_scaling_factor = static_cast<float>(moe.routed_scaling_factor);
+  return routing;
+}
 
 std::unique_ptr<AttentionLayer> make_mla_attention(const ModelConfig& config,
                                                    const MlaAttentionWeights& weights,

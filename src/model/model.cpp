@@ -2,15 +2,45 @@
 //
 // forward: validate the step and derive each new token's position and KV slot (forward_step.cpp),
 // plan the attention once (planner + Backend::plan), embed, run the decoder layers (pre-norm fused
-// with the residual add), then the final norm and lm_head on the rows asked for only.
+// with the residual add), then the final norm and lm_head on the rows asked for only. This file is
+// the CPU model and the choice of device; a CUDA model is src/model/cuda/'s CudaModel.
 #include <fmt/format.h>
 
 #include "core/check.h"
 #include "model/forward_step.h"
 #include "model/layers.h"
 #include "pagedattn/registry.h"
+#ifdef PAGEDATTN_WITH_CUDA
+#include "model/cuda/cuda_model.h"
+#endif
 
 namespace pagedattn::model {
+
+Device resolve_model_device(const ModelOptions& options) {
+  if (options.device != "auto") {
+    const Device device = parse_device(options.device);
+    if (device.type == DeviceType::kCUDA) {
+#ifdef PAGEDATTN_WITH_CUDA
+      const Support usable = cuda::device_usable(device);
+      PA_CHECK(usable.ok, "model: device {}: {}", options.device, usable.reason);
+#else
+      PA_FAIL("model: device {} needs pagedattn built with CUDA (configure with -DPAGEDATTN_CUDA=ON)",
+              options.device);
+#endif
+    }
+    return device;
+  }
+  // auto: a spec that names a CPU backend ("cpu", "prefill=cpu,decode=...") keeps the model there.
+  const Selection selection = Selection::parse(options.backend);
+  for (const std::string& name : {selection.prefill, selection.decode}) {
+    const Backend* backend = name == "auto" ? nullptr : Registry::builtin().find(name);
+    if (backend != nullptr && backend->device_type() == DeviceType::kCPU) return Device::cpu();
+  }
+#ifdef PAGEDATTN_WITH_CUDA
+  if (cuda::device_usable(Device::cuda(0)).ok) return Device::cuda(0);
+#endif
+  return Device::cpu();
+}
 
 struct DecoderLayer {
   TensorView input_norm, post_norm;
@@ -21,6 +51,10 @@ struct DecoderLayer {
 struct Model::Impl {
   ModelConfig config;
   ModelOptions options;
+  Device device = Device::cpu();
+#ifdef PAGEDATTN_WITH_CUDA
+  std::unique_ptr<cuda::CudaModel> cuda;  // the model on a CUDA device; the rest is then unused
+#endif
   TensorView embed_tokens, final_norm;
   ops::Linear lm_head;
   std::vector<DecoderLayer> layers;
@@ -34,6 +68,13 @@ Model::Model(const ModelConfig& config, const ModelWeights& weights, const Model
   Impl& m = *impl_;
   m.config = config;
   m.options = options;
+  m.device = resolve_model_device(options);
+  if (m.device.type == DeviceType::kCUDA) {
+#ifdef PAGEDATTN_WITH_CUDA
+    m.cuda = std::make_unique<cuda::CudaModel>(config, weights, options, m.device);
+#endif
+    return;
+  }
   ops::init_threads(options.threads);
   PA_CHECK(static_cast<int64_t>(weights.layers.size()) == config.num_hidden_layers,
            "model: {} layers of weights for num_hidden_layers {}", weights.layers.size(),
@@ -69,8 +110,25 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
 const ModelConfig& Model::config() const { return impl_->config; }
+Device Model::device() const { return impl_->device; }
+
+KvPool Model::make_kv_pool(const KvPoolConfig& pool) const {
+  KvPoolConfig on_device = pool;
+  on_device.device = impl_->device;
+  return KvPool(config(), on_device);
+}
+
+int64_t Model::max_step_tokens() const {
+#ifdef PAGEDATTN_WITH_CUDA
+  if (impl_->cuda) return impl_->cuda->max_step_tokens();
+#endif
+  return 0;
+}
 
 int64_t Model::owned_bytes() const {
+#ifdef PAGEDATTN_WITH_CUDA
+  if (impl_->cuda) return impl_->cuda->device_bytes();
+#endif
   int64_t bytes = impl_->lm_head.owned_bytes();
   for (const DecoderLayer& layer : impl_->layers) {
     bytes += layer.attention->owned_bytes() + layer.mlp->owned_bytes();
@@ -82,6 +140,9 @@ int64_t Model::owned_bytes() const {
 
 Logits Model::forward(const Step& step, KvPool& pool) {
   Impl& m = *impl_;
+#ifdef PAGEDATTN_WITH_CUDA
+  if (m.cuda) return m.cuda->forward(step, pool);
+#endif
   const int64_t hidden = m.config.hidden_size;
   StepContext& ctx = m.planner.prepare(step, pool, m.rope);
   const int64_t t = ctx.tokens;

@@ -1,5 +1,6 @@
 // The backend registry, and the one place the built-in backends are listed
-// (register_builtin_backends), in priority order: CUDA first when compiled in, then CPU.
+// (register_builtin_backends), in priority order: CUDA first when compiled in (the tuned "cuda"
+// kernels, then "cuda_generic" for the shapes they do not cover), then CPU.
 //
 // A build without CUDA still registers a "cuda" entry: it can serve nothing, and its supports()
 // says why, so that an explicit `--backend cuda` gets an actionable reason instead of "unknown
@@ -10,6 +11,7 @@
 #include "cpu/cpu_backend.h"
 #ifdef PAGEDATTN_WITH_CUDA
 #include "cuda/cuda_backend.h"
+#include "cuda/generic/generic.h"
 #endif
 
 namespace pagedattn {
@@ -82,6 +84,7 @@ const Registry& Registry::builtin() {
 void register_builtin_backends(Registry& registry) {
 #ifdef PAGEDATTN_WITH_CUDA
   registry.add(cuda::make_backend());
+  registry.add(cuda::make_generic_backend());
 #else
   registry.add(std::make_unique<UnbuiltCudaBackend>());
 #endif

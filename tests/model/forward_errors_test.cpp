@@ -47,7 +47,7 @@ class ForwardErrors : public ::testing::TestWithParam<std::string> {};
 TEST_P(ForwardErrors, BadStepsAreRejectedBeforeAnyStore) {
   const testing::Fixture fixture = testing::Fixture::load(GetParam());
   const Checkpoint checkpoint = Checkpoint::open(fixture.directory);
-  Model model(checkpoint.config(), checkpoint.weights());
+  Model model(checkpoint.config(), checkpoint.weights(), testing::cpu_options());
   KvPoolConfig config;
   config.alloc_page_size = 4;
   config.dtype = DType::kF32;
@@ -104,6 +104,70 @@ TEST(KvPool, SizedFromAByteBudget) {
   config.page_size = 3;
   EXPECT_THROW(KvPool(c, config), Error);
 }
+
+// ModelOptions::device: "cuda" where no CUDA device can be used (CI) or in a build without CUDA is
+// an Error that says which; "auto" with a CPU backend named stays on the CPU; a CPU model's pool
+// is on the CPU; an unknown device is named.
+TEST(ModelDevice, CudaWithoutAUsableDeviceSaysWhy) {
+  const Checkpoint checkpoint = Checkpoint::open(testing::Fixture::load("llama3_bf16").directory);
+  ModelOptions options;
+  options.device = "cuda";
+  try {
+    const Model model(checkpoint.config(), checkpoint.weights(), options);
+    EXPECT_EQ(model.device(), Device::cuda(0));  // a usable GPU: the CUDA model was built
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("model: device cuda"), std::string::npos) << message;
+#ifdef PAGEDATTN_WITH_CUDA
+    EXPECT_NE(message.find("CUDA device"), std::string::npos) << message;
+#else
+    EXPECT_NE(message.find("needs pagedattn built with CUDA"), std::string::npos) << message;
+#endif
+  }
+  options.device = "tpu";
+  try {
+    resolve_model_device(options);
+    ADD_FAILURE() << "device tpu accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'tpu'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelDevice, AutoStaysOnTheCpuWhenTheBackendSpecNamesTheCpu) {
+  ModelOptions options;
+  options.backend = "cpu";
+  EXPECT_EQ(resolve_model_device(options), Device::cpu());
+  options.backend = "prefill=cpu,decode=auto";
+  EXPECT_EQ(resolve_model_device(options), Device::cpu());
+#ifndef PAGEDATTN_WITH_CUDA
+  options.backend = "auto";
+  EXPECT_EQ(resolve_model_device(options), Device::cpu());
+#endif
+  const Checkpoint checkpoint = Checkpoint::open(testing::Fixture::load("qwen3_bf16").directory);
+  const Model model(checkpoint.config(), checkpoint.weights(), testing::cpu_options());
+  EXPECT_EQ(model.device(), Device::cpu());
+  EXPECT_EQ(model.max_step_tokens(), 0);
+  KvPoolConfig pool_config;
+  pool_config.num_pages = 4;
+  pool_config.device = Device::cuda(0);  // make_kv_pool puts the pool on the model's device
+  EXPECT_EQ(model.make_kv_pool(pool_config).device(), Device::cpu());
+}
+
+#ifndef PAGEDATTN_WITH_CUDA
+TEST(KvPool, OnCudaNeedsACudaBuild) {
+  const Checkpoint checkpoint = Checkpoint::open(testing::Fixture::load("qwen3_bf16").directory);
+  KvPoolConfig config;
+  config.num_pages = 4;
+  config.device = Device::cuda(0);
+  try {
+    KvPool pool(checkpoint.config(), config);
+    ADD_FAILURE() << "a CUDA pool in a build without CUDA";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs pagedattn built with CUDA"), std::string::npos)
+        << e.what();
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace pagedattn::model

@@ -42,7 +42,7 @@ struct Loaded {
   Fixture fixture;
   explicit Loaded(const std::string& name)
       : checkpoint(Checkpoint::open(Fixture::load(name).directory)),
-        model(checkpoint.config(), checkpoint.weights()),
+        model(checkpoint.config(), checkpoint.weights(), testing::cpu_options()),
         fixture(Fixture::load(name)) {}
   KvPool pool(int32_t alloc, int32_t page_size) {
     KvPoolConfig c;

@@ -58,7 +58,7 @@ struct Comparison {
 Comparison compare_fixture(const Fixture& fixture, DType kv_dtype, int32_t page_size) {
   const Checkpoint checkpoint = Checkpoint::open(fixture.directory);
   EXPECT_NEAR(checkpoint.config().softmax_scale(), fixture.softmax_scale, 1e-6);
-  Model model(checkpoint.config(), checkpoint.weights());
+  Model model(checkpoint.config(), checkpoint.weights(), testing::cpu_options());
   KvPoolConfig pool_config;
   pool_config.alloc_page_size = page_size;
   pool_config.dtype = kv_dtype;

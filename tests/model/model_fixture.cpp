@@ -2,12 +2,29 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/test_util.h"
 
 namespace pagedattn::model::testing {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// tests/data: PAGEDATTN_TEST_DATA when set (binaries built elsewhere: scripts/gpu-check
+// --prebuilt), else found from this file's path.
+fs::path test_data_dir() {
+  if (const char* dir = std::getenv("PAGEDATTN_TEST_DATA"); dir != nullptr && *dir != '\0') {
+    return dir;
+  }
+  return fs::path(__FILE__).parent_path().parent_path() / "data";
+}
+
+}  // namespace
 
 std::vector<std::string> fixture_names() {
   return {
@@ -18,7 +35,7 @@ std::vector<std::string> fixture_names() {
 Fixture Fixture::load(const std::string& name) {
   Fixture f;
   f.name = name;
-  f.directory = fs::path(__FILE__).parent_path().parent_path() / "data" / "model" / name;
+  f.directory = test_data_dir() / "model" / name;
   std::ifstream json_file(f.directory / "expected.json");
   if (!json_file)
     throw std::runtime_error("missing fixture " + (f.directory / "expected.json").string());
@@ -90,6 +107,49 @@ std::vector<std::vector<float>> run_sequence(Model& model, KvPool& pool, PageSou
   }
   for (size_t i = 0; i < decode_tokens.size(); ++i) feed(decode_tokens.subspan(i, 1), false);
   return rows;
+}
+
+RandomWeights::RandomWeights(const ModelConfig& config, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  NamedTensorSource source;
+  for (const ExpectedTensor& t : expected_tensors(config)) {
+    HostTensor tensor(DType::kBF16, {});
+    const std::vector<int64_t>& shape = t.shape;
+    if (shape.size() == 1) tensor = HostTensor(DType::kBF16, {shape[0]});
+    if (shape.size() == 2) tensor = HostTensor(DType::kBF16, {shape[0], shape[1]});
+    if (shape.size() == 3) tensor = HostTensor(DType::kBF16, {shape[0], shape[1], shape[2]});
+    const bool norm = t.name.find("norm") != std::string::npos;
+    const float scale = norm ? 0.1f : 1.0f / std::sqrt(static_cast<float>(shape.back()));
+    pagedattn::testing::fill_uniform(tensor.view(), rng, (norm ? 1.0f : 0.0f) - scale,
+                                     (norm ? 1.0f : 0.0f) + scale);
+    index[t.name] = storage.size();
+    source.names.push_back(t.name);
+    storage.push_back(std::move(tensor));
+  }
+  source.find = [this](std::string_view name) {
+    const auto it = index.find(std::string(name));
+    return it == index.end() ? TensorView{} : storage[it->second].view();
+  };
+  source.where = [](std::string_view) { return std::string("random"); };
+  source.label = "random weights";
+  weights = bind_model_weights(config, source);
+}
+
+void RandomWeights::scale(const std::string& name, float factor) {
+  const HostTensor& tensor = storage.at(index.at(name));
+  auto* values = tensor.data<uint16_t>();  // bf16
+  for (int64_t i = 0; i < tensor.numel(); ++i) {
+    values[i] = float_to_bf16(bf16_to_float(values[i]) * factor);
+  }
+}
+
+ModelConfig load_hub_config(const std::string& file) {
+  const fs::path path = test_data_dir() / "model" / "configs" / file;
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("missing config " + path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_model_config(text.str(), file);
 }
 
 std::vector<double> log_softmax(std::span<const float> logits) {

@@ -6,11 +6,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "pagedattn/checkpoint.h"
 #include "pagedattn/model.h"
 
 namespace pagedattn::model::testing {
@@ -38,6 +40,13 @@ struct Fixture {
 
 std::vector<std::string> fixture_names();
 
+// ModelOptions that keep the model on the CPU (the CPU tests' model, whatever the machine has).
+inline ModelOptions cpu_options() {
+  ModelOptions options;
+  options.device = "cpu";
+  return options;
+}
+
 // Hands out page ids in a shuffled order, so that block tables are never contiguous runs.
 class PageSource {
  public:
@@ -62,6 +71,23 @@ std::vector<std::vector<float>> run_sequence(Model& model, KvPool& pool, PageSou
                                              std::span<const int32_t> prompt,
                                              std::span<const int32_t> decode_tokens,
                                              int64_t chunk = 0);
+
+// Random bf16 weights for every tensor `config` expects (norm weights uniform in 1 +- 0.1, the
+// rest uniform in +-1/sqrt(fan_in)), bound as a checkpoint's would be. Not movable: the bound
+// views point into `storage`.
+struct RandomWeights {
+  explicit RandomWeights(const ModelConfig& config, uint64_t seed = 1);
+  RandomWeights(const RandomWeights&) = delete;
+  RandomWeights& operator=(const RandomWeights&) = delete;
+  // Multiplies every element of tensor `name` by `factor` (e.g. sharper logits from lm_head).
+  void scale(const std::string& name, float factor);
+  std::vector<HostTensor> storage;
+  std::map<std::string, size_t> index;
+  ModelWeights weights;
+};
+
+// A real hub config of tests/data/model/configs/ (e.g. "qwen3_0_6b.json"), parsed.
+ModelConfig load_hub_config(const std::string& file);
 
 // log_softmax of a row, in float64.
 std::vector<double> log_softmax(std::span<const float> logits);

@@ -1,8 +1,8 @@
 // `pagedattn generate`: one prompt (or one chat) through the engine, the text streamed to the
 // terminal as it is produced, then a line of figures (prompt and output tokens, time to first
 // token, decode tokens/s). Without --model it runs the embedded default model that ships with
-// the repository (models/austen-3m: a 2.9M-parameter Llama trained on Jane Austen's novels) on
-// the CPU, so that it works on a fresh machine.
+// the repository (models/austen-3m: a 2.9M-parameter Llama trained on Jane Austen's novels), on
+// the GPU when one is usable (--device) and else on the CPU, so that it works on a fresh machine.
 //
 // The command only parses flags; the work is the library's: ModelRuntime (checkpoint, model, KV
 // pool), Tokenizer + chat template, Engine (scheduler, sampler, stop conditions).
@@ -34,6 +34,7 @@ struct GenerateOptions {
   std::string prompt;
   std::string chat_file;
   std::string backend = "auto";
+  std::string device = "auto";
   std::string kv_dtype = "bf16";
   int32_t page_size = 16;
   int32_t max_tokens = 200;
@@ -96,6 +97,7 @@ void run_generate(const GenerateOptions& options) {
 
   engine::RuntimeOptions runtime_options;
   runtime_options.model.backend = options.backend;
+  runtime_options.model.device = options.device;
   runtime_options.model.threads = options.threads;
   runtime_options.page_size = options.page_size;
   runtime_options.kv_dtype = parse_kv_dtype(options.kv_dtype);
@@ -120,11 +122,11 @@ void run_generate(const GenerateOptions& options) {
   std::vector<int32_t> prompt = prompt_ids(options, model_dir, tok, shown);
   engine::Engine engine(runtime->engine_config(), *runtime, engine::make_detokenizer_factory(tok));
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
-  fmt::print(stderr, "model {} ({} layers, {:.1f} MB of weights, {} KV pages of {} tokens), "
+  fmt::print(stderr, "model {} ({} layers, {:.1f} MB of weights, {} KV pages of {} tokens) on {}, "
              "loaded in {:.2f} s\n",
              model_dir.string(), runtime->config().num_hidden_layers,
              runtime->weight_bytes() / 1e6, runtime->pool().num_pages(),
-             runtime->pool().alloc_page_size(), load_s);
+             runtime->pool().alloc_page_size(), runtime->device().str(), load_s);
 
   if (options.show_prompt) {
     std::fputs(shown.c_str(), stdout);
@@ -186,7 +188,11 @@ void add_generate_command(CLI::App& parent) {
   command->add_flag("--ignore-eos", options->ignore_eos, "keep going past the end-of-text token");
   command->add_flag("!--no-prompt", options->show_prompt, "print only the generated text");
   command->add_option("--backend", options->backend,
-                      "attention backend: auto, cpu, cuda, or prefill=X,decode=Y")
+                      "attention backend: auto, cpu, cuda, cuda_generic, or prefill=X,decode=Y")
+      ->capture_default_str();
+  command->add_option("--device", options->device,
+                      "where the model runs: auto (a usable CUDA device unless --backend names a "
+                      "CPU backend, else the CPU), cpu, cuda, cuda:N")
       ->capture_default_str();
   command->add_option("--page-size", options->page_size, "KV page size in tokens")
       ->capture_default_str()

@@ -31,6 +31,7 @@ struct ServeOptions {
   int port = 8000;
   int32_t num_pages = 0;  // 0: the runner's choice
   int32_t page_size = 16;
+  std::string device = "auto";
   int64_t max_tokens_per_step = 2048;
   int32_t max_running = 256;
   int64_t max_model_length = 0;  // 0: the model's
@@ -60,6 +61,7 @@ ServedModel load_served_model(const ServeOptions& options) {
       options.model_dir.empty() ? default_model_directory() : std::filesystem::path(options.model_dir);
   engine::RuntimeOptions runtime_options;
   runtime_options.page_size = options.page_size;
+  runtime_options.model.device = options.device;
   runtime_options.num_pages = options.num_pages;
   runtime_options.max_sequences = options.max_running;  // no more pages than that can use
   std::unique_ptr<engine::ModelRuntime> runtime =
@@ -67,9 +69,11 @@ ServedModel load_served_model(const ServeOptions& options) {
   auto tokenizer =
       std::make_shared<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_directory(directory));
   const engine::EngineConfig engine_config = runtime->engine_config();
-  fmt::print(stderr, "serve: model {} ({} layers, {:.1f} MB of weights), {} KV pages of {} tokens\n",
+  fmt::print(stderr,
+             "serve: model {} ({} layers, {:.1f} MB of weights) on {}, {} KV pages of {} tokens\n",
              directory.string(), runtime->config().num_hidden_layers,
-             runtime->weight_bytes() / 1e6, engine_config.num_pages, engine_config.page_size);
+             runtime->weight_bytes() / 1e6, runtime->device().str(), engine_config.num_pages,
+             engine_config.page_size);
   ServedModel model;
   model.name = std::filesystem::absolute(directory).filename().string();
   model.front = server::make_text_front(*tokenizer, directory);
@@ -128,6 +132,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--port", options->port, "Port (0: any free port)")->capture_default_str();
   cmd->add_option("--num-pages", options->num_pages, "KV pages (default: the runner's pool)");
   cmd->add_option("--page-size", options->page_size, "Tokens per KV page")->capture_default_str();
+  cmd->add_option("--device", options->device,
+                  "Where the model runs: auto (a usable CUDA device, else the CPU), cpu, cuda, "
+                  "cuda:N")
+      ->capture_default_str();
   cmd->add_option("--max-tokens-per-step", options->max_tokens_per_step,
                   "Token budget of one engine step (<= 0: unbounded)")
       ->capture_default_str();

@@ -1,0 +1,441 @@
+// CudaModel (cuda_model.h): construction (weights uploaded per tensor, activation buffers sized
+// for max_step_tokens, the stream and cuBLAS handle), the step (host planning, copies of the
+// step's arrays, the layer loop of layers.cpp, the final norm and lm_head in chunks of rows, the
+// logits back), and the planner's device hooks (metadata copies, workspace streams).
+#include "model/cuda/cuda_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <span>
+
+#include "core/check.h"
+#include "cuda/cuda_backend.h"
+#include "model/cuda/kernels.h"
+#include "model/cuda/state.h"
+#include "model/layers.h"
+
+namespace pagedattn::model::cuda {
+
+using State = CudaModel::State;
+
+Support device_usable(Device device) {
+  if (Support available = ::pagedattn::cuda::device_available(); !available) return available;
+  int count = 0;
+  PA_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (device.type != DeviceType::kCUDA || device.index < 0 || device.index >= count) {
+    return Support::no(fmt::format("{} is not one of the {} CUDA devices here", device.str(), count));
+  }
+  return Support::yes();
+}
+
+namespace {
+
+std::string memory_report() {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return "device memory unknown";
+  }
+  return fmt::format("{:.1f} of {:.1f} GiB free", static_cast<double>(free) / (1 << 30),
+                     static_cast<double>(total) / (1 << 30));
+}
+
+DType choose_compute_dtype(const ModelOptions& options, DType checkpoint) {
+  if (options.compute_dtype) {
+    const DType dtype = *options.compute_dtype;
+    PA_CHECK(dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32,
+             "model: compute_dtype {} (expected bf16, f16 or f32)", dtype_name(dtype));
+    return dtype;
+  }
+  return checkpoint == DType::kF32 ? DType::kBF16 : checkpoint;
+}
+
+template <class T>
+T* ptr(const DeviceBuffer& buffer) {
+  return buffer.as<T>();
+}
+
+}  // namespace
+
+std::shared_ptr<void> allocate_device_memory(int64_t bytes, Device device, std::string_view what) {
+  PA_CHECK(bytes >= 0, "{}: {} bytes", what, bytes);
+  PA_CUDA_CHECK(cudaSetDevice(device.index));
+  void* data = nullptr;
+  const cudaError_t status = cudaMalloc(&data, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    PA_FAIL("{}: cudaMalloc of {:.1f} MiB on {} failed: {} ({})", what,
+            static_cast<double>(bytes) / (1 << 20), device.str(), cudaGetErrorString(status),
+            memory_report());
+  }
+  std::shared_ptr<void> owner(data, [](void* p) { cudaFree(p); });
+  PA_CUDA_CHECK(cudaMemset(data, 0, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+  return owner;
+}
+
+// ---- State ----
+
+State::~State() {
+  if (stream != nullptr) {
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+}
+
+DeviceBuffer State::allocate(int64_t bytes) {
+  try {
+    DeviceBuffer buffer(static_cast<size_t>(bytes));
+    buffer_bytes += bytes;
+    return buffer;
+  } catch (const Error& error) {
+    PA_FAIL("model: activation buffers for max_step_tokens {} ({:.1f} MiB more; {}): {}",
+            max_tokens, static_cast<double>(bytes) / (1 << 20), memory_report(), error.what());
+  }
+}
+
+void State::ensure_attention_buffers(DType attention_dtype) {
+  if (attention_buffers && attention == attention_dtype) return;
+  attention = attention_dtype;
+  const int64_t t = max_tokens, a = dtype_size(attention_dtype), c = compute_size();
+  const int64_t heads = config.num_attention_heads;
+  const bool to_compute = attention_dtype != compute;
+  if (config.is_mla()) {
+    const MlaConfig& m = *config.mla;
+    q_latent_a = attention_dtype == DType::kF32 ? DeviceBuffer() : allocate(t * heads * m.kv_lora_rank * a);
+    q_pe = allocate(t * heads * m.qk_rope_head_dim * a);
+    o_latent = allocate(t * heads * m.kv_lora_rank * a);
+    o_latent_c = to_compute ? allocate(t * heads * m.kv_lora_rank * c) : DeviceBuffer();
+  } else {
+    const int64_t width = heads * config.head_dim;
+    q = allocate(t * width * a);
+    attn = allocate(t * width * a);
+    attn_c = to_compute ? allocate(t * width * c) : DeviceBuffer();
+  }
+  attention_buffers = true;
+}
+
+StepMetadata State::upload(const StepMetadata& host) {
+  const int64_t batch = host.batch_size;
+  PA_CHECK(batch <= max_tokens, "step: {} requests, more than max_step_tokens {}", batch,
+           max_tokens);
+  const int64_t pages = host.kv_indices.shape[0];
+  if (static_cast<int64_t>(kv_indices.bytes()) < pages * 4) {
+    // Grows between steps only (every step ends with the stream synchronised).
+    kv_indices = allocate(std::max<int64_t>(pages, 1024) * 2 * 4);
+  }
+  copy_to_device(*this, qo_indptr.data(), host.qo_indptr.data_as<const int32_t>(), batch + 1);
+  copy_to_device(*this, kv_indptr.data(), host.kv_indptr.data_as<const int32_t>(), batch + 1);
+  copy_to_device(*this, kv_last_page_len.data(), host.kv_last_page_len.data_as<const int32_t>(),
+                 batch);
+  copy_to_device(*this, kv_indices.data(), host.kv_indices.data_as<const int32_t>(), pages);
+  StepMetadata meta = host;
+  const auto view = [&](const DeviceBuffer& buffer, int64_t n) {
+    return TensorView::contiguous(buffer.data(), DType::kI32, {n}, device);
+  };
+  meta.qo_indptr = view(qo_indptr, batch + 1);
+  meta.kv_indptr = view(kv_indptr, batch + 1);
+  meta.kv_last_page_len = view(kv_last_page_len, batch);
+  meta.kv_indices = view(kv_indices, pages);
+  return meta;
+}
+
+void State::adopt(Workspace& workspace) {
+  // The CUDA backend plans on its workspace's stream and checks that run_* use the same one.
+  if (auto* cuda_workspace = dynamic_cast<::pagedattn::cuda::CudaWorkspace*>(&workspace)) {
+    cuda_workspace->stream = stream;
+  }
+}
+
+// ---- construction ----
+
+CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
+                     const ModelOptions& options, Device device)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.config = config;
+  s.device = device;
+  PA_CUDA_CHECK(cudaSetDevice(device.index));
+  PA_CHECK(static_cast<int64_t>(weights.layers.size()) == config.num_hidden_layers,
+           "model: {} layers of weights for num_hidden_layers {}", weights.layers.size(),
+           config.num_hidden_layers);
+  s.compute = choose_compute_dtype(options, weights.dtype);
+  s.max_tokens = options.max_step_tokens > 0 ? options.max_step_tokens : kDefaultMaxStepTokens;
+  s.eps = static_cast<float>(config.rms_norm_eps);
+  PA_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  s.blas = std::make_unique<Blas>(s.stream);
+
+  // ---- weights ----
+  WeightUploader up(s.compute);
+  const int64_t hidden = config.hidden_size, heads = config.num_attention_heads;
+  s.embed = up.matrix("model.embed_tokens.weight", weights.embed_tokens, s.compute);
+  PA_CHECK(s.embed.rows == config.vocab_size && s.embed.cols == hidden,
+           "model.embed_tokens.weight: [{}, {}] (expected [{}, {}])", s.embed.rows, s.embed.cols,
+           config.vocab_size, hidden);
+  if (weights.lm_head.data == weights.embed_tokens.data) {
+    s.lm_head = &s.embed;
+  } else {
+    s.lm_head_own = up.matrix("lm_head.weight", weights.lm_head, s.compute);
+    s.lm_head = &s.lm_head_own;
+  }
+  s.final_norm = up.vector("model.norm.weight", weights.final_norm, hidden);
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    const DecoderLayerWeights& w = weights.layers[static_cast<size_t>(i)];
+    const std::string prefix = fmt::format("model.layers.{}", i);
+    DecoderLayer layer;
+    layer.input_norm = up.vector(prefix + ".input_layernorm.weight", w.input_layernorm, hidden);
+    layer.post_norm =
+        up.vector(prefix + ".post_attention_layernorm.weight", w.post_attention_layernorm, hidden);
+    const std::string attn = prefix + ".self_attn";
+    if (config.is_mla()) {
+      const MlaConfig& m = *config.mla;
+      MlaLayer& mla = layer.mla;
+      if (m.has_q_lora()) {
+        mla.q_a = up.linear(attn + ".q_a_proj", {&w.mla.q_a_proj});
+        mla.q_a_norm = up.vector(attn + ".q_a_layernorm.weight", w.mla.q_a_layernorm,
+                                 m.q_lora_rank);
+        mla.q_b = up.linear(attn + ".q_b_proj", {&w.mla.q_b_proj});
+      } else {
+        mla.q_b = up.linear(attn + ".q_proj", {&w.mla.q_proj});
+      }
+      mla.kv_a = up.linear(attn + ".kv_a_proj_with_mqa", {&w.mla.kv_a_proj_with_mqa});
+      mla.kv_a_norm = up.vector(attn + ".kv_a_layernorm.weight", w.mla.kv_a_layernorm,
+                                m.kv_lora_rank);
+      const TensorView& kv_b = w.mla.kv_b_proj.weight;
+      PA_CHECK(kv_b.ndim == 2 && kv_b.shape[0] == heads * (m.qk_nope_head_dim + m.v_head_dim) &&
+                   kv_b.shape[1] == m.kv_lora_rank,
+               "{}.kv_b_proj: shape {} (expected [{}, {}])", attn, kv_b.shape_str(),
+               heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank);
+      PA_CHECK(!w.mla.kv_b_proj.bias.defined(), "{}.kv_b_proj: a bias is not supported", attn);
+      mla.kv_b = up.matrix(attn + ".kv_b_proj.weight", kv_b, s.compute);
+      mla.o = up.linear(attn + ".o_proj", {&w.mla.o_proj});
+      PA_CHECK(mla.q_b.out() == heads * m.qk_head_dim() &&
+                   mla.kv_a.out() == m.kv_lora_rank + m.qk_rope_head_dim &&
+                   mla.o.in() == heads * m.v_head_dim && mla.o.out() == hidden,
+               "{}: q [{}], kv_a [{}], o [{} -> {}] (expected {}, {}, {} -> {})", attn,
+               mla.q_b.out(), mla.kv_a.out(), mla.o.in(), mla.o.out(), heads * m.qk_head_dim(),
+               m.kv_lora_rank + m.qk_rope_head_dim, heads * m.v_head_dim, hidden);
+    } else {
+      GqaLayer& gqa = layer.gqa;
+      gqa.qkv = up.linear(attn + ".qkv_proj",
+                          {&w.attention.q_proj, &w.attention.k_proj, &w.attention.v_proj});
+      gqa.o = up.linear(attn + ".o_proj", {&w.attention.o_proj});
+      const int64_t width = (heads + 2 * config.num_key_value_heads) * config.head_dim;
+      PA_CHECK(gqa.qkv.out() == width && gqa.o.in() == heads * config.head_dim,
+               "{}: q/k/v give {} features, o_proj takes {} (expected {} and {})", attn,
+               gqa.qkv.out(), gqa.o.in(), width, heads * config.head_dim);
+      if (w.attention.q_norm.defined()) {
+        gqa.q_norm = up.vector(attn + ".q_norm.weight", w.attention.q_norm, config.head_dim);
+        gqa.k_norm = up.vector(attn + ".k_norm.weight", w.attention.k_norm, config.head_dim);
+      }
+    }
+    const std::string mlp = prefix + ".mlp";
+    if (config.is_moe_layer(i)) {
+      const MoeConfig& moe_config = *config.moe;
+      auto moe = std::make_unique<MoeLayer>();
+      moe->router = up.matrix(mlp + ".gate.weight", w.moe.router, DType::kF32);
+      moe->correction_bias = w.moe.e_score_correction_bias;
+      moe->routing = moe_router_config(moe_config);
+      PA_CHECK(static_cast<int64_t>(w.moe.experts.size()) == moe_config.n_routed_experts &&
+                   moe->router.rows == moe_config.n_routed_experts,
+               "{}: {} experts and a router of {} (expected n_routed_experts {})", mlp,
+               w.moe.experts.size(), moe->router.rows, moe_config.n_routed_experts);
+      for (size_t e = 0; e < w.moe.experts.size(); ++e) {
+        const MlpWeights& ew = w.moe.experts[e];
+        const std::string name = fmt::format("{}.experts.{}", mlp, e);
+        MlpLayer expert;
+        expert.gate_up = up.linear(name + ".gate_up_proj", {&ew.gate_proj, &ew.up_proj});
+        expert.down = up.linear(name + ".down_proj", {&ew.down_proj});
+        moe->experts.push_back(std::move(expert));
+      }
+      if (w.moe.shared_experts.defined()) {
+        const MlpWeights& sw = w.moe.shared_experts;
+        moe->shared.gate_up =
+            up.linear(mlp + ".shared_experts.gate_up_proj", {&sw.gate_proj, &sw.up_proj});
+        moe->shared.down = up.linear(mlp + ".shared_experts.down_proj", {&sw.down_proj});
+      }
+      layer.moe = std::move(moe);
+    } else {
+      layer.mlp.gate_up = up.linear(mlp + ".gate_up_proj", {&w.mlp.gate_proj, &w.mlp.up_proj});
+      layer.mlp.down = up.linear(mlp + ".down_proj", {&w.mlp.down_proj});
+    }
+    s.layers.push_back(std::move(layer));
+  }
+  const int64_t max_positions =
+      options.max_positions > 0 ? options.max_positions : config.max_position_embeddings;
+  PA_CHECK(max_positions > 0, "model: max_position_embeddings {} (expected > 0)", max_positions);
+  s.rope = ops::RopeTable(config.rope.inverse_frequencies(), config.rope.attention_scaling(),
+                          max_positions);
+  s.rope_half = s.rope.rotary_dim() / 2;
+  s.rope_interleaved = config.rope.layout == RopeLayout::kInterleaved;
+  s.rope_cos = up.floats(s.rope.cos_row(0), max_positions * s.rope_half);
+  s.rope_sin = up.floats(s.rope.sin_row(0), max_positions * s.rope_half);
+  s.weight_bytes = up.bytes();
+
+  // ---- activation buffers (state.h) ----
+  const int64_t t = s.max_tokens, f = 4, c = s.compute_size();
+  s.residual = s.allocate(t * hidden * f);
+  s.branch = s.allocate(t * hidden * f);
+  s.x = s.allocate(t * hidden * c);
+  int64_t widest_mlp = 0;
+  const MoeLayer* any_moe = nullptr;
+  for (const DecoderLayer& layer : s.layers) {
+    if (layer.moe) {
+      any_moe = layer.moe.get();
+      if (layer.moe->shared.defined()) widest_mlp = std::max(widest_mlp, layer.moe->shared.down.in());
+    } else {
+      widest_mlp = std::max(widest_mlp, layer.mlp.down.in());
+    }
+  }
+  if (config.is_mla()) {
+    const MlaConfig& m = *config.mla;
+    s.mla_q = s.allocate(t * heads * m.qk_head_dim() * f);
+    if (m.has_q_lora()) {
+      s.qa = s.allocate(t * m.q_lora_rank * f);
+      s.qa_c = s.allocate(t * m.q_lora_rank * c);
+    }
+    s.kv_a = s.allocate(t * (m.kv_lora_rank + m.qk_rope_head_dim) * f);
+    s.q_nope_c = s.allocate(t * heads * m.qk_nope_head_dim * c);
+    s.q_latent = s.allocate(t * heads * m.kv_lora_rank * f);
+    s.o = s.allocate(t * heads * m.v_head_dim * c);
+  } else {
+    s.qkv = s.allocate(t * (heads + 2 * config.num_key_value_heads) * config.head_dim * f);
+  }
+  if (widest_mlp > 0) {
+    s.gate_up = s.allocate(t * 2 * widest_mlp * f);
+    s.act = s.allocate(t * widest_mlp * c);
+  }
+  if (any_moe != nullptr) {
+    const int64_t experts = config.moe->n_routed_experts, k = config.moe->num_experts_per_tok;
+    const int64_t width = any_moe->experts.front().down.in();
+    s.x_f32 = s.allocate(t * hidden * f);
+    s.router_logits = s.allocate(t * experts * f);
+    s.expert_x = s.allocate(t * k * hidden * c);
+    s.expert_gate_up = s.allocate(t * k * 2 * width * f);
+    s.expert_act = s.allocate(t * k * width * c);
+    s.expert_out = s.allocate(t * k * hidden * f);
+    s.shared_out = s.allocate(t * hidden * f);
+    s.source_row = s.allocate(t * k * 4);
+    s.position = s.allocate(t * k * 4);
+    s.route_weight = s.allocate(t * k * f);
+  }
+  const int64_t chunk = std::min(t, kLogitChunk);
+  s.head_x = s.allocate(chunk * hidden * c);
+  s.logits = s.allocate(chunk * config.vocab_size * f);
+  s.token_ids = s.allocate(t * 4);
+  s.positions = s.allocate(t * 4);
+  s.logit_rows = s.allocate(t * 4);
+  s.slots = s.allocate(t * 8);
+  s.qo_indptr = s.allocate((t + 1) * 4);
+  s.kv_indptr = s.allocate((t + 1) * 4);
+  s.kv_last_page_len = s.allocate(t * 4);
+
+  s.planner = StepPlanner(config, Selection::parse(options.backend), device, &s);
+  PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+}
+
+CudaModel::~CudaModel() = default;
+
+int64_t CudaModel::device_bytes() const {
+  return state_->weight_bytes + state_->buffer_bytes + state_->blas->workspace_bytes();
+}
+int64_t CudaModel::max_step_tokens() const { return state_->max_tokens; }
+DType CudaModel::compute_dtype() const { return state_->compute; }
+
+// ---- a step ----
+
+Logits CudaModel::forward(const Step& step, KvPool& pool) {
+  State& s = *state_;
+  PA_CUDA_CHECK(cudaSetDevice(s.device.index));
+  int64_t total = 0;
+  for (const RequestStep& request : step.requests) total += static_cast<int64_t>(request.tokens.size());
+  PA_CHECK(total <= s.max_tokens,
+           "step: {} new tokens, more than this model's max_step_tokens {} "
+           "(ModelOptions::max_step_tokens)",
+           total, s.max_tokens);
+  PA_CHECK(pool.device() == s.device, "step: the KV pool is on {}, the model on {}",
+           pool.device().str(), s.device.str());
+  s.ensure_attention_buffers(pool.config().dtype);
+  // Validates the step (nothing is enqueued before), copies the metadata, plans the attention.
+  const StepContext& ctx = s.planner.prepare(step, pool, s.rope);
+  const std::span<const int32_t> ids = s.planner.token_ids();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    PA_CHECK(ids[i] >= 0 && ids[i] < s.config.vocab_size,
+             "token id {} at index {} is outside the vocabulary [0, {})", ids[i], i,
+             s.config.vocab_size);
+  }
+  const int64_t t = ctx.tokens, hidden = s.config.hidden_size;
+  copy_to_device(s, s.token_ids.data(), ids.data(), t);
+  copy_to_device(s, s.positions.data(), ctx.positions.data(), t);
+  copy_to_device(s, s.slots.data(), ctx.slots.data(), t);
+  s.tokens = t;
+  s.step = &ctx;
+  s.pool = &pool;
+
+  embedding(s.embed.data(), s.compute, hidden, ptr<int32_t>(s.token_ids), t, ptr<float>(s.residual),
+            s.stream);
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    DecoderLayer& layer = s.layers[i];
+    AddNormArgs norm;
+    norm.residual = ptr<float>(s.residual);
+    norm.add = i == 0 ? nullptr : ptr<float>(s.branch);  // the previous layer's MLP output
+    norm.weight = ptr<float>(layer.input_norm);
+    norm.out = s.x.data();
+    norm.out_dtype = s.compute;
+    norm.rows = t;
+    norm.dim = hidden;
+    norm.eps = s.eps;
+    add_rms_norm(norm, s.stream);
+    if (s.config.is_mla()) {
+      mla_attention(s, layer, static_cast<int64_t>(i));
+    } else {
+      gqa_attention(s, layer, static_cast<int64_t>(i));
+    }
+    norm.add = ptr<float>(s.branch);
+    norm.weight = ptr<float>(layer.post_norm);
+    norm.out_f32 = layer.moe ? ptr<float>(s.x_f32) : nullptr;  // the router's f32 input
+    add_rms_norm(norm, s.stream);
+    if (layer.moe) {
+      moe_mlp(s, *layer.moe);
+    } else {
+      dense_mlp(s, layer.mlp, s.x.data(), t, ptr<float>(s.branch));
+    }
+  }
+
+  // The rows asked for: residual + the last MLP output, final norm, lm_head, in chunks of rows.
+  const std::vector<int64_t>& rows = s.planner.logit_rows(step);
+  const int64_t n = static_cast<int64_t>(rows.size()), vocab = s.config.vocab_size;
+  std::vector<int32_t> row_index(rows.begin(), rows.end());
+  copy_to_device(s, s.logit_rows.data(), row_index.data(), n);
+  Logits logits;
+  logits.rows = n;
+  logits.vocab = vocab;
+  logits.values.resize(static_cast<size_t>(n * vocab));
+  const int64_t chunk = std::min(s.max_tokens, kLogitChunk);
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t count = std::min(chunk, n - start);
+    AddNormArgs norm;
+    norm.residual = ptr<float>(s.residual);
+    norm.add = ptr<float>(s.branch);
+    norm.weight = ptr<float>(s.final_norm);
+    norm.out = s.head_x.data();
+    norm.out_dtype = s.compute;
+    norm.row_index = ptr<int32_t>(s.logit_rows) + start;
+    norm.rows = count;
+    norm.dim = hidden;
+    norm.eps = s.eps;
+    add_rms_norm(norm, s.stream);
+    s.blas->linear(count, vocab, hidden, s.head_x.data(), hidden, s.lm_head->data(), hidden,
+                   s.compute, s.logits.data(), vocab, DType::kF32);
+    // Into pageable memory: returns when the copy is done, so the chunk buffer can be reused.
+    PA_CUDA_CHECK(cudaMemcpyAsync(logits.values.data() + start * vocab, s.logits.data(),
+                                  static_cast<size_t>(count * vocab) * sizeof(float),
+                                  cudaMemcpyDeviceToHost, s.stream));
+  }
+  PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  s.step = nullptr;
+  s.pool = nullptr;
+  return logits;
+}
+
+}  // namespace pagedattn::model::cuda

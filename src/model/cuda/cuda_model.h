@@ -1,0 +1,60 @@
+// The model runtime on a CUDA device (what Model runs when its device is cuda:N; model.h says
+// what it computes). Host API with no CUDA types, so that model.cpp stays plain C++; compiled only
+// in CUDA builds (src/model/cuda/ is left out of CPU builds).
+//
+//   weights   uploaded once per tensor into device memory (weights.h), in the compute dtype;
+//   a step    the shared host planner (forward_step.h) validates it and builds the metadata, which
+//             is copied to fixed device buffers before Backend::plan; token ids, positions and
+//             slots likewise; then embedding, the decoder layers (layers.cpp: cuBLAS GEMMs, small
+//             kernels, the CUDA attention backends) and the final norm + lm_head on the rows
+//             asked for, all enqueued on the model's stream; the logits come back as f32.
+//   memory    activations in device buffers sized at construction for max_step_tokens tokens;
+//             nothing is allocated per step except when a step needs more attention pages or a
+//             larger batch than any before (the metadata buffers grow).
+//
+// Where CUDA graphs go (not done yet): a decode step of a dense model touches only fixed buffers
+// (ids, positions, slots and metadata copied in; cuBLAS with its fixed workspace; the backends
+// plan on the device), so it can be captured per padded batch size from embedding to lm_head
+// and replayed after the host copies. MoE layers route on the host (the router logits come back
+// once per MoE layer: a synchronisation) until routing and a grouped expert GEMM run on the
+// device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "pagedattn/backend.h"
+#include "pagedattn/model.h"
+
+namespace pagedattn::model::cuda {
+
+// Whether `device` (cuda:N) can run a model here; if not, why.
+Support device_usable(Device device);
+
+// `bytes` of zeroed device memory on `device` (cudaFree'd with the last reference). Throws Error
+// naming `what` and the sizes when the allocation fails.
+std::shared_ptr<void> allocate_device_memory(int64_t bytes, Device device, std::string_view what);
+
+class CudaModel {
+ public:
+  // Uploads the weights and sizes the activation buffers. Throws Error naming the tensor or the
+  // option for anything it cannot run (and on an allocation failure, with the sizes).
+  CudaModel(const ModelConfig& config, const ModelWeights& weights, const ModelOptions& options,
+            Device device);
+  ~CudaModel();
+  CudaModel(const CudaModel&) = delete;
+  CudaModel& operator=(const CudaModel&) = delete;
+
+  Logits forward(const Step& step, KvPool& pool);
+  int64_t device_bytes() const;
+  int64_t max_step_tokens() const;
+  DType compute_dtype() const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace pagedattn::model::cuda

@@ -1,0 +1,314 @@
+// The CUDA model's small kernels (see kernels.h): embedding gather, RMSNorm fused with the residual
+// add, the per-head transform (bias, q/k norm, RoPE, conversion), SiLU·mul, dtype conversion, bias
+// add and the MoE row gather / weighted combine. Each is a plain loop over rows or elements in
+// f32; none is tuned (one block per row, one warp per head, grid-stride elsewhere), because at the
+// model's sizes the GEMMs and the attention dominate a step. The arithmetic follows the CPU ops
+// (src/ops/elementwise.cpp, rope.cpp, moe.cpp) term for term so that an f32 model agrees with the
+// CPU model to rounding.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "model/cuda/kernels.h"
+
+namespace pagedattn::model::cuda {
+namespace {
+
+using ::pagedattn::cuda::check_launch;
+
+constexpr int kBlock = 256;
+constexpr int kWarpsPerBlock = kBlock / 32;
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Calls f(T{}) with T the device type of `dtype` (f32 / f16 / bf16).
+template <class F>
+void dispatch(DType dtype, const char* what, F&& f) {
+  switch (dtype) {
+    case DType::kF32:
+      return f(float{});
+    case DType::kF16:
+      return f(__half{});
+    case DType::kBF16:
+      return f(__nv_bfloat16{});
+    default:
+      throw_error(std::string(what) + ": dtype " + std::string(dtype_name(dtype)) +
+                  " (expected f32, f16 or bf16)");
+  }
+}
+
+// A grid of at most 65535 * 4 blocks of kBlock threads for grid-stride loops over n elements.
+unsigned grid_for(int64_t n) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + kBlock - 1) / kBlock, 1, 65535 * 4));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ float block_sum(float v) {
+  __shared__ float partial[kWarpsPerBlock];
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kWarpsPerBlock; ++w) total += partial[w];
+  __syncthreads();
+  return total;
+}
+
+template <class T>
+__global__ void embedding_kernel(const T* table, int64_t dim, const int32_t* ids, float* out) {
+  const int64_t row = blockIdx.x;
+  const T* src = table + int64_t{ids[row]} * dim;
+  for (int64_t d = threadIdx.x; d < dim; d += kBlock) out[row * dim + d] = to_f32(src[d]);
+}
+
+template <class Out>
+__global__ void __launch_bounds__(kBlock) add_rms_norm_kernel(const AddNormArgs a) {
+  const int64_t r = blockIdx.x;
+  const int64_t row = a.row_index != nullptr ? a.row_index[r] : r;
+  float* residual = a.residual + row * a.dim;
+  const float* add = a.add != nullptr ? a.add + row * a.dim : nullptr;
+  const bool gather = a.row_index != nullptr;
+  float sum = 0.0f;
+  for (int64_t d = threadIdx.x; d < a.dim; d += kBlock) {
+    float v = residual[d];
+    if (add != nullptr) v += add[d];
+    if (!gather) residual[d] = v;
+    sum += v * v;
+  }
+  sum = block_sum(sum);
+  const float inverse = 1.0f / sqrtf(sum / static_cast<float>(a.dim) + a.eps);
+  Out* out = static_cast<Out*>(a.out) + r * a.dim;
+  for (int64_t d = threadIdx.x; d < a.dim; d += kBlock) {
+    float v = residual[d];
+    if (gather && add != nullptr) v += add[d];
+    const float y = a.weight[d] * (v * inverse);
+    out[d] = from_f32<Out>(y);
+    if (a.out_f32 != nullptr) a.out_f32[r * a.dim + d] = y;
+  }
+}
+
+template <class Out>
+__global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTransformArgs a) {
+  const int64_t index = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
+  if (index >= a.rows * a.heads) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = index / a.heads;
+  const int64_t head = index % a.heads;
+  float* x = a.x + row * a.x_stride_row + head * a.x_stride_head;
+  const float* bias = a.bias != nullptr ? a.bias + head * a.width : nullptr;
+  Out* out = a.out != nullptr
+                 ? static_cast<Out*>(a.out) + row * a.out_stride_row + head * a.out_stride_head
+                 : nullptr;
+  float inverse = 1.0f;
+  if (a.norm_weight != nullptr) {
+    float sum = 0.0f;
+    for (int d = lane; d < a.width; d += 32) {
+      const float v = bias != nullptr ? x[d] + bias[d] : x[d];
+      sum += v * v;
+    }
+    sum = warp_sum(sum);
+    inverse = 1.0f / sqrtf(sum / static_cast<float>(a.width) + a.eps);
+  }
+  __syncwarp();
+  // The element's value after bias and norm.
+  const auto value = [&](int d) {
+    float v = bias != nullptr ? x[d] + bias[d] : x[d];
+    if (a.norm_weight != nullptr) v = a.norm_weight[d] * (v * inverse);
+    return v;
+  };
+  const auto write = [&](int d, float v) {
+    x[d] = v;
+    if (out != nullptr) out[d] = from_f32<Out>(v);
+  };
+  int first_plain = 0;  // elements from here on are not rotated
+  if (a.cos != nullptr) {
+    const int half = a.rotary_half;
+    const int64_t position = a.positions[row];
+    const float* c = a.cos + position * half;
+    const float* s = a.sin + position * half;
+    for (int i = lane; i < half; i += 32) {
+      const int ia = a.interleaved ? 2 * i : i;
+      const int ib = a.interleaved ? 2 * i + 1 : i + half;
+      const float va = value(ia), vb = value(ib);
+      write(ia, va * c[i] - vb * s[i]);
+      write(ib, vb * c[i] + va * s[i]);
+    }
+    first_plain = 2 * half;
+  }
+  for (int d = first_plain + lane; d < a.width; d += 32) write(d, value(d));
+}
+
+template <class Out>
+__global__ void silu_mul_kernel(const float* gate_up, int64_t rows, int64_t width, Out* out,
+                                int64_t out_stride) {
+  const int64_t n = rows * width;
+  for (int64_t i = int64_t{blockIdx.x} * kBlock + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * kBlock) {
+    const int64_t r = i / width, c = i - r * width;
+    const float g = gate_up[r * 2 * width + c];
+    const float u = gate_up[r * 2 * width + width + c];
+    out[r * out_stride + c] = from_f32<Out>(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+template <class In, class Out>
+__global__ void convert_rows_kernel(const In* src, int64_t src_stride, Out* dst,
+                                    int64_t dst_stride, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = int64_t{blockIdx.x} * kBlock + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * kBlock) {
+    const int64_t r = i / cols, c = i - r * cols;
+    dst[r * dst_stride + c] = from_f32<Out>(to_f32(src[r * src_stride + c]));
+  }
+}
+
+__global__ void add_bias_kernel(float* y, int64_t y_stride, const float* bias, int64_t rows,
+                                int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = int64_t{blockIdx.x} * kBlock + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * kBlock) {
+    const int64_t r = i / cols, c = i - r * cols;
+    y[r * y_stride + c] += bias[c];
+  }
+}
+
+__global__ void gather_rows_kernel(const uint16_t* src, const int32_t* source_row, uint16_t* dst,
+                                   int64_t row_elems) {
+  const int64_t row = blockIdx.x;
+  const uint16_t* from = src + int64_t{source_row[row]} * row_elems;
+  uint16_t* to = dst + row * row_elems;
+  for (int64_t i = threadIdx.x; i < row_elems; i += kBlock) to[i] = from[i];
+}
+
+__global__ void moe_combine_kernel(const float* expert_out, const int32_t* position,
+                                   const float* weight, const float* shared, int32_t top_k,
+                                   int64_t hidden, float* out) {
+  const int64_t t = blockIdx.x;
+  for (int64_t d = threadIdx.x; d < hidden; d += kBlock) {
+    float acc = 0.0f;
+    for (int32_t j = 0; j < top_k; ++j) {
+      const int64_t p = t * top_k + j;
+      acc += weight[p] * expert_out[int64_t{position[p]} * hidden + d];
+    }
+    if (shared != nullptr) acc += shared[t * hidden + d];
+    out[t * hidden + d] = acc;
+  }
+}
+
+}  // namespace
+
+void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t* ids, int64_t rows,
+               float* out, void* stream) {
+  if (rows == 0) return;
+  dispatch(table_dtype, "embedding table", [&](auto tag) {
+    using T = decltype(tag);
+    embedding_kernel<T><<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(
+                                                                      stream)>>>(
+        static_cast<const T*>(table), dim, ids, out);
+  });
+  check_launch("embedding_kernel");
+}
+
+void add_rms_norm(const AddNormArgs& args, void* stream) {
+  if (args.rows == 0) return;
+  dispatch(args.out_dtype, "add_rms_norm out", [&](auto tag) {
+    using T = decltype(tag);
+    add_rms_norm_kernel<T><<<static_cast<unsigned>(args.rows), kBlock, 0,
+                             static_cast<cudaStream_t>(stream)>>>(args);
+  });
+  check_launch("add_rms_norm_kernel");
+}
+
+void transform_heads(const HeadTransformArgs& args, void* stream) {
+  const int64_t warps = args.rows * args.heads;
+  if (warps == 0) return;
+  const auto blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  dispatch(args.out != nullptr ? args.out_dtype : DType::kF32, "transform_heads out", [&](auto tag) {
+    using T = decltype(tag);
+    transform_heads_kernel<T><<<blocks, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  });
+  check_launch("transform_heads_kernel");
+}
+
+void silu_mul(const float* gate_up, int64_t rows, int64_t width, void* out, DType out_dtype,
+              int64_t out_stride, void* stream) {
+  if (rows * width == 0) return;
+  dispatch(out_dtype, "silu_mul out", [&](auto tag) {
+    using T = decltype(tag);
+    silu_mul_kernel<T><<<grid_for(rows * width), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+        gate_up, rows, width, static_cast<T*>(out), out_stride);
+  });
+  check_launch("silu_mul_kernel");
+}
+
+void convert_rows(const void* src, DType src_dtype, int64_t src_stride, void* dst, DType dst_dtype,
+                  int64_t dst_stride, int64_t rows, int64_t cols, void* stream) {
+  if (rows * cols == 0) return;
+  dispatch(src_dtype, "convert_rows source", [&](auto in_tag) {
+    using In = decltype(in_tag);
+    dispatch(dst_dtype, "convert_rows destination", [&](auto out_tag) {
+      using Out = decltype(out_tag);
+      convert_rows_kernel<In, Out>
+          <<<grid_for(rows * cols), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+              static_cast<const In*>(src), src_stride, static_cast<Out*>(dst), dst_stride, rows,
+              cols);
+    });
+  });
+  check_launch("convert_rows_kernel");
+}
+
+void add_bias(float* y, int64_t y_stride, const float* bias, int64_t rows, int64_t cols,
+              void* stream) {
+  if (rows * cols == 0) return;
+  add_bias_kernel<<<grid_for(rows * cols), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+      y, y_stride, bias, rows, cols);
+  check_launch("add_bias_kernel");
+}
+
+void gather_rows(const void* src, const int32_t* source_row, void* dst, int64_t rows,
+                 int64_t row_bytes, void* stream) {
+  if (rows == 0) return;
+  if (row_bytes % 2 != 0) throw_error("gather_rows: row of " + std::to_string(row_bytes) +
+                                      " bytes (expected a multiple of 2)");
+  gather_rows_kernel<<<static_cast<unsigned>(rows), kBlock, 0,
+                       static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const uint16_t*>(src), source_row, static_cast<uint16_t*>(dst), row_bytes / 2);
+  check_launch("gather_rows_kernel");
+}
+
+void moe_combine(const float* expert_out, const int32_t* position, const float* weight,
+                 const float* shared, int64_t tokens, int32_t top_k, int64_t hidden, float* out,
+                 void* stream) {
+  if (tokens == 0) return;
+  moe_combine_kernel<<<static_cast<unsigned>(tokens), kBlock, 0,
+                       static_cast<cudaStream_t>(stream)>>>(expert_out, position, weight, shared,
+                                                            top_k, hidden, out);
+  check_launch("moe_combine_kernel");
+}
+
+}  // namespace pagedattn::model::cuda

@@ -1,0 +1,88 @@
+// The CUDA model's small kernels besides GEMM and attention (kernels.cu), host-side launchers with
+// plain C++ types: device pointers, dtypes, a cudaStream_t as void*. Every launcher enqueues on
+// `stream` and checks the launch; none synchronises.
+//
+// Activations: the residual stream and GEMM outputs are f32; what feeds a GEMM is in the compute
+// dtype (bf16 / f16 / f32), what feeds the attention in the KV pool's dtype. Rows are tokens.
+#pragma once
+
+#include <cstdint>
+
+#include "pagedattn/dtype.h"
+
+namespace pagedattn::model::cuda {
+
+// out [rows, dim] f32 = table [vocab, dim] (table_dtype, contiguous) rows at ids [rows] (valid:
+// checked on the host before).
+void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t* ids, int64_t rows,
+               float* out, void* stream);
+
+// The pre-norm residual step over rows of `dim` (one block per row):
+//   residual[r] += add[r] (when add != null), then out[r] = weight ⊙ residual[r] / rms, written in
+//   out_dtype (and again in f32 to out_f32 when not null).
+// With `row_index` (gather mode, for the rows whose logits are asked for): row r reads residual
+// and add at row_index[r] and leaves residual unchanged.
+struct AddNormArgs {
+  float* residual = nullptr;    // [*, dim] f32
+  const float* add = nullptr;   // [*, dim] f32 or null
+  const float* weight = nullptr;  // [dim] f32
+  void* out = nullptr;          // [rows, dim] out_dtype
+  DType out_dtype = DType::kBF16;
+  float* out_f32 = nullptr;     // [rows, dim] or null
+  const int32_t* row_index = nullptr;
+  int64_t rows = 0, dim = 0;
+  float eps = 1e-6f;
+};
+void add_rms_norm(const AddNormArgs& args, void* stream);
+
+// A per-head transform of x [rows, heads, width] f32 (strided; in place), one warp per (row, head):
+//   x += bias[head * width + d]            (when bias)
+//   x = weight ⊙ x / rms over the head    (when norm_weight: Qwen3's q/k norm, MLA's latent and
+//                                          q_a norms as one-head rows)
+//   RoPE over the first 2 * rotary_half elements at positions[row] (when cos): NeoX pairs
+//   (i, i + half) or interleaved pairs (2i, 2i + 1), cos / sin tables [positions, half] f32
+// then x is written back (f32) and, when out is set, also to out (out_dtype, its own strides).
+struct HeadTransformArgs {
+  float* x = nullptr;
+  int64_t x_stride_row = 0, x_stride_head = 0;
+  int32_t heads = 0, width = 0;
+  int64_t rows = 0;
+  const float* bias = nullptr;
+  const float* norm_weight = nullptr;
+  float eps = 1e-6f;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  int32_t rotary_half = 0;
+  bool interleaved = false;
+  const int32_t* positions = nullptr;
+  void* out = nullptr;
+  DType out_dtype = DType::kBF16;
+  int64_t out_stride_row = 0, out_stride_head = 0;
+};
+void transform_heads(const HeadTransformArgs& args, void* stream);
+
+// out [rows, width] (out_dtype, row stride out_stride) = silu(gate_up[:, :width]) ⊙
+// gate_up[:, width:] with gate_up [rows, 2 width] f32 contiguous.
+void silu_mul(const float* gate_up, int64_t rows, int64_t width, void* out, DType out_dtype,
+              int64_t out_stride, void* stream);
+
+// dst [rows, cols] = src [rows, cols], converting between f32 / f16 / bf16 (row strides in
+// elements; the inner stride is 1).
+void convert_rows(const void* src, DType src_dtype, int64_t src_stride, void* dst, DType dst_dtype,
+                  int64_t dst_stride, int64_t rows, int64_t cols, void* stream);
+
+// y [rows, cols] f32 (row stride y_stride) += bias [cols] f32.
+void add_bias(float* y, int64_t y_stride, const float* bias, int64_t rows, int64_t cols,
+              void* stream);
+
+// MoE: dst[p] = src[source_row[p]] for p < rows (rows of `row_bytes`, a multiple of 2).
+void gather_rows(const void* src, const int32_t* source_row, void* dst, int64_t rows,
+                 int64_t row_bytes, void* stream);
+
+// MoE: out[t] = sum_j weight[t, j] * expert_out[position[t, j]] (j = 0 .. top_k - 1, in order)
+// + shared[t] (when shared), all f32 [*, hidden] contiguous.
+void moe_combine(const float* expert_out, const int32_t* position, const float* weight,
+                 const float* shared, int64_t tokens, int32_t top_k, int64_t hidden, float* out,
+                 void* stream);
+
+}  // namespace pagedattn::model::cuda

@@ -1,0 +1,317 @@
+// One decoder layer's sublayers on the device (state.h), the CUDA side of src/model/layers_gqa.cpp
+// and layers_deepseek.cpp with the same arithmetic:
+//
+// GQA   qkv = x · Wqkvᵀ (one GEMM, f32 out); per head: + bias (Qwen2), q/k RMSNorm (Qwen3), RoPE;
+//       q converted to the pool dtype; k / v stored from the f32 buffer into their slots
+//       (cuda::store_kv); attention through the planned backend (decode or prefill); o_proj.
+// MLA   q = q_b(norm(q_a(x))) or q_proj(x); kv_a = kv_a_proj(x): the latent normed, k_pe rotated,
+//       both stored (cuda::store_latent: the 576-wide row); q_pe rotated; q_latent_h =
+//       q_nope_h · W_UK_h for every head in one strided-batched GEMM; run_mla over the latent
+//       cache; o_h = o_latent_h · W_UV_hᵀ (another batched GEMM); o_proj.
+// MLP   gate_up = x · Wᵀ, SiLU·mul, down.
+// MoE   router logits in f32 (x in f32 · router f32), copied to the host and routed there with
+//       ops::moe_route (the CPU model's routing, so both choose the same experts); the (token,
+//       expert) pairs sorted by expert (a counting sort), their rows of x gathered, each expert's
+//       rows through gate_up / SiLU·mul / down as GEMMs over its rows, then one weighted combine
+//       per token in a fixed order, plus the shared experts.
+#include <fmt/format.h>
+
+#include <numeric>
+
+#include "core/check.h"
+#include "model/cuda/kernels.h"
+#include "model/cuda/state.h"
+#include "pagedattn/cuda_store.h"
+
+namespace pagedattn::model::cuda {
+namespace {
+
+using State = CudaModel::State;
+
+template <class T>
+T* ptr(const DeviceBuffer& buffer) {
+  return buffer.as<T>();
+}
+
+char* bytes(const DeviceBuffer& buffer) { return buffer.as<char>(); }
+
+TensorView device_f32(const State& s, float* data, std::initializer_list<int64_t> shape,
+                      std::initializer_list<int64_t> strides) {
+  TensorView view = TensorView::contiguous(data, DType::kF32, shape, s.device);
+  int d = 0;
+  for (int64_t stride : strides) view.strides[d++] = stride;
+  return view;
+}
+
+TensorView device_view(const State& s, void* data, DType dtype,
+                       std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(data, dtype, shape, s.device);
+}
+
+// y [rows, out] f32 = x · Wᵀ (+ bias).
+void linear_f32(State& s, const DeviceLinear& linear, const void* x, int64_t rows, float* y,
+                int64_t ldy) {
+  s.blas->linear(rows, linear.out(), linear.in(), x, linear.in(), linear.weight.data(),
+                 linear.in(), linear.weight.dtype, y, ldy, DType::kF32);
+  if (linear.bias.data() != nullptr) add_bias(y, ldy, linear.bias_data(), rows, linear.out(), s.stream);
+}
+
+HeadTransformArgs rope_args(const State& s) {
+  HeadTransformArgs a;
+  a.cos = ptr<const float>(s.rope_cos);
+  a.sin = ptr<const float>(s.rope_sin);
+  a.rotary_half = s.rope_half;
+  a.interleaved = s.rope_interleaved;
+  a.positions = ptr<const int32_t>(s.positions);
+  a.rows = s.tokens;
+  a.eps = s.eps;
+  return a;
+}
+
+}  // namespace
+
+void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
+  const GqaLayer& w = layer.gqa;
+  const int64_t t = s.tokens, heads = s.config.num_attention_heads,
+                kv_heads = s.config.num_key_value_heads, dim = s.config.head_dim;
+  const int64_t width = (heads + 2 * kv_heads) * dim;
+  float* qkv = ptr<float>(s.qkv);
+  s.blas->linear(t, width, w.qkv.in(), s.x.data(), w.qkv.in(), w.qkv.weight.data(), w.qkv.in(),
+                 s.compute, qkv, width, DType::kF32);
+  const float* bias = w.qkv.bias_data();
+  // q: bias, norm, RoPE, then converted into the attention's q buffer.
+  HeadTransformArgs q = rope_args(s);
+  q.x = qkv;
+  q.x_stride_row = width;
+  q.x_stride_head = dim;
+  q.heads = static_cast<int32_t>(heads);
+  q.width = static_cast<int32_t>(dim);
+  q.bias = bias;
+  q.norm_weight = ptr<const float>(w.q_norm);
+  q.out = s.q.data();
+  q.out_dtype = s.attention;
+  q.out_stride_row = heads * dim;
+  q.out_stride_head = dim;
+  transform_heads(q, s.stream);
+  // k: bias, norm, RoPE, in place (stored from f32 below).
+  HeadTransformArgs k = q;
+  k.x = qkv + heads * dim;
+  k.heads = static_cast<int32_t>(kv_heads);
+  k.bias = bias != nullptr ? bias + heads * dim : nullptr;
+  k.norm_weight = ptr<const float>(w.k_norm);
+  k.out = nullptr;
+  transform_heads(k, s.stream);
+  if (bias != nullptr) {  // v: the bias only
+    HeadTransformArgs v = k;
+    v.x = qkv + (heads + kv_heads) * dim;
+    v.bias = bias + (heads + kv_heads) * dim;
+    v.norm_weight = nullptr;
+    v.cos = v.sin = nullptr;
+    transform_heads(v, s.stream);
+  }
+  const PagedKv kv = s.pool->layer_kv(index);
+  const TensorView slots = TensorView::contiguous(s.slots.data(), DType::kI64, {t}, s.device);
+  ::pagedattn::cuda::store_kv(kv, device_f32(s, qkv + heads * dim, {t, kv_heads, dim}, {width, dim, 1}),
+                              device_f32(s, qkv + (heads + kv_heads) * dim, {t, kv_heads, dim},
+                                         {width, dim, 1}),
+                              slots, s.stream);
+
+  const StepContext& step = *s.step;
+  AttentionOptions options;
+  options.sm_scale = step.sm_scale;
+  options.causal = true;
+  const TensorView q_view = device_view(s, s.q.data(), s.attention, {t, heads, dim});
+  const TensorView out_view = device_view(s, s.attn.data(), s.attention, {t, heads, dim});
+  if (step.decode) {
+    DecodeArgs args{q_view, kv, step.meta, out_view, {}, options, s.stream};
+    step.backend->run_decode(*step.workspace, args);
+  } else {
+    PrefillArgs args{q_view, kv, step.meta, out_view, {}, options, s.stream};
+    step.backend->run_prefill(*step.workspace, args);
+  }
+  const void* attn = s.attn.data();
+  if (s.attention != s.compute) {
+    convert_rows(s.attn.data(), s.attention, heads * dim, s.attn_c.data(), s.compute, heads * dim,
+                 t, heads * dim, s.stream);
+    attn = s.attn_c.data();
+  }
+  linear_f32(s, w.o, attn, t, ptr<float>(s.branch), s.config.hidden_size);
+}
+
+void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
+  const MlaLayer& w = layer.mla;
+  const MlaConfig& m = *s.config.mla;
+  const int64_t t = s.tokens, heads = s.config.num_attention_heads;
+  const int64_t nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, v = m.v_head_dim,
+                rank = m.kv_lora_rank, qk = nope + rope, q_width = heads * qk;
+  float* q = ptr<float>(s.mla_q);
+  if (w.q_a.defined()) {
+    const int64_t lora = m.q_lora_rank;
+    linear_f32(s, w.q_a, s.x.data(), t, ptr<float>(s.qa), lora);
+    HeadTransformArgs norm;
+    norm.x = ptr<float>(s.qa);
+    norm.x_stride_row = lora;
+    norm.heads = 1;
+    norm.width = static_cast<int32_t>(lora);
+    norm.rows = t;
+    norm.norm_weight = ptr<const float>(w.q_a_norm);
+    norm.eps = s.eps;
+    norm.out = s.qa_c.data();
+    norm.out_dtype = s.compute;
+    norm.out_stride_row = lora;
+    transform_heads(norm, s.stream);
+    linear_f32(s, w.q_b, s.qa_c.data(), t, q, q_width);
+  } else {
+    linear_f32(s, w.q_b, s.x.data(), t, q, q_width);
+  }
+  const int64_t kv_width = rank + rope;
+  float* kv_a = ptr<float>(s.kv_a);
+  linear_f32(s, w.kv_a, s.x.data(), t, kv_a, kv_width);
+  {  // the latent: RMSNorm over its rank values, in place
+    HeadTransformArgs norm;
+    norm.x = kv_a;
+    norm.x_stride_row = kv_width;
+    norm.heads = 1;
+    norm.width = static_cast<int32_t>(rank);
+    norm.rows = t;
+    norm.norm_weight = ptr<const float>(w.kv_a_norm);
+    norm.eps = s.eps;
+    transform_heads(norm, s.stream);
+  }
+  {  // k_pe: RoPE in place
+    HeadTransformArgs k_pe = rope_args(s);
+    k_pe.x = kv_a + rank;
+    k_pe.x_stride_row = kv_width;
+    k_pe.heads = 1;
+    k_pe.width = static_cast<int32_t>(rope);
+    transform_heads(k_pe, s.stream);
+  }
+  const PagedLatent cache = s.pool->layer_latent(index);
+  const TensorView slots = TensorView::contiguous(s.slots.data(), DType::kI64, {t}, s.device);
+  ::pagedattn::cuda::store_latent(cache, device_f32(s, kv_a, {t, rank}, {kv_width, 1}),
+                                  device_f32(s, kv_a + rank, {t, rope}, {kv_width, 1}), slots,
+                                  s.stream);
+  {  // q_pe: RoPE, into the attention's q_pe [T, H, rope]
+    HeadTransformArgs q_pe = rope_args(s);
+    q_pe.x = q + nope;
+    q_pe.x_stride_row = q_width;
+    q_pe.x_stride_head = qk;
+    q_pe.heads = static_cast<int32_t>(heads);
+    q_pe.width = static_cast<int32_t>(rope);
+    q_pe.out = s.q_pe.data();
+    q_pe.out_dtype = s.attention;
+    q_pe.out_stride_row = heads * rope;
+    q_pe.out_stride_head = rope;
+    transform_heads(q_pe, s.stream);
+  }
+  // q_nope into the compute dtype [T, H, nope], the batched GEMM's input.
+  convert_rows(q, DType::kF32, qk, s.q_nope_c.data(), s.compute, nope, t * heads, nope, s.stream);
+  // q_latent[t, h] = q_nope[t, h] · W_UK_h, W_UK_h = kv_b rows [h (nope + v), + nope).
+  const int64_t c = s.compute_size(), head_rows = nope + v;
+  s.blas->batched(heads, t, rank, nope, {s.q_nope_c.data(), heads * nope, nope},
+                  {w.kv_b.data(), rank, head_rows * rank}, /*transpose_w=*/false, s.compute,
+                  s.q_latent.data(), heads * rank, rank, DType::kF32);
+  void* q_latent = s.q_latent.data();
+  if (s.attention != DType::kF32) {
+    convert_rows(s.q_latent.data(), DType::kF32, rank, s.q_latent_a.data(), s.attention, rank,
+                 t * heads, rank, s.stream);
+    q_latent = s.q_latent_a.data();
+  }
+  const StepContext& step = *s.step;
+  MlaArgs args;
+  args.q_nope = device_view(s, q_latent, s.attention, {t, heads, rank});
+  args.q_pe = device_view(s, s.q_pe.data(), s.attention, {t, heads, rope});
+  args.kv = cache;
+  args.meta = step.meta;
+  args.out = device_view(s, s.o_latent.data(), s.attention, {t, heads, rank});
+  args.sm_scale = step.sm_scale;
+  args.causal = true;
+  args.stream = s.stream;
+  step.backend->run_mla(*step.workspace, args);
+  const void* o_latent = s.o_latent.data();
+  if (s.attention != s.compute) {
+    convert_rows(s.o_latent.data(), s.attention, rank, s.o_latent_c.data(), s.compute, rank,
+                 t * heads, rank, s.stream);
+    o_latent = s.o_latent_c.data();
+  }
+  // o[t, h] = o_latent[t, h] · W_UV_hᵀ, W_UV_h = kv_b rows [h (nope + v) + nope, + v).
+  s.blas->batched(heads, t, v, rank, {o_latent, heads * rank, rank},
+                  {static_cast<const char*>(w.kv_b.data()) + nope * rank * c, rank,
+                   head_rows * rank},
+                  /*transpose_w=*/true, s.compute, s.o.data(), heads * v, v, s.compute);
+  linear_f32(s, w.o, s.o.data(), t, ptr<float>(s.branch), s.config.hidden_size);
+}
+
+void dense_mlp(State& s, const MlpLayer& mlp, const void* x, int64_t rows, float* out) {
+  const int64_t width = mlp.down.in();
+  float* gate_up = ptr<float>(s.gate_up);
+  linear_f32(s, mlp.gate_up, x, rows, gate_up, 2 * width);
+  silu_mul(gate_up, rows, width, s.act.data(), s.compute, width, s.stream);
+  linear_f32(s, mlp.down, s.act.data(), rows, out, s.config.hidden_size);
+}
+
+void moe_mlp(State& s, MoeLayer& moe) {
+  const int64_t t = s.tokens, hidden = s.config.hidden_size;
+  const int32_t experts = moe.routing.num_experts, k = moe.routing.top_k;
+  // Router logits in f32, to the host (this waits for the stream), routed as on the CPU.
+  s.blas->linear(t, experts, hidden, s.x_f32.data(), hidden, moe.router.data(), hidden,
+                 DType::kF32, s.router_logits.data(), experts, DType::kF32);
+  moe.logits.resize(static_cast<size_t>(t * experts));
+  PA_CUDA_CHECK(cudaMemcpyAsync(moe.logits.data(), s.router_logits.data(),
+                                moe.logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                s.stream));
+  PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  ops::moe_route(TensorView::contiguous(moe.logits.data(), DType::kF32, {t, experts}),
+                 moe.routing, moe.correction_bias, moe.assignment);
+  // Counting sort of the (token, slot) pairs by expert: pair p goes to row position[p] of the
+  // expert-sorted buffers, whose row r holds token source_row[r].
+  const int64_t pairs = t * k;
+  moe.start.assign(static_cast<size_t>(experts) + 1, 0);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int32_t e = moe.assignment.experts[static_cast<size_t>(p)];
+    PA_CHECK(e >= 0 && e < experts, "moe: expert id {} outside [0, {})", e, experts);
+    ++moe.start[static_cast<size_t>(e) + 1];
+  }
+  std::partial_sum(moe.start.begin(), moe.start.end(), moe.start.begin());
+  std::vector<int64_t> fill(moe.start.begin(), moe.start.end() - 1);
+  moe.position.resize(static_cast<size_t>(pairs));
+  moe.source_row.resize(static_cast<size_t>(pairs));
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t row = fill[static_cast<size_t>(moe.assignment.experts[static_cast<size_t>(p)])]++;
+    moe.position[static_cast<size_t>(p)] = static_cast<int32_t>(row);
+    moe.source_row[static_cast<size_t>(row)] = static_cast<int32_t>(p / k);
+  }
+  copy_to_device(s, s.source_row.data(), moe.source_row.data(), pairs);
+  copy_to_device(s, s.position.data(), moe.position.data(), pairs);
+  copy_to_device(s, s.route_weight.data(), moe.assignment.weights.data(), pairs);
+
+  const int64_t c = s.compute_size();
+  gather_rows(s.x.data(), ptr<int32_t>(s.source_row), s.expert_x.data(), pairs, hidden * c,
+              s.stream);
+  const int64_t width = moe.experts.front().down.in();
+  for (int32_t e = 0; e < experts; ++e) {
+    const int64_t begin = moe.start[static_cast<size_t>(e)],
+                  rows = moe.start[static_cast<size_t>(e) + 1] - begin;
+    if (rows == 0) continue;
+    linear_f32(s, moe.experts[static_cast<size_t>(e)].gate_up, bytes(s.expert_x) + begin * hidden * c,
+               rows, ptr<float>(s.expert_gate_up) + begin * 2 * width, 2 * width);
+  }
+  silu_mul(ptr<float>(s.expert_gate_up), pairs, width, s.expert_act.data(), s.compute, width,
+           s.stream);
+  for (int32_t e = 0; e < experts; ++e) {
+    const int64_t begin = moe.start[static_cast<size_t>(e)],
+                  rows = moe.start[static_cast<size_t>(e) + 1] - begin;
+    if (rows == 0) continue;
+    linear_f32(s, moe.experts[static_cast<size_t>(e)].down, bytes(s.expert_act) + begin * width * c,
+               rows, ptr<float>(s.expert_out) + begin * hidden, hidden);
+  }
+  const float* shared = nullptr;
+  if (moe.shared.defined()) {
+    dense_mlp(s, moe.shared, s.x.data(), t, ptr<float>(s.shared_out));
+    shared = ptr<float>(s.shared_out);
+  }
+  moe_combine(ptr<float>(s.expert_out), ptr<int32_t>(s.position), ptr<float>(s.route_weight),
+              shared, t, k, hidden, ptr<float>(s.branch), s.stream);
+}
+
+}  // namespace pagedattn::model::cuda

@@ -1,0 +1,142 @@
+// The CUDA model's state, shared by cuda_model.cpp (construction, the step) and layers.cpp (one
+// decoder layer's attention and MLP): the device weights of every layer, the fixed activation
+// buffers, the metadata buffers, the stream and the cuBLAS handle. Internal to src/model/cuda.
+//
+// Buffers (T = max_step_tokens; C = compute dtype; A = the KV pool's dtype, q and attention out):
+//   residual, branch   f32 [T, hidden]     the residual stream and each sublayer's output
+//   x                  C   [T, hidden]     the normed input of a sublayer (x_f32: f32 copy, MoE)
+//   GQA   qkv f32 [T, (Hq + 2 Hkv) D]; q A, attn A [T, Hq, D]; attn_c C (A != C)
+//   MLA   q f32 [T, H (nope + rope)]; qa f32 / qa_c C [T, q_lora]; kv_a f32 [T, rank + rope];
+//         q_nope_c C [T, H, nope]; q_latent f32 [T, H, rank]; q_latent_a A [T, H, rank];
+//         q_pe A [T, H, rope]; o_latent A [T, H, rank]; o_latent_c C; o C [T, H v]
+//   MLP   gate_up f32 [T, 2 I]; act C [T, I] (I the widest dense / shared MLP)
+//   MoE   router_logits f32 [T, E]; expert_x C [T k, hidden]; expert_gate_up f32 [T k, 2 I_e];
+//         expert_act C [T k, I_e]; expert_out f32 [T k, hidden]; shared_out f32 [T, hidden];
+//         source_row, position i32 [T k]; route_weight f32 [T k]
+//   head  head_x C [R, hidden]; logits f32 [R, vocab] (R = kLogitChunk rows per lm_head call)
+//   step  token_ids, positions, logit_rows i32 [T]; slots i64 [T]; qo_indptr, kv_indptr i32
+//         [T + 1]; kv_last_page_len i32 [T]; kv_indices i32 (grows with the step's pages)
+// The A-dtype buffers are allocated at the first step (the pool's dtype is known then).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "model/cuda/blas.h"
+#include "model/cuda/cuda_model.h"
+#include "model/cuda/weights.h"
+#include "model/forward_step.h"
+#include "pagedattn/moe.h"
+#include "pagedattn/ops.h"
+
+namespace pagedattn::model::cuda {
+
+inline constexpr int64_t kDefaultMaxStepTokens = 4096;
+inline constexpr int64_t kLogitChunk = 128;
+
+struct GqaLayer {
+  DeviceLinear qkv, o;
+  DeviceBuffer q_norm, k_norm;  // Qwen3: [head_dim] f32
+};
+
+struct MlaLayer {
+  DeviceLinear q_a, q_b;  // q_lora: q_a_proj, q_b_proj; else q_b is q_proj and q_a is empty
+  DeviceBuffer q_a_norm, kv_a_norm;
+  DeviceLinear kv_a, o;
+  DeviceMatrix kv_b;  // [H (nope + v), rank] in the compute dtype: W_UK / W_UV per head
+};
+
+struct MlpLayer {
+  DeviceLinear gate_up, down;
+  bool defined() const { return down.defined(); }
+};
+
+struct MoeLayer {
+  DeviceMatrix router;                 // [E, hidden] f32
+  TensorView correction_bias;          // host view (the mapped checkpoint), routing on the host
+  ops::MoeRouterConfig routing;
+  std::vector<MlpLayer> experts;
+  MlpLayer shared;                     // or undefined
+  // Host scratch of the routing, reused across steps.
+  std::vector<float> logits;
+  ops::MoeAssignment assignment;
+  std::vector<int32_t> source_row, position;
+  std::vector<int64_t> start;
+};
+
+struct DecoderLayer {
+  DeviceBuffer input_norm, post_norm;  // [hidden] f32
+  GqaLayer gqa;
+  MlaLayer mla;
+  MlpLayer mlp;
+  std::unique_ptr<MoeLayer> moe;
+};
+
+struct CudaModel::State final : DeviceStep {
+  ModelConfig config;
+  Device device;
+  DType compute = DType::kBF16;
+  DType attention = DType::kBF16;  // the KV pool's dtype of the current buffers
+  int64_t max_tokens = 0;
+  float eps = 1e-6f;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<Blas> blas;
+  int64_t weight_bytes = 0, buffer_bytes = 0;
+
+  DeviceMatrix embed, lm_head_own;
+  const DeviceMatrix* lm_head = nullptr;  // lm_head_own, or embed when tied
+  DeviceBuffer final_norm;
+  ops::RopeTable rope;  // host copy: the planner's position checks
+  DeviceBuffer rope_cos, rope_sin;
+  int32_t rope_half = 0;
+  bool rope_interleaved = false;
+  std::vector<DecoderLayer> layers;
+  StepPlanner planner;
+
+  // Activations (see the file comment).
+  DeviceBuffer residual, branch, x, x_f32;
+  DeviceBuffer qkv, q, attn, attn_c;
+  DeviceBuffer mla_q, qa, qa_c, kv_a, q_nope_c, q_latent, q_latent_a, q_pe, o_latent, o_latent_c,
+      o;
+  DeviceBuffer gate_up, act;
+  DeviceBuffer router_logits, expert_x, expert_gate_up, expert_act, expert_out, shared_out,
+      source_row, position, route_weight;
+  DeviceBuffer head_x, logits;
+  DeviceBuffer token_ids, positions, logit_rows, slots, qo_indptr, kv_indptr, kv_last_page_len,
+      kv_indices;
+  bool attention_buffers = false;
+
+  // The step being run.
+  int64_t tokens = 0;
+  const StepContext* step = nullptr;
+  KvPool* pool = nullptr;
+
+  ~State() override;
+  StepMetadata upload(const StepMetadata& host) override;
+  void adopt(Workspace& workspace) override;
+
+  DeviceBuffer allocate(int64_t bytes);  // counted in buffer_bytes
+  void ensure_attention_buffers(DType attention_dtype);
+  int64_t compute_size() const { return dtype_size(compute); }
+};
+
+// One decoder layer's sublayers (layers.cpp): read s.x (and s.x_f32), write s.branch [T, hidden].
+void gqa_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index);
+void mla_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index);
+void dense_mlp(CudaModel::State& s, const MlpLayer& mlp, const void* x, int64_t rows, float* out);
+void moe_mlp(CudaModel::State& s, MoeLayer& moe);
+
+// Host -> device copy of `count` elements of T, ordered on the model's stream. From pageable
+// memory the call returns once the source has been staged, so the host may reuse it at once.
+template <class T>
+void copy_to_device(const CudaModel::State& s, void* destination, const T* source,
+                    int64_t count) {
+  if (count == 0) return;
+  PA_CUDA_CHECK(cudaMemcpyAsync(destination, source, static_cast<size_t>(count) * sizeof(T),
+                                cudaMemcpyHostToDevice, s.stream));
+}
+
+}  // namespace pagedattn::model::cuda

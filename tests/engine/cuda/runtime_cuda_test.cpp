@@ -1,0 +1,119 @@
+// The engine over real checkpoints on the GPU (ModelRuntime with device cuda): transformers'
+// greedy tokens through the whole serving path, as tests/engine/runtime_test.cpp does on the CPU.
+// Each tiny fixture of tests/data/model runs with compute dtype f32 and an f32 KV cache on the
+// device (the f32 GEMMs and the cuda_generic attention: logits within ~1e-5 of transformers, far
+// below every fixture's gap between the best and second-best logit), its prompts as one batch
+// with the first prompt again in the middle (a shared prefix), in several configurations: token
+// budgets 1 / 16 / unbounded (chunked prefill), page sizes 1 / 16 / 64, prefix cache on and off,
+// and a pool small enough to preempt. Criterion: every request's 32 greedy tokens are exactly
+// transformers'; no page leaked. Then the default (bf16) runtime on the GPU generates from the
+// embedded model and from a fixture without error, on the device it says. Skips without a GPU.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/gpu_skip.h"
+#include "cuda/cuda_backend.h"
+#include "model/model_fixture.h"
+#include "pagedattn/engine.h"
+#include "pagedattn/engine_generate.h"
+#include "pagedattn/engine_runtime.h"
+#include "pagedattn/page_allocator.h"
+
+namespace pagedattn::engine {
+namespace {
+
+std::string gpu_unusable() {
+  const Support support = ::pagedattn::cuda::device_available();
+  return support ? std::string() : support.reason;
+}
+#define REQUIRE_GPU() PA_SKIP_OR_FAIL_WITHOUT_GPU(gpu_unusable())
+
+struct EngineSetup {
+  int32_t page_size;
+  int64_t budget;  // <= 0: unbounded
+  bool prefix_cache;
+  int32_t num_pages;  // 0: plenty
+};
+
+class EngineOnCuda : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineOnCuda, GreedyTokensEqualTransformers) {
+  REQUIRE_GPU();
+  const model::testing::Fixture fixture = model::testing::Fixture::load(GetParam());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<size_t> source;
+  for (size_t i = 0; i < fixture.prompts.size(); ++i) {
+    prompts.push_back(fixture.prompts[i].prompt);
+    source.push_back(i);
+  }
+  prompts.insert(prompts.begin() + 2, fixture.prompts[0].prompt);
+  source.insert(source.begin() + 2, 0);
+  SamplingParams params;
+  params.temperature = 0.0;
+  params.max_tokens = 32;
+  params.ignore_eos = true;
+  int64_t preemptions = 0;
+  for (const EngineSetup& setup : std::vector<EngineSetup>{{16, 0, true, 0},
+                                               {16, 16, true, 0},
+                                               {1, 1, false, 0},
+                                               {64, 16, false, 0},
+                                               {16, 16, true, 8}}) {
+    SCOPED_TRACE(fmt::format("{}: page {} budget {} cache {} pages {}", GetParam(),
+                             setup.page_size, setup.budget, setup.prefix_cache, setup.num_pages));
+    RuntimeOptions options;
+    options.model.device = "cuda";
+    options.model.compute_dtype = DType::kF32;
+    options.kv_dtype = DType::kF32;
+    options.page_size = setup.page_size;
+    options.num_pages = setup.num_pages ? setup.num_pages : 2048;
+    auto runtime = ModelRuntime::open(fixture.directory, options);
+    ASSERT_EQ(runtime->device(), Device::cuda(0));
+    ASSERT_EQ(runtime->pool().device(), Device::cuda(0));
+    EngineConfig config = runtime->engine_config();
+    EXPECT_GT(config.max_tokens_per_step, 0) << "the GPU model's buffers bound the budget";
+    config.max_tokens_per_step = setup.budget > 0 ? setup.budget : config.max_tokens_per_step;
+    config.prefix_cache = setup.prefix_cache;
+    Engine engine(config, *runtime);
+    const auto completions = generate(engine, prompts, params);
+    ASSERT_EQ(completions.size(), prompts.size());
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      ASSERT_EQ(completions[r].size(), 1u);
+      EXPECT_EQ(completions[r][0].error, "");
+      EXPECT_EQ(completions[r][0].tokens, fixture.prompts[source[r]].generated)
+          << "request " << r << " (fixture prompt " << source[r] << ")";
+    }
+    engine.check_consistency();
+    engine.clear_prefix_cache();
+    EXPECT_EQ(engine.allocator().num_free_pages(), config.num_pages) << "pages leaked";
+    if (setup.num_pages) preemptions += engine.stats().num_preemptions;
+  }
+  EXPECT_GT(preemptions, 0) << "the small pool never preempted: the test does not cover it";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineOnCuda,
+                         ::testing::Values("llama3_bf16", "qwen2_f32", "qwen3_bf16",
+                                           "deepseek_v2_f16", "deepseek_v3_bf16",
+                                           "deepseek_v3_mla512_bf16"),
+                         [](const auto& info) { return info.param; });
+
+// The defaults a user gets (device auto, bf16 compute and KV) on a GPU machine.
+TEST(EngineOnCudaDefaults, AutoRunsOnTheGpuAndGenerates) {
+  REQUIRE_GPU();
+  const model::testing::Fixture fixture = model::testing::Fixture::load("deepseek_v3_mla512_bf16");
+  auto runtime = ModelRuntime::open(fixture.directory);
+  EXPECT_EQ(runtime->device(), Device::cuda(0));
+  Engine engine(runtime->engine_config(), *runtime);
+  SamplingParams params;
+  params.temperature = 0.0;
+  params.max_tokens = 16;
+  params.ignore_eos = true;
+  const auto completions = generate(engine, {fixture.prompts[0].prompt}, params);
+  ASSERT_EQ(completions.size(), 1u);
+  EXPECT_EQ(completions[0][0].error, "");
+  EXPECT_EQ(completions[0][0].tokens.size(), 16u);
+}
+
+}  // namespace
+}  // namespace pagedattn::engine
