@@ -30,6 +30,9 @@ struct RuntimeOptions {
   int32_t attention_page_size = 0;    // the kernels' page size P (divides page_size); 0: = page_size
   DType kv_dtype = DType::kBF16;
   int64_t num_pages = 0;              // > 0: exactly this many pages
+  // else, on a CUDA device with kv_memory_fraction in (0, 1): as many pages as fit in that
+  // fraction of the device memory free once the model is loaded,
+  double kv_memory_fraction = 0;
   int64_t kv_bytes = 256ll << 20;     // else as many pages as fit in this many bytes,
   int32_t max_sequences = 0;          // > 0: but no more than this many full-length sequences need
 };
@@ -47,6 +50,7 @@ class ModelRuntime final : public ModelRunner {
   const model::ModelConfig& config() const;
   const model::KvPool& pool() const;
   Device device() const;  // the model's (and the pool's)
+  int64_t max_step_tokens() const;  // Model::max_step_tokens (0: no bound)
   int64_t weight_bytes() const;
   // An EngineConfig for this model: the pool's pages and page size, the model length, the EOS
   // ids of config.json (and generation_config.json when present), and a token budget per step

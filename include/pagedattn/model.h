@@ -160,6 +160,9 @@ class Model {
   int64_t owned_bytes() const;
   // The most tokens one step may hold (cuda: ModelOptions::max_step_tokens; cpu: 0, no bound).
   int64_t max_step_tokens() const;
+  // Device memory free now on the model's device (cuda; 0 on the CPU): what a KV pool can take
+  // once the weights and buffers are in place.
+  int64_t free_device_bytes() const;
   // A pool on the model's device.
   KvPool make_kv_pool(const KvPoolConfig& pool) const;
 

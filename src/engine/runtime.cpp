@@ -53,13 +53,21 @@ std::vector<int32_t> token_ids(const nlohmann::json& value, const std::string& w
   return ids;
 }
 
-int64_t pool_pages(const model::ModelConfig& config, const RuntimeOptions& options) {
+int64_t pool_pages(const model::ModelConfig& config, const model::Model& model,
+                   const RuntimeOptions& options) {
   if (options.num_pages > 0) return options.num_pages;
   const int64_t page_bytes =
       model::KvPool::bytes_per_page(config, options.page_size, options.kv_dtype);
-  int64_t pages = options.kv_bytes / page_bytes;
-  PA_CHECK(pages >= 1, "KV budget of {} bytes holds no page of {} bytes (page size {})",
-           options.kv_bytes, page_bytes, options.page_size);
+  int64_t budget = options.kv_bytes;
+  if (options.kv_memory_fraction != 0 && model.device().type == DeviceType::kCUDA) {
+    PA_CHECK(options.kv_memory_fraction > 0 && options.kv_memory_fraction < 1,
+             "kv_memory_fraction {} (expected in (0, 1))", options.kv_memory_fraction);
+    budget = static_cast<int64_t>(options.kv_memory_fraction *
+                                  static_cast<double>(model.free_device_bytes()));
+  }
+  int64_t pages = budget / page_bytes;
+  PA_CHECK(pages >= 1, "KV budget of {} bytes holds no page of {} bytes (page size {})", budget,
+           page_bytes, options.page_size);
   if (options.max_sequences > 0) {
     const int64_t per_sequence =
         (config.max_position_embeddings + options.page_size - 1) / options.page_size;
@@ -82,7 +90,7 @@ std::unique_ptr<ModelRuntime> ModelRuntime::open(const std::filesystem::path& di
   pool.alloc_page_size = options.page_size;
   pool.page_size = options.attention_page_size;
   pool.dtype = options.kv_dtype;
-  pool.num_pages = pool_pages(checkpoint.config(), options);
+  pool.num_pages = pool_pages(checkpoint.config(), model, options);
   model::KvPool kv_pool = model.make_kv_pool(pool);
   std::vector<int32_t> extra_eos;
   if (auto generation = read_json_file(directory / "generation_config.json");
@@ -101,6 +109,7 @@ const model::ModelConfig& ModelRuntime::config() const { return state_->checkpoi
 const model::KvPool& ModelRuntime::pool() const { return state_->pool; }
 int64_t ModelRuntime::weight_bytes() const { return state_->checkpoint.weight_bytes(); }
 Device ModelRuntime::device() const { return state_->model.device(); }
+int64_t ModelRuntime::max_step_tokens() const { return state_->model.max_step_tokens(); }
 
 EngineConfig ModelRuntime::engine_config() const {
   const model::ModelConfig& config = this->config();

@@ -125,6 +125,13 @@ int64_t Model::max_step_tokens() const {
   return 0;
 }
 
+int64_t Model::free_device_bytes() const {
+#ifdef PAGEDATTN_WITH_CUDA
+  if (impl_->cuda) return impl_->cuda->free_device_bytes();
+#endif
+  return 0;
+}
+
 int64_t Model::owned_bytes() const {
 #ifdef PAGEDATTN_WITH_CUDA
   if (impl_->cuda) return impl_->cuda->device_bytes();

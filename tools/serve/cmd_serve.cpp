@@ -32,6 +32,7 @@ struct ServeOptions {
   int32_t num_pages = 0;  // 0: the runner's choice
   int32_t page_size = 16;
   std::string device = "auto";
+  double kv_memory_fraction = 0.8;  // of the device memory free after loading (CUDA)
   int64_t max_tokens_per_step = 2048;
   int32_t max_running = 256;
   int64_t max_model_length = 0;  // 0: the model's
@@ -54,6 +55,7 @@ struct ServedModel {
   std::vector<int32_t> eos_token_ids;
   int64_t max_model_length = 0;
   int32_t default_num_pages = 0;
+  int64_t max_tokens_per_step = 0;  // the runner's bound (a GPU model's buffers), 0: none
 };
 
 ServedModel load_served_model(const ServeOptions& options) {
@@ -62,6 +64,7 @@ ServedModel load_served_model(const ServeOptions& options) {
   engine::RuntimeOptions runtime_options;
   runtime_options.page_size = options.page_size;
   runtime_options.model.device = options.device;
+  runtime_options.kv_memory_fraction = options.kv_memory_fraction;
   runtime_options.num_pages = options.num_pages;
   runtime_options.max_sequences = options.max_running;  // no more pages than that can use
   std::unique_ptr<engine::ModelRuntime> runtime =
@@ -81,6 +84,7 @@ ServedModel load_served_model(const ServeOptions& options) {
   model.eos_token_ids = engine_config.eos_token_ids;
   model.max_model_length = engine_config.max_model_length;
   model.default_num_pages = engine_config.num_pages;
+  model.max_tokens_per_step = runtime->max_step_tokens();
   model.runner = std::move(runtime);
   model.tokenizer = std::move(tokenizer);
   return model;
@@ -92,6 +96,10 @@ void run_serve(const ServeOptions& options) {
   config.num_pages = options.num_pages > 0 ? options.num_pages : model.default_num_pages;
   config.page_size = options.page_size;
   config.max_tokens_per_step = options.max_tokens_per_step;
+  if (model.max_tokens_per_step > 0 &&
+      (config.max_tokens_per_step <= 0 || config.max_tokens_per_step > model.max_tokens_per_step)) {
+    config.max_tokens_per_step = model.max_tokens_per_step;  // what the GPU model's buffers hold
+  }
   config.max_running = options.max_running;
   config.max_model_length =
       options.max_model_length > 0 ? options.max_model_length : model.max_model_length;
@@ -135,6 +143,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--device", options->device,
                   "Where the model runs: auto (a usable CUDA device, else the CPU), cpu, cuda, "
                   "cuda:N")
+      ->capture_default_str();
+  cmd->add_option("--kv-memory-fraction", options->kv_memory_fraction,
+                  "On a GPU without --num-pages: the KV pool's share of the device memory left "
+                  "free by the model, (0, 1)")
       ->capture_default_str();
   cmd->add_option("--max-tokens-per-step", options->max_tokens_per_step,
                   "Token budget of one engine step (<= 0: unbounded)")

@@ -77,10 +77,9 @@ std::shared_ptr<void> allocate_device_memory(int64_t bytes, Device device, std::
 // ---- State ----
 
 State::~State() {
-  if (stream != nullptr) {
-    cudaStreamSynchronize(stream);
-    cudaStreamDestroy(stream);
-  }
+  if (stream != nullptr) cudaStreamSynchronize(stream);
+  blas.reset();  // the handle is bound to the stream: destroyed first
+  if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
 DeviceBuffer State::allocate(int64_t bytes) {
@@ -341,6 +340,13 @@ int64_t CudaModel::device_bytes() const {
 }
 int64_t CudaModel::max_step_tokens() const { return state_->max_tokens; }
 DType CudaModel::compute_dtype() const { return state_->compute; }
+
+int64_t CudaModel::free_device_bytes() const {
+  PA_CUDA_CHECK(cudaSetDevice(state_->device.index));
+  size_t free = 0, total = 0;
+  PA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(free);
+}
 
 // ---- a step ----
 

@@ -50,6 +50,7 @@ class CudaModel {
   int64_t device_bytes() const;
   int64_t max_step_tokens() const;
   DType compute_dtype() const;
+  int64_t free_device_bytes() const;  // cudaMemGetInfo on the model's device
 
   struct State;
 
