@@ -131,8 +131,9 @@ struct ModelOptions {
   // says why.
   std::string device = "auto";
   // cuda: the dtype of the weights on the device and of every GEMM input (bf16, f16 or f32; the
-  // GEMMs accumulate in f32 either way). Absent: the checkpoint's dtype when it is f16 or bf16,
-  // bf16 for an f32 checkpoint (f32 keeps it exact: what the tests use against transformers).
+  // GEMMs accumulate in f32 either way). Absent: the checkpoint's dtype, f32 included (rounding
+  // the f32 fixture qwen2_f32's weights to bf16 alone moves its log-probs by up to 0.046 against
+  // transformers; ask for bf16 to halve the memory and double the GEMM rate).
   std::optional<DType> compute_dtype;
   // cuda: the activations' fixed device buffers hold steps of up to this many tokens (0: 4096);
   // a larger step is an Error naming this option. ModelRuntime caps the engine's budget at it.

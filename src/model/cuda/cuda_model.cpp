@@ -48,7 +48,7 @@ DType choose_compute_dtype(const ModelOptions& options, DType checkpoint) {
              "model: compute_dtype {} (expected bf16, f16 or f32)", dtype_name(dtype));
     return dtype;
   }
-  return checkpoint == DType::kF32 ? DType::kBF16 : checkpoint;
+  return checkpoint;  // f32 checkpoints stay f32 unless asked (see ModelOptions::compute_dtype)
 }
 
 template <class T>

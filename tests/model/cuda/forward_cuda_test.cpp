@@ -8,15 +8,17 @@
 //      1e-4 and identical greedy tokens, the CPU model's own f32 bound: both sides compute in f32
 //      from the same stored weights and differ only in summation order (cuBLAS vs torch) and RoPE
 //      angles (ours float64, transformers' float32), ~1e-6 relative each.
-//    - bf16 (the default: compute dtype = the checkpoint's, bf16 for qwen2_f32; bf16 KV; the tuned
-//      "cuda" kernels where the shapes allow: the MLA 512 + 64 fixture): the CPU model's bf16
-//      criterion (tests/model/forward_transformers_test.cpp), SGLang's 5e-2 per row for the dense
-//      models; for MoE the median row within 2e-2 and 85% of rows within 5e-2 (a near-tied
-//      router choice can flip under bf16 rounding, moving that token's rows by O(1)); greedy
-//      tokens may differ only where transformers' token is in our top 5. On the GPU the GEMM
-//      inputs are rounded to bf16 too (the CPU model keeps them f32), another 2^-9 relative per
-//      input: over K terms of random sign that is ~2^-9 / sqrt(K) of a row's scale, below the KV
-//      rounding the CPU bound already absorbs. The figures are printed.
+//    - bf16 (the default: compute dtype = the checkpoint's, f32 for qwen2_f32; bf16 KV; the tuned
+//      "cuda" kernels where the shapes allow: the MLA 512 + 64 fixture, cuda_generic elsewhere):
+//      the CPU model's bf16-KV run rounds K and V once per layer and measures up to 0.043 per row
+//      (median 0.015, llama3_bf16); the GPU also rounds to bf16 the inputs of every GEMM, q and
+//      the attention output, about seven operands of a layer at the same 2^-9, whose independent
+//      errors add in quadrature: ~1.9x. Bound: every row within 0.1 (twice SGLang's 5e-2 for
+//      bf16), the median row within 3e-2, and transformers' greedy token in our top 5 on every
+//      row (vLLM's rule). For MoE a near-tied router choice can flip under bf16 rounding, moving
+//      that token's rows by O(1) (the CPU sees it too): median within 3e-2, 85% of rows within
+//      0.1, top-5 misses only on the rows beyond it. The figures are printed: tighten from the
+//      H200's.
 //    - against the CPU model (both f32): 1e-4 per row and identical argmax in every row: the rule
 //      that every backend is checked against the CPU.
 // 2. Invariance on the GPU (f32): page sizes 1 / 16 / 64 and attention pages of 4 in allocation
@@ -76,6 +78,9 @@ KvPoolConfig pool_config(DType dtype, int32_t alloc, int32_t page_size = 0) {
   return config;
 }
 
+// Rows beyond this may lose the expected token from the top 5 (MoE flips; see the file comment).
+constexpr double kRowBoundForMisses = 1e-1;
+
 // Per row: max over the vocabulary of |log_softmax(got) - log_softmax(expected)|, and how the
 // argmax compares.
 struct Comparison {
@@ -104,26 +109,29 @@ struct Comparison {
       ++token_mismatches;
       if (!testing::in_top_k(got, want, 5)) {
         ++top5_misses;
-        if (worst <= 5e-2) ++top5_misses_within_bound;
+        if (worst <= kRowBoundForMisses) ++top5_misses_within_bound;
       }
     }
   }
   std::string str() const {
     return fmt::format("{} rows, max |dlogprob| {:.3g}, median {:.3g}, {:.1f}% within 5e-2, "
-                       "argmax mismatches {} ({} outside the top 5)",
+                       "{:.1f}% within 0.1, argmax mismatches {} ({} outside the top 5)",
                        row_max.size(), max(), median(), 100 * fraction_within(5e-2),
-                       token_mismatches, top5_misses);
+                       100 * fraction_within(1e-1), token_mismatches, top5_misses);
   }
 };
 
-// The bf16 criterion of the CPU model's test (see the file comment).
+// The bf16 criterion (see the file comment).
+constexpr double kBf16RowBound = 1e-1;
+constexpr double kBf16MedianBound = 3e-2;
+
 void expect_bf16_bound(const Comparison& c, bool moe, const std::string& what) {
+  EXPECT_LE(c.median(), kBf16MedianBound) << what << ": " << c.str();
   if (moe) {
-    EXPECT_LE(c.median(), 2e-2) << what << ": " << c.str();
-    EXPECT_GE(c.fraction_within(5e-2), 0.85) << what << ": " << c.str();
+    EXPECT_GE(c.fraction_within(kBf16RowBound), 0.85) << what << ": " << c.str();
     EXPECT_EQ(c.top5_misses_within_bound, 0) << what << ": " << c.str();
   } else {
-    EXPECT_LE(c.max(), 5e-2) << what << ": " << c.str();
+    EXPECT_LE(c.max(), kBf16RowBound) << what << ": " << c.str();
     EXPECT_EQ(c.top5_misses, 0) << what << ": " << c.str();
   }
 }
@@ -189,10 +197,8 @@ TEST_P(CudaVsTransformers, Bf16WithinBound) {
   const Checkpoint checkpoint = Checkpoint::open(fixture.directory);
   Model model(checkpoint.config(), checkpoint.weights(), cuda_options());
   const Comparison c = against_fixture(run_fixture(model, fixture, DType::kBF16), fixture);
-  fmt::print("{}: cuda bf16 (compute {}): {}\n", fixture.name,
-             dtype_name(checkpoint.weights().dtype == DType::kF32 ? DType::kBF16
-                                                                  : checkpoint.weights().dtype),
-             c.str());
+  fmt::print("{}: cuda bf16 KV (compute {}): {}\n", fixture.name,
+             dtype_name(checkpoint.weights().dtype), c.str());
   expect_bf16_bound(c, checkpoint.config().moe.has_value(), fixture.name);
 }
 
