@@ -49,7 +49,7 @@ class ModelRuntime final : public ModelRunner {
 
   const model::ModelConfig& config() const;
   const model::KvPool& pool() const;
-  Device device() const;  // the model's (and the pool's)
+  Device device() const;            // the model's (and the pool's)
   int64_t max_step_tokens() const;  // Model::max_step_tokens (0: no bound)
   int64_t weight_bytes() const;
   // An EngineConfig for this model: the pool's pages and page size, the model length, the EOS

@@ -80,7 +80,7 @@ class KvPool {
  private:
   KvPoolConfig config_;
   bool mla_ = false;
-  std::vector<HostKvCache> kv_;         // host pools
+  std::vector<HostKvCache> kv_;  // host pools
   std::vector<HostMlaCache> latent_;
   std::shared_ptr<void> device_memory_;  // device pools: one allocation, viewed per layer
   std::vector<PagedKv> device_kv_;

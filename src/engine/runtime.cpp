@@ -118,9 +118,8 @@ EngineConfig ModelRuntime::engine_config() const {
   engine.page_size = state_->pool.alloc_page_size();
   engine.max_model_length = config.max_position_embeddings;
   if (const int64_t cap = state_->model.max_step_tokens(); cap > 0) {
-    engine.max_tokens_per_step = engine.max_tokens_per_step > 0
-                                     ? std::min(engine.max_tokens_per_step, cap)
-                                     : cap;
+    engine.max_tokens_per_step =
+        engine.max_tokens_per_step > 0 ? std::min(engine.max_tokens_per_step, cap) : cap;
     engine.max_running = static_cast<int32_t>(std::min<int64_t>(engine.max_running, cap));
   }
   for (int64_t id : config.eos_token_ids) engine.eos_token_ids.push_back(static_cast<int32_t>(id));

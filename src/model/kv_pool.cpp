@@ -11,6 +11,7 @@
 #endif
 
 namespace pagedattn::model {
+#ifdef PAGEDATTN_WITH_CUDA
 namespace {
 
 // A contiguous view of `shape` at byte `offset` of a device allocation.
@@ -23,6 +24,7 @@ TensorView device_view(void* base, int64_t& offset, DType dtype, Device device,
 }
 
 }  // namespace
+#endif
 
 int64_t KvPool::bytes_per_page(const ModelConfig& config, int32_t alloc_page_size, DType dtype) {
   const int64_t per_token = config.is_mla()
@@ -84,9 +86,9 @@ void KvPool::make_device_caches(const ModelConfig& config) {
 #ifdef PAGEDATTN_WITH_CUDA
   const int64_t pages = config_.num_pages, alloc = config_.alloc_page_size;
   const DType dtype = config_.dtype;
-  const int64_t layer_bytes = bytes_per_page(config, config_.alloc_page_size, dtype) /
-                                  config.num_hidden_layers * pages +
-                              2 * 256;
+  const int64_t layer_bytes =
+      bytes_per_page(config, config_.alloc_page_size, dtype) / config.num_hidden_layers * pages +
+      2 * 256;
   device_memory_ = cuda::allocate_device_memory(layer_bytes * config.num_hidden_layers,
                                                 config_.device, "kv pool");
   device_bytes_ = bytes_per_page(config, config_.alloc_page_size, dtype) * pages;

@@ -24,8 +24,9 @@ Device resolve_model_device(const ModelOptions& options) {
       const Support usable = cuda::device_usable(device);
       PA_CHECK(usable.ok, "model: device {}: {}", options.device, usable.reason);
 #else
-      PA_FAIL("model: device {} needs pagedattn built with CUDA (configure with -DPAGEDATTN_CUDA=ON)",
-              options.device);
+      PA_FAIL(
+          "model: device {} needs pagedattn built with CUDA (configure with -DPAGEDATTN_CUDA=ON)",
+          options.device);
 #endif
     }
     return device;

@@ -6,6 +6,8 @@
 // compared; the kernel accumulates in f32 with exact (unrounded) probabilities, so the CPU's
 // tolerances apply. Also: auto selection falls back to cuda_generic only where "cuda" says no,
 // and supports() names what it cannot run. Skips without a GPU (CI).
+#include "cuda/generic/generic.h"
+
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -16,7 +18,6 @@
 #include "common/test_util.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_test_util.h"
-#include "cuda/generic/generic.h"
 #include "pagedattn/error.h"
 #include "pagedattn/registry.h"
 #include "reference/reference.h"
@@ -194,7 +195,7 @@ CaseSpec base_mla(OpKind op, DType dtype, int32_t rank, int32_t rope, int32_t he
 std::vector<CaseSpec> generic_cases() {
   std::vector<CaseSpec> cases;
   for (OpKind op : {OpKind::kDecode, OpKind::kPrefill}) {
-    cases.push_back(base(op, DType::kF32, DType::kF32, 16));   // the tiny fixtures' shapes, f32
+    cases.push_back(base(op, DType::kF32, DType::kF32, 16));  // the tiny fixtures' shapes, f32
     cases.push_back(base(op, DType::kBF16, DType::kBF16, 32));
     cases.push_back(base(op, DType::kF16, DType::kF16, 48));
     cases.push_back(base(op, DType::kBF16, DType::kBF16, 128));  // a shape "cuda" serves too

@@ -122,11 +122,12 @@ void run_generate(const GenerateOptions& options) {
   std::vector<int32_t> prompt = prompt_ids(options, model_dir, tok, shown);
   engine::Engine engine(runtime->engine_config(), *runtime, engine::make_detokenizer_factory(tok));
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
-  fmt::print(stderr, "model {} ({} layers, {:.1f} MB of weights, {} KV pages of {} tokens) on {}, "
+  fmt::print(stderr,
+             "model {} ({} layers, {:.1f} MB of weights, {} KV pages of {} tokens) on {}, "
              "loaded in {:.2f} s\n",
-             model_dir.string(), runtime->config().num_hidden_layers,
-             runtime->weight_bytes() / 1e6, runtime->pool().num_pages(),
-             runtime->pool().alloc_page_size(), runtime->device().str(), load_s);
+             model_dir.string(), runtime->config().num_hidden_layers, runtime->weight_bytes() / 1e6,
+             runtime->pool().num_pages(), runtime->pool().alloc_page_size(),
+             runtime->device().str(), load_s);
 
   if (options.show_prompt) {
     std::fputs(shown.c_str(), stdout);
@@ -187,12 +188,14 @@ void add_generate_command(CLI::App& parent) {
   command->add_flag("--greedy", options->greedy, "greedy decoding (temperature 0)");
   command->add_flag("--ignore-eos", options->ignore_eos, "keep going past the end-of-text token");
   command->add_flag("!--no-prompt", options->show_prompt, "print only the generated text");
-  command->add_option("--backend", options->backend,
-                      "attention backend: auto, cpu, cuda, cuda_generic, or prefill=X,decode=Y")
+  command
+      ->add_option("--backend", options->backend,
+                   "attention backend: auto, cpu, cuda, cuda_generic, or prefill=X,decode=Y")
       ->capture_default_str();
-  command->add_option("--device", options->device,
-                      "where the model runs: auto (a usable CUDA device unless --backend names a "
-                      "CPU backend, else the CPU), cpu, cuda, cuda:N")
+  command
+      ->add_option("--device", options->device,
+                   "where the model runs: auto (a usable CUDA device unless --backend names a "
+                   "CPU backend, else the CPU), cpu, cuda, cuda:N")
       ->capture_default_str();
   command->add_option("--page-size", options->page_size, "KV page size in tokens")
       ->capture_default_str()

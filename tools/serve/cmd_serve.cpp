@@ -8,11 +8,10 @@
 // detokenizer, EOS ids and model length from its config.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
 
 #include "core/check.h"
-#include <filesystem>
-
 #include "pagedattn/engine.h"
 #include "pagedattn/engine_runtime.h"
 #include "pagedattn/server.h"
@@ -74,9 +73,8 @@ ServedModel load_served_model(const ServeOptions& options) {
   const engine::EngineConfig engine_config = runtime->engine_config();
   fmt::print(stderr,
              "serve: model {} ({} layers, {:.1f} MB of weights) on {}, {} KV pages of {} tokens\n",
-             directory.string(), runtime->config().num_hidden_layers,
-             runtime->weight_bytes() / 1e6, runtime->device().str(), engine_config.num_pages,
-             engine_config.page_size);
+             directory.string(), runtime->config().num_hidden_layers, runtime->weight_bytes() / 1e6,
+             runtime->device().str(), engine_config.num_pages, engine_config.page_size);
   ServedModel model;
   model.name = std::filesystem::absolute(directory).filename().string();
   model.front = server::make_text_front(*tokenizer, directory);

@@ -129,23 +129,24 @@ class GenericBackend final : public Backend {
   Support supports(const OpDesc& op) const override {
     if (Support device = device_available(); !device) return device;
     if (op.device.type != DeviceType::kCUDA) {
-      return Support::no(fmt::format("cuda_generic: device {} is not a CUDA device",
-                                     op.device.str()));
+      return Support::no(
+          fmt::format("cuda_generic: device {} is not a CUDA device", op.device.str()));
     }
     if (!is_query_dtype(op.q_dtype)) {
       return Support::no(fmt::format("cuda_generic: q dtype {} (supported: f32, f16, bf16)",
                                      dtype_name(op.q_dtype)));
     }
     if (!is_query_dtype(op.kv_dtype) && op.kv_dtype != DType::kFP8E4M3) {
-      return Support::no(fmt::format(
-          "cuda_generic: kv dtype {} (supported: f32, f16, bf16, fp8_e4m3)",
-          dtype_name(op.kv_dtype)));
+      return Support::no(
+          fmt::format("cuda_generic: kv dtype {} (supported: f32, f16, bf16, fp8_e4m3)",
+                      dtype_name(op.kv_dtype)));
     }
     if (op.head_dim_qk < 1 || op.head_dim_qk > kMaxDim || op.head_dim_vo < 1 ||
         op.head_dim_vo > kMaxDim || (is_mla(op.op) && op.head_dim_qk <= op.head_dim_vo)) {
-      return Support::no(fmt::format("cuda_generic: head_dim qk {} / vo {} (supported: 1 .. {}; "
-                                     "MLA: qk = rank + rope > vo = rank)",
-                                     op.head_dim_qk, op.head_dim_vo, kMaxDim));
+      return Support::no(
+          fmt::format("cuda_generic: head_dim qk {} / vo {} (supported: 1 .. {}; "
+                      "MLA: qk = rank + rope > vo = rank)",
+                      op.head_dim_qk, op.head_dim_vo, kMaxDim));
     }
     if (op.num_kv_heads < 1 || op.num_qo_heads < 1 || op.num_qo_heads % op.num_kv_heads != 0 ||
         (is_mla(op.op) && op.num_kv_heads != 1)) {
@@ -154,8 +155,8 @@ class GenericBackend final : public Backend {
           op.num_qo_heads, op.num_kv_heads));
     }
     if (op.num_qo_heads > 65535) {
-      return Support::no(fmt::format("cuda_generic: {} query heads (at most 65535)",
-                                     op.num_qo_heads));
+      return Support::no(
+          fmt::format("cuda_generic: {} query heads (at most 65535)", op.num_qo_heads));
     }
     if (op.page_size < 1) {
       return Support::no(fmt::format("cuda_generic: page_size {} (expected >= 1)", op.page_size));

@@ -77,13 +77,13 @@ __host__ __device__ inline int float_slots(const GenericParams& p) {
 }
 
 template <class Kv>
-__global__ void __launch_bounds__(kThreads) generic_attention_kernel(const GenericParams p,
-                                                                     int q_dtype) {
+__global__ void __launch_bounds__(kThreads)
+    generic_attention_kernel(const GenericParams p, int q_dtype) {
   extern __shared__ float shared[];
-  float* q = shared;                         // [dim1 + dim2], pre-scaled by sm_scale
-  float* acc = q + p.dim1 + p.dim2;          // [dim_v]
-  float* probs = acc + p.dim_v;              // [kTile]
-  float* scratch = probs + kTile;            // [kWarps]
+  float* q = shared;                 // [dim1 + dim2], pre-scaled by sm_scale
+  float* acc = q + p.dim1 + p.dim2;  // [dim_v]
+  float* probs = acc + p.dim_v;      // [kTile]
+  float* scratch = probs + kTile;    // [kWarps]
   auto* value_offset = reinterpret_cast<int64_t*>(shared + float_slots(p));  // [kTile]
 
   const int64_t row = blockIdx.x;
@@ -94,7 +94,10 @@ __global__ void __launch_bounds__(kThreads) generic_attention_kernel(const Gener
   int lo = 0, hi = p.batch - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (p.qo_indptr[mid] <= row) lo = mid; else hi = mid - 1;
+    if (p.qo_indptr[mid] <= row)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const int b = lo;
   const int64_t q_len = p.qo_indptr[b + 1] - p.qo_indptr[b];
@@ -107,11 +110,11 @@ __global__ void __launch_bounds__(kThreads) generic_attention_kernel(const Gener
   const int64_t start = p.window_left >= 0 ? max(int64_t{0}, position - p.window_left) : 0;
 
   for (int d = threadIdx.x; d < p.dim1 + p.dim2; d += kThreads) {
-    const float x = d < p.dim1 ? load_dynamic(p.q1.data, row * p.q1.stride_row +
-                                                             head * p.q1.stride_head + d, q_dtype)
-                               : load_dynamic(p.q2.data, row * p.q2.stride_row +
-                                                             head * p.q2.stride_head + d - p.dim1,
-                                              q_dtype);
+    const float x =
+        d < p.dim1
+            ? load_dynamic(p.q1.data, row * p.q1.stride_row + head * p.q1.stride_head + d, q_dtype)
+            : load_dynamic(p.q2.data, row * p.q2.stride_row + head * p.q2.stride_head + d - p.dim1,
+                           q_dtype);
     q[d] = x * p.sm_scale * p.k_scale;
   }
   for (int d = threadIdx.x; d < p.dim_v; d += kThreads) acc[d] = 0.0f;
@@ -138,8 +141,8 @@ __global__ void __launch_bounds__(kThreads) generic_attention_kernel(const Gener
         for (int d = 0; d < p.dim2; ++d) dot += q[p.dim1 + d] * load(key2 + d);
       }
       score = p.soft_cap > 0.0f ? p.soft_cap * tanhf(dot / p.soft_cap) : dot;
-      value_offset[threadIdx.x] = alloc_page * p.v.stride_page + offset * p.v.stride_token +
-                                  kv_head * p.v.stride_head;
+      value_offset[threadIdx.x] =
+          alloc_page * p.v.stride_page + offset * p.v.stride_token + kv_head * p.v.stride_head;
     }
     const float tile_max = block_reduce<true>(score, scratch);
     const float new_max = fmaxf(running_max, tile_max);

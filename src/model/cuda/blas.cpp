@@ -37,11 +37,11 @@ const char* status_name(cublasStatus_t status) {
   }
 }
 
-#define PA_CUBLAS_CHECK(call)                                                              \
-  do {                                                                                     \
-    const cublasStatus_t pa_status_ = (call);                                              \
-    PA_CHECK(pa_status_ == CUBLAS_STATUS_SUCCESS, "cuBLAS: {} failed: {} ({})", #call,     \
-             status_name(pa_status_), static_cast<int>(pa_status_));                       \
+#define PA_CUBLAS_CHECK(call)                                                          \
+  do {                                                                                 \
+    const cublasStatus_t pa_status_ = (call);                                          \
+    PA_CHECK(pa_status_ == CUBLAS_STATUS_SUCCESS, "cuBLAS: {} failed: {} ({})", #call, \
+             status_name(pa_status_), static_cast<int>(pa_status_));                   \
   } while (0)
 
 cudaDataType_t data_type(DType dtype) {

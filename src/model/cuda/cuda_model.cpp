@@ -24,7 +24,8 @@ Support device_usable(Device device) {
   int count = 0;
   PA_CUDA_CHECK(cudaGetDeviceCount(&count));
   if (device.type != DeviceType::kCUDA || device.index < 0 || device.index >= count) {
-    return Support::no(fmt::format("{} is not one of the {} CUDA devices here", device.str(), count));
+    return Support::no(
+        fmt::format("{} is not one of the {} CUDA devices here", device.str(), count));
   }
   return Support::yes();
 }
@@ -71,6 +72,8 @@ std::shared_ptr<void> allocate_device_memory(int64_t bytes, Device device, std::
   }
   std::shared_ptr<void> owner(data, [](void* p) { cudaFree(p); });
   PA_CUDA_CHECK(cudaMemset(data, 0, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+  // The memset runs on the legacy stream, which the model's non-blocking stream does not wait for.
+  PA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   return owner;
 }
 
@@ -101,7 +104,8 @@ void State::ensure_attention_buffers(DType attention_dtype) {
   const bool to_compute = attention_dtype != compute;
   if (config.is_mla()) {
     const MlaConfig& m = *config.mla;
-    q_latent_a = attention_dtype == DType::kF32 ? DeviceBuffer() : allocate(t * heads * m.kv_lora_rank * a);
+    q_latent_a =
+        attention_dtype == DType::kF32 ? DeviceBuffer() : allocate(t * heads * m.kv_lora_rank * a);
     q_pe = allocate(t * heads * m.qk_rope_head_dim * a);
     o_latent = allocate(t * heads * m.kv_lora_rank * a);
     o_latent_c = to_compute ? allocate(t * heads * m.kv_lora_rank * c) : DeviceBuffer();
@@ -144,6 +148,9 @@ void State::adopt(Workspace& workspace) {
   if (auto* cuda_workspace = dynamic_cast<::pagedattn::cuda::CudaWorkspace*>(&workspace)) {
     cuda_workspace->stream = stream;
   }
+  // A new workspace zeroes its counters with cudaMemset on the legacy stream, which the model's
+  // non-blocking stream does not wait for.
+  PA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
 // ---- construction ----
@@ -191,15 +198,15 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
       MlaLayer& mla = layer.mla;
       if (m.has_q_lora()) {
         mla.q_a = up.linear(attn + ".q_a_proj", {&w.mla.q_a_proj});
-        mla.q_a_norm = up.vector(attn + ".q_a_layernorm.weight", w.mla.q_a_layernorm,
-                                 m.q_lora_rank);
+        mla.q_a_norm =
+            up.vector(attn + ".q_a_layernorm.weight", w.mla.q_a_layernorm, m.q_lora_rank);
         mla.q_b = up.linear(attn + ".q_b_proj", {&w.mla.q_b_proj});
       } else {
         mla.q_b = up.linear(attn + ".q_proj", {&w.mla.q_proj});
       }
       mla.kv_a = up.linear(attn + ".kv_a_proj_with_mqa", {&w.mla.kv_a_proj_with_mqa});
-      mla.kv_a_norm = up.vector(attn + ".kv_a_layernorm.weight", w.mla.kv_a_layernorm,
-                                m.kv_lora_rank);
+      mla.kv_a_norm =
+          up.vector(attn + ".kv_a_layernorm.weight", w.mla.kv_a_layernorm, m.kv_lora_rank);
       const TensorView& kv_b = w.mla.kv_b_proj.weight;
       PA_CHECK(kv_b.ndim == 2 && kv_b.shape[0] == heads * (m.qk_nope_head_dim + m.v_head_dim) &&
                    kv_b.shape[1] == m.kv_lora_rank,
@@ -281,7 +288,8 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
   for (const DecoderLayer& layer : s.layers) {
     if (layer.moe) {
       any_moe = layer.moe.get();
-      if (layer.moe->shared.defined()) widest_mlp = std::max(widest_mlp, layer.moe->shared.down.in());
+      if (layer.moe->shared.defined())
+        widest_mlp = std::max(widest_mlp, layer.moe->shared.down.in());
     } else {
       widest_mlp = std::max(widest_mlp, layer.mlp.down.in());
     }
@@ -330,7 +338,8 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
   s.kv_last_page_len = s.allocate(t * 4);
 
   s.planner = StepPlanner(config, Selection::parse(options.backend), device, &s);
-  PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  // The uploads ran on the legacy stream; the steps run on the non-blocking one.
+  PA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 CudaModel::~CudaModel() = default;
@@ -354,7 +363,8 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
   State& s = *state_;
   PA_CUDA_CHECK(cudaSetDevice(s.device.index));
   int64_t total = 0;
-  for (const RequestStep& request : step.requests) total += static_cast<int64_t>(request.tokens.size());
+  for (const RequestStep& request : step.requests)
+    total += static_cast<int64_t>(request.tokens.size());
   PA_CHECK(total <= s.max_tokens,
            "step: {} new tokens, more than this model's max_step_tokens {} "
            "(ModelOptions::max_step_tokens)",

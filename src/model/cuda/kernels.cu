@@ -177,8 +177,8 @@ __global__ void silu_mul_kernel(const float* gate_up, int64_t rows, int64_t widt
 }
 
 template <class In, class Out>
-__global__ void convert_rows_kernel(const In* src, int64_t src_stride, Out* dst,
-                                    int64_t dst_stride, int64_t rows, int64_t cols) {
+__global__ void convert_rows_kernel(const In* src, int64_t src_stride, Out* dst, int64_t dst_stride,
+                                    int64_t rows, int64_t cols) {
   const int64_t n = rows * cols;
   for (int64_t i = int64_t{blockIdx.x} * kBlock + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kBlock) {
@@ -227,9 +227,9 @@ void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t*
   if (rows == 0) return;
   dispatch(table_dtype, "embedding table", [&](auto tag) {
     using T = decltype(tag);
-    embedding_kernel<T><<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(
-                                                                      stream)>>>(
-        static_cast<const T*>(table), dim, ids, out);
+    embedding_kernel<T>
+        <<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<const T*>(table), dim, ids, out);
   });
   check_launch("embedding_kernel");
 }
@@ -238,8 +238,8 @@ void add_rms_norm(const AddNormArgs& args, void* stream) {
   if (args.rows == 0) return;
   dispatch(args.out_dtype, "add_rms_norm out", [&](auto tag) {
     using T = decltype(tag);
-    add_rms_norm_kernel<T><<<static_cast<unsigned>(args.rows), kBlock, 0,
-                             static_cast<cudaStream_t>(stream)>>>(args);
+    add_rms_norm_kernel<T>
+        <<<static_cast<unsigned>(args.rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(args);
   });
   check_launch("add_rms_norm_kernel");
 }
@@ -248,10 +248,11 @@ void transform_heads(const HeadTransformArgs& args, void* stream) {
   const int64_t warps = args.rows * args.heads;
   if (warps == 0) return;
   const auto blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  dispatch(args.out != nullptr ? args.out_dtype : DType::kF32, "transform_heads out", [&](auto tag) {
-    using T = decltype(tag);
-    transform_heads_kernel<T><<<blocks, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(args);
-  });
+  dispatch(
+      args.out != nullptr ? args.out_dtype : DType::kF32, "transform_heads out", [&](auto tag) {
+        using T = decltype(tag);
+        transform_heads_kernel<T><<<blocks, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(args);
+      });
   check_launch("transform_heads_kernel");
 }
 
@@ -293,10 +294,10 @@ void add_bias(float* y, int64_t y_stride, const float* bias, int64_t rows, int64
 void gather_rows(const void* src, const int32_t* source_row, void* dst, int64_t rows,
                  int64_t row_bytes, void* stream) {
   if (rows == 0) return;
-  if (row_bytes % 2 != 0) throw_error("gather_rows: row of " + std::to_string(row_bytes) +
-                                      " bytes (expected a multiple of 2)");
-  gather_rows_kernel<<<static_cast<unsigned>(rows), kBlock, 0,
-                       static_cast<cudaStream_t>(stream)>>>(
+  if (row_bytes % 2 != 0)
+    throw_error("gather_rows: row of " + std::to_string(row_bytes) +
+                " bytes (expected a multiple of 2)");
+  gather_rows_kernel<<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const uint16_t*>(src), source_row, static_cast<uint16_t*>(dst), row_bytes / 2);
   check_launch("gather_rows_kernel");
 }

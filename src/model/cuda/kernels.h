@@ -23,12 +23,12 @@ void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t*
 // With `row_index` (gather mode, for the rows whose logits are asked for): row r reads residual
 // and add at row_index[r] and leaves residual unchanged.
 struct AddNormArgs {
-  float* residual = nullptr;    // [*, dim] f32
-  const float* add = nullptr;   // [*, dim] f32 or null
+  float* residual = nullptr;      // [*, dim] f32
+  const float* add = nullptr;     // [*, dim] f32 or null
   const float* weight = nullptr;  // [dim] f32
-  void* out = nullptr;          // [rows, dim] out_dtype
+  void* out = nullptr;            // [rows, dim] out_dtype
   DType out_dtype = DType::kBF16;
-  float* out_f32 = nullptr;     // [rows, dim] or null
+  float* out_f32 = nullptr;  // [rows, dim] or null
   const int32_t* row_index = nullptr;
   int64_t rows = 0, dim = 0;
   float eps = 1e-6f;

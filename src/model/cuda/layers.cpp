@@ -51,9 +51,10 @@ TensorView device_view(const State& s, void* data, DType dtype,
 // y [rows, out] f32 = x · Wᵀ (+ bias).
 void linear_f32(State& s, const DeviceLinear& linear, const void* x, int64_t rows, float* y,
                 int64_t ldy) {
-  s.blas->linear(rows, linear.out(), linear.in(), x, linear.in(), linear.weight.data(),
-                 linear.in(), linear.weight.dtype, y, ldy, DType::kF32);
-  if (linear.bias.data() != nullptr) add_bias(y, ldy, linear.bias_data(), rows, linear.out(), s.stream);
+  s.blas->linear(rows, linear.out(), linear.in(), x, linear.in(), linear.weight.data(), linear.in(),
+                 linear.weight.dtype, y, ldy, DType::kF32);
+  if (linear.bias.data() != nullptr)
+    add_bias(y, ldy, linear.bias_data(), rows, linear.out(), s.stream);
 }
 
 HeadTransformArgs rope_args(const State& s) {
@@ -111,10 +112,10 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   }
   const PagedKv kv = s.pool->layer_kv(index);
   const TensorView slots = TensorView::contiguous(s.slots.data(), DType::kI64, {t}, s.device);
-  ::pagedattn::cuda::store_kv(kv, device_f32(s, qkv + heads * dim, {t, kv_heads, dim}, {width, dim, 1}),
-                              device_f32(s, qkv + (heads + kv_heads) * dim, {t, kv_heads, dim},
-                                         {width, dim, 1}),
-                              slots, s.stream);
+  ::pagedattn::cuda::store_kv(
+      kv, device_f32(s, qkv + heads * dim, {t, kv_heads, dim}, {width, dim, 1}),
+      device_f32(s, qkv + (heads + kv_heads) * dim, {t, kv_heads, dim}, {width, dim, 1}), slots,
+      s.stream);
 
   const StepContext& step = *s.step;
   AttentionOptions options;
@@ -235,10 +236,10 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
     o_latent = s.o_latent_c.data();
   }
   // o[t, h] = o_latent[t, h] · W_UV_hᵀ, W_UV_h = kv_b rows [h (nope + v) + nope, + v).
-  s.blas->batched(heads, t, v, rank, {o_latent, heads * rank, rank},
-                  {static_cast<const char*>(w.kv_b.data()) + nope * rank * c, rank,
-                   head_rows * rank},
-                  /*transpose_w=*/true, s.compute, s.o.data(), heads * v, v, s.compute);
+  s.blas->batched(
+      heads, t, v, rank, {o_latent, heads * rank, rank},
+      {static_cast<const char*>(w.kv_b.data()) + nope * rank * c, rank, head_rows * rank},
+      /*transpose_w=*/true, s.compute, s.o.data(), heads * v, v, s.compute);
   linear_f32(s, w.o, s.o.data(), t, ptr<float>(s.branch), s.config.hidden_size);
 }
 
@@ -254,15 +255,15 @@ void moe_mlp(State& s, MoeLayer& moe) {
   const int64_t t = s.tokens, hidden = s.config.hidden_size;
   const int32_t experts = moe.routing.num_experts, k = moe.routing.top_k;
   // Router logits in f32, to the host (this waits for the stream), routed as on the CPU.
-  s.blas->linear(t, experts, hidden, s.x_f32.data(), hidden, moe.router.data(), hidden,
-                 DType::kF32, s.router_logits.data(), experts, DType::kF32);
+  s.blas->linear(t, experts, hidden, s.x_f32.data(), hidden, moe.router.data(), hidden, DType::kF32,
+                 s.router_logits.data(), experts, DType::kF32);
   moe.logits.resize(static_cast<size_t>(t * experts));
   PA_CUDA_CHECK(cudaMemcpyAsync(moe.logits.data(), s.router_logits.data(),
                                 moe.logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                 s.stream));
   PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  ops::moe_route(TensorView::contiguous(moe.logits.data(), DType::kF32, {t, experts}),
-                 moe.routing, moe.correction_bias, moe.assignment);
+  ops::moe_route(TensorView::contiguous(moe.logits.data(), DType::kF32, {t, experts}), moe.routing,
+                 moe.correction_bias, moe.assignment);
   // Counting sort of the (token, slot) pairs by expert: pair p goes to row position[p] of the
   // expert-sorted buffers, whose row r holds token source_row[r].
   const int64_t pairs = t * k;
@@ -293,8 +294,9 @@ void moe_mlp(State& s, MoeLayer& moe) {
     const int64_t begin = moe.start[static_cast<size_t>(e)],
                   rows = moe.start[static_cast<size_t>(e) + 1] - begin;
     if (rows == 0) continue;
-    linear_f32(s, moe.experts[static_cast<size_t>(e)].gate_up, bytes(s.expert_x) + begin * hidden * c,
-               rows, ptr<float>(s.expert_gate_up) + begin * 2 * width, 2 * width);
+    linear_f32(s, moe.experts[static_cast<size_t>(e)].gate_up,
+               bytes(s.expert_x) + begin * hidden * c, rows,
+               ptr<float>(s.expert_gate_up) + begin * 2 * width, 2 * width);
   }
   silu_mul(ptr<float>(s.expert_gate_up), pairs, width, s.expert_act.data(), s.compute, width,
            s.stream);

@@ -55,11 +55,11 @@ struct MlpLayer {
 };
 
 struct MoeLayer {
-  DeviceMatrix router;                 // [E, hidden] f32
-  TensorView correction_bias;          // host view (the mapped checkpoint), routing on the host
+  DeviceMatrix router;         // [E, hidden] f32
+  TensorView correction_bias;  // host view (the mapped checkpoint), routing on the host
   ops::MoeRouterConfig routing;
   std::vector<MlpLayer> experts;
-  MlpLayer shared;                     // or undefined
+  MlpLayer shared;  // or undefined
   // Host scratch of the routing, reused across steps.
   std::vector<float> logits;
   ops::MoeAssignment assignment;
@@ -99,8 +99,7 @@ struct CudaModel::State final : DeviceStep {
   // Activations (see the file comment).
   DeviceBuffer residual, branch, x, x_f32;
   DeviceBuffer qkv, q, attn, attn_c;
-  DeviceBuffer mla_q, qa, qa_c, kv_a, q_nope_c, q_latent, q_latent_a, q_pe, o_latent, o_latent_c,
-      o;
+  DeviceBuffer mla_q, qa, qa_c, kv_a, q_nope_c, q_latent, q_latent_a, q_pe, o_latent, o_latent_c, o;
   DeviceBuffer gate_up, act;
   DeviceBuffer router_logits, expert_x, expert_gate_up, expert_act, expert_out, shared_out,
       source_row, position, route_weight;
@@ -132,8 +131,7 @@ void moe_mlp(CudaModel::State& s, MoeLayer& moe);
 // Host -> device copy of `count` elements of T, ordered on the model's stream. From pageable
 // memory the call returns once the source has been staged, so the host may reuse it at once.
 template <class T>
-void copy_to_device(const CudaModel::State& s, void* destination, const T* source,
-                    int64_t count) {
+void copy_to_device(const CudaModel::State& s, void* destination, const T* source, int64_t count) {
   if (count == 0) return;
   PA_CUDA_CHECK(cudaMemcpyAsync(destination, source, static_cast<size_t>(count) * sizeof(T),
                                 cudaMemcpyHostToDevice, s.stream));

@@ -21,8 +21,8 @@ DeviceBuffer WeightUploader::allocate(int64_t bytes) {
   return DeviceBuffer(static_cast<size_t>(bytes));
 }
 
-DeviceMatrix WeightUploader::matrix(std::string_view name,
-                                    std::span<const TensorView* const> parts, DType dtype) {
+DeviceMatrix WeightUploader::matrix(std::string_view name, std::span<const TensorView* const> parts,
+                                    DType dtype) {
   DeviceMatrix result;
   result.dtype = dtype;
   for (const TensorView* part : parts) {
@@ -31,12 +31,11 @@ DeviceMatrix WeightUploader::matrix(std::string_view name,
              part->shape_str());
     PA_CHECK(part->device.type == DeviceType::kCPU, "{}: on {} (expected the host mapping)", name,
              part->device.str());
-    PA_CHECK(part->dtype == DType::kF32 || part->dtype == DType::kF16 ||
-                 part->dtype == DType::kBF16,
-             "{}: dtype {} (expected f32, f16 or bf16)", name, dtype_name(part->dtype));
+    PA_CHECK(
+        part->dtype == DType::kF32 || part->dtype == DType::kF16 || part->dtype == DType::kBF16,
+        "{}: dtype {} (expected f32, f16 or bf16)", name, dtype_name(part->dtype));
     PA_CHECK(result.cols == 0 || part->shape[1] == result.cols,
-             "{}: parts of {} and {} columns (expected equal)", name, result.cols,
-             part->shape[1]);
+             "{}: parts of {} and {} columns (expected equal)", name, result.cols, part->shape[1]);
     result.cols = part->shape[1];
     result.rows += part->shape[0];
   }
@@ -56,8 +55,8 @@ DeviceMatrix WeightUploader::matrix(std::string_view name,
     } else {
       const int64_t raw = rows * cols * part_elem;
       if (static_cast<int64_t>(staging_.bytes()) < raw) staging_ = DeviceBuffer(raw);
-      PA_CUDA_CHECK(cudaMemcpy2D(staging_.data(), static_cast<size_t>(cols * part_elem),
-                                 part->data, static_cast<size_t>(part->strides[0] * part_elem),
+      PA_CUDA_CHECK(cudaMemcpy2D(staging_.data(), static_cast<size_t>(cols * part_elem), part->data,
+                                 static_cast<size_t>(part->strides[0] * part_elem),
                                  static_cast<size_t>(cols * part_elem), static_cast<size_t>(rows),
                                  cudaMemcpyHostToDevice));
       convert_rows(staging_.data(), part->dtype, cols, destination, dtype, cols, rows, cols,
@@ -96,8 +95,7 @@ DeviceLinear WeightUploader::linear(std::string_view name,
   return result;
 }
 
-DeviceBuffer WeightUploader::vector(std::string_view name, const TensorView& weight,
-                                    int64_t size) {
+DeviceBuffer WeightUploader::vector(std::string_view name, const TensorView& weight, int64_t size) {
   const std::vector<float> values = ops::detail::weight_vector(name, weight, size);
   return floats(values.data(), size);
 }

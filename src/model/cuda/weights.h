@@ -49,8 +49,7 @@ class WeightUploader {
 
   // 2-D host views [rows_i, cols] (row stride >= cols, inner stride 1; f32/f16/bf16) stacked by
   // rows into one device matrix of `dtype`. Throws Error naming `name` for a bad view.
-  DeviceMatrix matrix(std::string_view name, std::span<const TensorView* const> parts,
-                      DType dtype);
+  DeviceMatrix matrix(std::string_view name, std::span<const TensorView* const> parts, DType dtype);
   DeviceMatrix matrix(std::string_view name, const TensorView& weight, DType dtype) {
     const TensorView* parts[] = {&weight};
     return matrix(name, parts, dtype);

@@ -56,12 +56,12 @@ TEST_P(EngineOnCuda, GreedyTokensEqualTransformers) {
   params.ignore_eos = true;
   int64_t preemptions = 0;
   for (const EngineSetup& setup : std::vector<EngineSetup>{{16, 0, true, 0},
-                                               {16, 16, true, 0},
-                                               {1, 1, false, 0},
-                                               {64, 16, false, 0},
-                                               {16, 16, true, 8}}) {
-    SCOPED_TRACE(fmt::format("{}: page {} budget {} cache {} pages {}", GetParam(),
-                             setup.page_size, setup.budget, setup.prefix_cache, setup.num_pages));
+                                                           {16, 16, true, 0},
+                                                           {1, 1, false, 0},
+                                                           {64, 16, false, 0},
+                                                           {16, 16, true, 8}}) {
+    SCOPED_TRACE(fmt::format("{}: page {} budget {} cache {} pages {}", GetParam(), setup.page_size,
+                             setup.budget, setup.prefix_cache, setup.num_pages));
     RuntimeOptions options;
     options.model.device = "cuda";
     options.model.compute_dtype = DType::kF32;

@@ -86,7 +86,9 @@ constexpr double kRowBoundForMisses = 1e-1;
 struct Comparison {
   std::vector<double> row_max;
   int64_t token_mismatches = 0, top5_misses = 0, top5_misses_within_bound = 0;
-  double max() const { return row_max.empty() ? 0 : *std::max_element(row_max.begin(), row_max.end()); }
+  double max() const {
+    return row_max.empty() ? 0 : *std::max_element(row_max.begin(), row_max.end());
+  }
   double median() const {
     std::vector<double> v = row_max;
     std::sort(v.begin(), v.end());
@@ -114,10 +116,11 @@ struct Comparison {
     }
   }
   std::string str() const {
-    return fmt::format("{} rows, max |dlogprob| {:.3g}, median {:.3g}, {:.1f}% within 5e-2, "
-                       "{:.1f}% within 0.1, argmax mismatches {} ({} outside the top 5)",
-                       row_max.size(), max(), median(), 100 * fraction_within(5e-2),
-                       100 * fraction_within(1e-1), token_mismatches, top5_misses);
+    return fmt::format(
+        "{} rows, max |dlogprob| {:.3g}, median {:.3g}, {:.1f}% within 5e-2, "
+        "{:.1f}% within 0.1, argmax mismatches {} ({} outside the top 5)",
+        row_max.size(), max(), median(), 100 * fraction_within(5e-2), 100 * fraction_within(1e-1),
+        token_mismatches, top5_misses);
   }
 };
 
@@ -251,8 +254,8 @@ TEST_P(CudaInvariance, PageSizeDoesNotChangeLogits) {
   Loaded m(GetParam());
   const testing::FixturePrompt& prompt = m.fixture.prompts.back();
   Rows reference;
-  for (const auto& [alloc, page] : std::vector<std::pair<int32_t, int32_t>>{
-           {16, 16}, {1, 1}, {64, 64}, {16, 4}}) {
+  for (const auto& [alloc, page] :
+       std::vector<std::pair<int32_t, int32_t>>{{16, 16}, {1, 1}, {64, 64}, {16, 4}}) {
     KvPool pool = m.model.make_kv_pool(pool_config(DType::kF32, alloc, page));
     testing::PageSource pages(pool.num_pages(), 11);
     const Rows rows = testing::run_sequence(m.model, pool, pages, prompt.prompt, prompt.generated);
@@ -296,9 +299,9 @@ TEST_P(CudaInvariance, BatchEqualsRequestsAlone) {
   for (const testing::FixturePrompt& p : prompts) {
     KvPool pool = m.model.make_kv_pool(pool_config(DType::kF32, 16));
     testing::PageSource pages(pool.num_pages(), 5);
-    alone.push_back(testing::run_sequence(
-        m.model, pool, pages, p.prompt,
-        std::span<const int32_t>(p.generated).subspan(0, kDecodes)));
+    alone.push_back(
+        testing::run_sequence(m.model, pool, pages, p.prompt,
+                              std::span<const int32_t>(p.generated).subspan(0, kDecodes)));
   }
   // Together: one step prefills every prompt (all rows), then decode steps for all at once.
   KvPool pool = m.model.make_kv_pool(pool_config(DType::kF32, 16));
@@ -323,7 +326,8 @@ TEST_P(CudaInvariance, BatchEqualsRequestsAlone) {
     Step step;
     for (size_t i = 0; i < prompts.size(); ++i) {
       step.requests.push_back({std::span<const int32_t>(prompts[i].generated).subspan(d, 1),
-                               static_cast<int32_t>(seqs[i].tokens.size()), {},
+                               static_cast<int32_t>(seqs[i].tokens.size()),
+                               {},
                                seqs[i].block_table});
     }
     const Logits out = m.model.forward(step, pool);
@@ -349,13 +353,15 @@ TEST_P(CudaInvariance, BatchEqualsRequestsAlone) {
   m.model.forward(warm, mixed_pool);
   Step mixed;
   mixed.requests.push_back({std::span<const int32_t>(prompts[0].generated).subspan(0, 1),
-                            static_cast<int32_t>(prompts[0].prompt.size()), {}, a.block_table});
+                            static_cast<int32_t>(prompts[0].prompt.size()),
+                            {},
+                            a.block_table});
   mixed.requests.push_back({prompts[1].prompt, 0, {}, b.block_table});
   const Logits out = m.model.forward(mixed, mixed_pool);
-  const Comparison c = between(
-      Rows{std::vector<float>(out.row(0).begin(), out.row(0).end()),
-           std::vector<float>(out.row(1).begin(), out.row(1).end())},
-      Rows{alone[0][prompts[0].prompt.size()], alone[1][prompts[1].prompt.size() - 1]});
+  const Comparison c =
+      between(Rows{std::vector<float>(out.row(0).begin(), out.row(0).end()),
+                   std::vector<float>(out.row(1).begin(), out.row(1).end())},
+              Rows{alone[0][prompts[0].prompt.size()], alone[1][prompts[1].prompt.size() - 1]});
   EXPECT_LE(c.max(), 1e-4) << "mixed step: " << c.str();
 }
 
@@ -412,7 +418,8 @@ TEST_P(CudaRealShapes, Bf16MatchesTheCpuModelOnTheTunedKernels) {
     if (config.is_mla()) {
       op.op = decode ? OpKind::kMlaDecode : OpKind::kMlaExtend;
       op.num_kv_heads = 1;
-      op.head_dim_qk = static_cast<int32_t>(config.mla->kv_lora_rank + config.mla->qk_rope_head_dim);
+      op.head_dim_qk =
+          static_cast<int32_t>(config.mla->kv_lora_rank + config.mla->qk_rope_head_dim);
       op.head_dim_vo = static_cast<int32_t>(config.mla->kv_lora_rank);
     } else {
       op.op = decode ? OpKind::kDecode : OpKind::kPrefill;
@@ -444,13 +451,12 @@ TEST_P(CudaRealShapes, Bf16MatchesTheCpuModelOnTheTunedKernels) {
   expect_bf16_bound(pages, config.moe.has_value(), GetParam().name + " page size 1");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Configs, CudaRealShapes,
-    ::testing::Values(RealShape{"qwen3_0_6b", "qwen3_0_6b.json"},
-                      RealShape{"llama3_2_1b", "llama3_2_1b.json"},
-                      RealShape{"deepseek_v2_lite", "deepseek_v2_lite.json"},
-                      RealShape{"deepseek_v3", "deepseek_v3.json"}),
-    [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Configs, CudaRealShapes,
+                         ::testing::Values(RealShape{"qwen3_0_6b", "qwen3_0_6b.json"},
+                                           RealShape{"llama3_2_1b", "llama3_2_1b.json"},
+                                           RealShape{"deepseek_v2_lite", "deepseek_v2_lite.json"},
+                                           RealShape{"deepseek_v3", "deepseek_v3.json"}),
+                         [](const auto& info) { return info.param.name; });
 
 // ---- 4. errors ----
 
