@@ -52,11 +52,6 @@ DType choose_compute_dtype(const ModelOptions& options, DType checkpoint) {
   return checkpoint;  // f32 checkpoints stay f32 unless asked (see ModelOptions::compute_dtype)
 }
 
-template <class T>
-T* ptr(const DeviceBuffer& buffer) {
-  return buffer.as<T>();
-}
-
 }  // namespace
 
 std::shared_ptr<void> allocate_device_memory(int64_t bytes, Device device, std::string_view what) {

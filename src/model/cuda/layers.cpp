@@ -14,8 +14,6 @@
 //       expert) pairs sorted by expert (a counting sort), their rows of x gathered, each expert's
 //       rows through gate_up / SiLU·mul / down as GEMMs over its rows, then one weighted combine
 //       per token in a fixed order, plus the shared experts.
-#include <fmt/format.h>
-
 #include <numeric>
 
 #include "core/check.h"
@@ -27,11 +25,6 @@ namespace pagedattn::model::cuda {
 namespace {
 
 using State = CudaModel::State;
-
-template <class T>
-T* ptr(const DeviceBuffer& buffer) {
-  return buffer.as<T>();
-}
 
 char* bytes(const DeviceBuffer& buffer) { return buffer.as<char>(); }
 

@@ -128,6 +128,12 @@ void mla_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index
 void dense_mlp(CudaModel::State& s, const MlpLayer& mlp, const void* x, int64_t rows, float* out);
 void moe_mlp(CudaModel::State& s, MoeLayer& moe);
 
+// A buffer's device pointer as T* (null for an empty buffer).
+template <class T>
+T* ptr(const DeviceBuffer& buffer) {
+  return buffer.as<T>();
+}
+
 // Host -> device copy of `count` elements of T, ordered on the model's stream. From pageable
 // memory the call returns once the source has been staged, so the host may reuse it at once.
 template <class T>
