@@ -188,6 +188,7 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
     }
     std::vector<detail::ChoiceOutput> outputs;
     for (const Exchange::ChoiceState& choice : exchange->choices) outputs.push_back(choice.output);
+    response.set_header("X-Request-Id", exchange->head.id);
     response.set_content(
         detail::completion_body(exchange->head, outputs, exchange->request.logprobs,
                                 exchange->usage, front),

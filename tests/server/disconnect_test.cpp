@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ostream>
 #include <thread>
 
 #include "server/http_client.h"
@@ -43,10 +44,17 @@ bool wait_generated(engine::Engine& engine, int64_t tokens, milliseconds limit) 
 
 enum class Leave { kClose, kReset };
 
-class NonStreamingDisconnect : public ::testing::TestWithParam<std::tuple<Leave, Endpoint>> {};
+struct LeaveCase {
+  Leave leave;
+  Endpoint endpoint;
+  const char* name;
+};
+void PrintTo(const LeaveCase& item, std::ostream* out) { *out << item.name; }
+
+class NonStreamingDisconnect : public ::testing::TestWithParam<LeaveCase> {};
 
 TEST_P(NonStreamingDisconnect, CancelsTheRequestAtOnce) {
-  const auto [leave, endpoint] = GetParam();
+  const auto [leave, endpoint, name] = GetParam();
   TestServer server;
   constexpr int kMaxTokens = 400;
   constexpr milliseconds kStep{10};  // the request alone would last 400 x 10 ms = 4 s
@@ -117,14 +125,14 @@ TEST_P(NonStreamingDisconnect, CancelsTheRequestAtOnce) {
   EXPECT_EQ(report.num_free_pages, report.num_pages);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Leaving, NonStreamingDisconnect,
-    ::testing::Combine(::testing::Values(Leave::kClose, Leave::kReset),
-                       ::testing::Values(Endpoint::kChat, Endpoint::kCompletions)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param) == Leave::kClose ? "Close" : "Reset") +
-             (std::get<1>(info.param) == Endpoint::kChat ? "Chat" : "Completions");
-    });
+INSTANTIATE_TEST_SUITE_P(Leaving, NonStreamingDisconnect,
+                         ::testing::Values(LeaveCase{Leave::kClose, Endpoint::kChat, "CloseChat"},
+                                           LeaveCase{Leave::kClose, Endpoint::kCompletions,
+                                                     "CloseCompletions"},
+                                           LeaveCase{Leave::kReset, Endpoint::kChat, "ResetChat"},
+                                           LeaveCase{Leave::kReset, Endpoint::kCompletions,
+                                                     "ResetCompletions"}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // A client that stays is served to the end though its handler polls it many times, and a second
 // request it sent on the same connection while the first ran (bytes waiting on the socket) is
