@@ -4,12 +4,12 @@
 
 #include <dirent.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstdlib>
-#include <netinet/in.h>
 #include <string>
 
 namespace pagedattn::server::detail {

@@ -102,9 +102,8 @@ Json chat_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const Text
   Json content = Json::array();
   for (const engine::TokenLogprob& entry : logprobs) {
     const std::string bytes = front.token_bytes(entry.token);
-    Json item = {{"token", token_string(bytes)},
-                 {"logprob", entry.logprob},
-                 {"bytes", bytes_array(bytes)}};
+    Json item = {
+        {"token", token_string(bytes)}, {"logprob", entry.logprob}, {"bytes", bytes_array(bytes)}};
     Json top = Json::array();
     for (const auto& [token, logprob] : entry.top) {
       const std::string top_bytes = front.token_bytes(token);

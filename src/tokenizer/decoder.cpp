@@ -203,13 +203,9 @@ class Metaspace final : public Decoder {
     if (scheme.empty()) scheme = node.boolean_or("add_prefix_space", true) ? "always" : "never";
     strip_first_ = scheme != "never";
   }
-  void decode_chain(std::vector<std::string>& tokens) const override {
-    run(tokens, strip_first_);
-  }
+  void decode_chain(std::vector<std::string>& tokens) const override { run(tokens, strip_first_); }
   // A token's bytes keep the space its replacement character stands for, first or not.
-  void bytes_chain(std::vector<std::string>& tokens, bool&) const override {
-    run(tokens, false);
-  }
+  void bytes_chain(std::vector<std::string>& tokens, bool&) const override { run(tokens, false); }
 
  private:
   void run(std::vector<std::string>& tokens, bool strip_first) const {

@@ -12,8 +12,8 @@
 #include <regex>
 
 #include "server/http_client.h"
-#include "server/server_support.h"
 #include "server/serve_process.h"
+#include "server/server_support.h"
 #include "tools/cli_util.h"
 
 namespace pagedattn::server::testing {
@@ -34,13 +34,11 @@ TEST(CliServe, EmbeddedModelAnswersAndStopsCleanlyOnSigterm) {
 
   // Chat with logprobs. ignore_eos, so that every sampled token is in the text unless it is one
   // of the model's special tokens (which the text leaves out and logprobs keep).
-  const Json chat = {{"model", model},
-                     {"messages", {{{"role", "user"}, {"content", "Who is Mr. Darcy?"}}}},
-                     {"temperature", 0},
-                     {"max_tokens", 24},
-                     {"ignore_eos", true},
-                     {"logprobs", true},
-                     {"top_logprobs", 3}};
+  const Json chat = {
+      {"model", model},     {"messages", {{{"role", "user"}, {"content", "Who is Mr. Darcy?"}}}},
+      {"temperature", 0},   {"max_tokens", 24},
+      {"ignore_eos", true}, {"logprobs", true},
+      {"top_logprobs", 3}};
   response = http_request(port, "POST", "/v1/chat/completions", chat.dump());
   ASSERT_EQ(response.status, 200) << response.body;
   Json body = Json::parse(response.body);
@@ -65,8 +63,10 @@ TEST(CliServe, EmbeddedModelAnswersAndStopsCleanlyOnSigterm) {
   EXPECT_EQ(joined, content);
 
   // A streamed completion equals the same request unstreamed (greedy).
-  Json completion = {{"model", model},   {"prompt", "It is a truth universally acknowledged"},
-                     {"temperature", 0}, {"max_tokens", 16},
+  Json completion = {{"model", model},
+                     {"prompt", "It is a truth universally acknowledged"},
+                     {"temperature", 0},
+                     {"max_tokens", 16},
                      {"ignore_eos", true}};
   response = http_request(port, "POST", "/v1/completions", completion.dump());
   ASSERT_EQ(response.status, 200) << response.body;

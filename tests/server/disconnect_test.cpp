@@ -125,14 +125,13 @@ TEST_P(NonStreamingDisconnect, CancelsTheRequestAtOnce) {
   EXPECT_EQ(report.num_free_pages, report.num_pages);
 }
 
-INSTANTIATE_TEST_SUITE_P(Leaving, NonStreamingDisconnect,
-                         ::testing::Values(LeaveCase{Leave::kClose, Endpoint::kChat, "CloseChat"},
-                                           LeaveCase{Leave::kClose, Endpoint::kCompletions,
-                                                     "CloseCompletions"},
-                                           LeaveCase{Leave::kReset, Endpoint::kChat, "ResetChat"},
-                                           LeaveCase{Leave::kReset, Endpoint::kCompletions,
-                                                     "ResetCompletions"}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Leaving, NonStreamingDisconnect,
+    ::testing::Values(LeaveCase{Leave::kClose, Endpoint::kChat, "CloseChat"},
+                      LeaveCase{Leave::kClose, Endpoint::kCompletions, "CloseCompletions"},
+                      LeaveCase{Leave::kReset, Endpoint::kChat, "ResetChat"},
+                      LeaveCase{Leave::kReset, Endpoint::kCompletions, "ResetCompletions"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // A client that stays is served to the end though its handler polls it many times, and a second
 // request it sent on the same connection while the first ran (bytes waiting on the socket) is
@@ -141,8 +140,11 @@ TEST(NonStreamingDisconnect, AClientThatStaysIsServed) {
   TestServer server;
   server.model().set_step_delay(milliseconds(3));  // 60 tokens: ~180 ms, many check intervals
   const auto request = [](const std::string& prompt) {
-    return Json{{"model", "test-model"}, {"prompt", prompt},   {"temperature", 0},
-                {"max_tokens", 60},      {"ignore_eos", true}};
+    return Json{{"model", "test-model"},
+                {"prompt", prompt},
+                {"temperature", 0},
+                {"max_tokens", 60},
+                {"ignore_eos", true}};
   };
   const int socket = connect_loopback(server.port());
   ASSERT_GE(socket, 0);

@@ -41,9 +41,9 @@ struct NodeClient {
         std::filesystem::temp_directory_path() /
         ("pagedattn_node_expected_" + std::to_string(::getpid()) + ".json");
     std::ofstream(path) << expected.dump();
-    const std::string command = std::string("OPENAI_MODULE_DIR='") + module + "' '" + node +
-                                "' '" + script + "' http://127.0.0.1:" + std::to_string(port) +
-                                "/v1 '" + path.string() + "' 2>&1";
+    const std::string command = std::string("OPENAI_MODULE_DIR='") + module + "' '" + node + "' '" +
+                                script + "' http://127.0.0.1:" + std::to_string(port) + "/v1 '" +
+                                path.string() + "' 2>&1";
     std::string output;
     FILE* pipe = ::popen(command.c_str(), "r");
     if (pipe == nullptr) return "popen failed";
@@ -74,21 +74,20 @@ TEST(OpenAiNodeClient, ParsesWhatTheServerSends) {
     for (const char c : bytes) list.push_back(static_cast<unsigned char>(c));
     token_bytes.push_back(list);
     token_strings.push_back(token >= 0x80 && token < 0x100 ? fmt::format("bytes:\\x{:02x}", token)
-                                                            : bytes);
+                                                           : bytes);
   }
-  EXPECT_TRUE(std::any_of(chat_tokens.begin(), chat_tokens.end(),
-                          [](int32_t token) { return token >= 0x80 && token < 0x100; }))
-      << "no partial character among the tokens: the bytes: spelling goes unchecked";
-  const Json expected = {
-      {"model", "test-model"},
-      {"max_tokens", kMaxTokens},
-      {"chat_prompt", kChatPrompt},
-      {"chat_text", naive_decode(chat_tokens)},
-      {"chat_token_bytes", token_bytes},
-      {"chat_token_strings", token_strings},
-      {"completion_prompt", kCompletionPrompt},
-      {"completion_text",
-       naive_decode(greedy_tokens(bytes_of(kCompletionPrompt), kMaxTokens, true))}};
+  EXPECT_TRUE(std::any_of(chat_tokens.begin(), chat_tokens.end(), [](int32_t token) {
+    return token >= 0x80 && token < 0x100;
+  })) << "no partial character among the tokens: the bytes: spelling goes unchecked";
+  const Json expected = {{"model", "test-model"},
+                         {"max_tokens", kMaxTokens},
+                         {"chat_prompt", kChatPrompt},
+                         {"chat_text", naive_decode(chat_tokens)},
+                         {"chat_token_bytes", token_bytes},
+                         {"chat_token_strings", token_strings},
+                         {"completion_prompt", kCompletionPrompt},
+                         {"completion_text", naive_decode(greedy_tokens(bytes_of(kCompletionPrompt),
+                                                                        kMaxTokens, true))}};
   const std::string output = client.run(server.port(), expected);
   EXPECT_NE(output.find(" passed, 0 failed"), std::string::npos) << output;
   EXPECT_NE(output.find("(exit status 0)"), std::string::npos) << output;

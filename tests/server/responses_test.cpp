@@ -2,12 +2,13 @@
 // characters: `bytes` are the raw bytes, `token` is the text when the bytes are UTF-8 and
 // OpenAI's "bytes:\xNN" spelling when not, text_offset counts characters and continues across
 // streamed chunks. Expected values written out by hand from the bytes.
+#include "server/responses.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "server/byte_front.h"
-#include "server/responses.h"
 
 namespace pagedattn::server::testing {
 namespace {
@@ -67,8 +68,8 @@ TEST(Responses, ChatLogprobsCarryRawBytes) {
       Json::parse(detail::completion_body(head, {choice_of(kTokens)}, true, {}, front));
   const Json& content = body["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), kTokens.size());
-  const std::vector<std::string> spelled = {"a",          "bytes:\\xc3", "bytes:\\xa9",
-                                            " ",          "bytes:\\xf0", "bytes:\\x9f",
+  const std::vector<std::string> spelled = {"a",           "bytes:\\xc3", "bytes:\\xa9",
+                                            " ",           "bytes:\\xf0", "bytes:\\x9f",
                                             "bytes:\\x98", "bytes:\\x8a", "."};
   for (size_t i = 0; i < kTokens.size(); ++i) {
     EXPECT_EQ(content[i]["token"], spelled[i]) << i;

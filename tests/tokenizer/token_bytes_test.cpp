@@ -224,9 +224,9 @@ TEST_P(TokenBytes, TokenizersIdsConcatenateToTheirText) {
     for (const Check& check : checks) {
       const std::string bytes = concatenated(*check.ids);
       if (bytes != check.want && mismatches++ < 3) {
-        ADD_FAILURE() << GetParam() << " corpus line " << line + 1 << "\n  ids: "
-                      << format_ids(*check.ids) << "\n  expected: " << hex(check.want)
-                      << "\n  got:      " << hex(bytes);
+        ADD_FAILURE() << GetParam() << " corpus line " << line + 1
+                      << "\n  ids: " << format_ids(*check.ids)
+                      << "\n  expected: " << hex(check.want) << "\n  got:      " << hex(bytes);
       }
     }
   }
