@@ -213,9 +213,11 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
         }
         const Clock::time_point now = Clock::now();
         if (exchange->all_finished()) {
+          // Recorded before the last bytes go out, so that a client that read [DONE] finds the
+          // request in /metrics; the request is served whether or not they arrive.
+          exchange->complete(false);
           text += exchange->stream_tail();
           if (!sink.write(text.data(), text.size())) return false;
-          exchange->complete(false);
           sink.done();
           return true;
         }
