@@ -1,6 +1,7 @@
-// The engine over a real model: a Hugging Face model directory (checkpoint + tokenizer) becomes a
-// ModelRunner for the Engine, with the tokenizer's incremental decoder as the engine's
-// detokenizer and the directory's generation_config.json as default sampling parameters.
+// The engine over a real model: a Hugging Face model directory (its checkpoint) becomes a
+// ModelRunner for the Engine, with the directory's generation_config.json as default sampling
+// parameters. The tokenizer's incremental decoder as the engine's detokenizer:
+// engine_detokenizer.h.
 //
 // ModelRuntime owns the memory-mapped checkpoint, the Model built over it and the KV pool whose
 // pages the engine's block tables index (one pool for all layers; allocation page size = the
@@ -20,7 +21,6 @@
 #include "pagedattn/engine_model_runner.h"
 #include "pagedattn/engine_stop.h"
 #include "pagedattn/model.h"
-#include "pagedattn/tokenizer.h"
 
 namespace pagedattn::engine {
 
@@ -62,12 +62,6 @@ class ModelRuntime final : public ModelRunner {
   explicit ModelRuntime(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
-
-// The engine's detokenizer over the tokenizer's incremental decoder. The last few prompt tokens
-// are fed first (their text dropped), so that a decoder that treats the start of a sequence
-// specially (SentencePiece's leading space) sees the generated tokens as a continuation.
-DetokenizerFactory make_detokenizer_factory(const tokenizer::Tokenizer& tokenizer,
-                                            bool skip_special_tokens = true);
 
 // Default sampling parameters from DIR/generation_config.json (temperature, top_p, top_k, min_p,
 // repetition_penalty, do_sample false -> greedy); `params` unchanged where the file says nothing

@@ -9,7 +9,8 @@
 // Engine::step() in a loop. A streaming client that goes away fails a write; its request is
 // aborted and its pages are freed at the engine's next step boundary. Streams that produce no
 // event for a while send an SSE comment line, so a client gone while its request waits is found
-// too.
+// too. A non-streaming request's handler polls its client's socket while it waits (every 20 ms):
+// a client that closed the connection gets its request aborted the same way.
 //
 // shutdown(): new requests get 503, running ones finish within the grace period, whatever
 // remains is aborted (its streams end with finish_reason "abort"), then the HTTP and engine

@@ -38,7 +38,9 @@ class TextFront {
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   // The model's chat template applied to `messages`, with the generation prompt appended.
   virtual std::string render_chat(std::span<const ChatMessage> messages) const = 0;
-  // The raw bytes of one token (not necessarily valid UTF-8), for logprobs.
+  // The raw bytes of one token as it stands in a text (not necessarily valid UTF-8: a token
+  // that is part of a multi-byte character gives those bytes), for logprobs' `bytes`; the
+  // server spells `token` from them. Empty for an id the front does not know.
   virtual std::string token_bytes(int32_t token) const = 0;
 };
 

@@ -66,6 +66,15 @@ class Tokenizer {
   std::optional<TokenId> token_to_id(std::string_view token) const;
   // The token's string as the vocabulary spells it (byte-level tokens in GPT-2's alphabet).
   std::optional<std::string_view> id_to_token(TokenId id) const;
+  // The bytes the token stands for in the middle of a text, not necessarily valid UTF-8 (what
+  // OpenAI's logprobs call a token's bytes): a byte-level token's characters mapped back through
+  // GPT-2's byte alphabet, a <0xNN> byte-fallback token its byte, Metaspace's "▁" a space, an
+  // added token its content, each through this tokenizer's decoder. Unlike decode({id}) nothing
+  // is repaired (a token holding part of a multi-byte character gives those raw bytes, where
+  // decode gives U+FFFD) and nothing is trimmed that belongs to the start of a whole text (the
+  // leading space Llama 2's decoder strips), so the bytes of a text's tokens concatenate to it.
+  // Special tokens included; nullopt past the vocabulary.
+  std::optional<std::string> token_bytes(TokenId id) const;
   bool is_special(TokenId id) const;
   const TokenizerConfig& config() const;
   // The chat template by name ("default" first); nullopt when the model ships none.

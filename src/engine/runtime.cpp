@@ -1,6 +1,5 @@
 // ModelRuntime: the engine's ModelRunner over a checkpoint directory (see
-// include/pagedattn/engine_runtime.h), the tokenizer-backed detokenizer, and
-// generation_config.json's defaults.
+// include/pagedattn/engine_runtime.h) and generation_config.json's defaults.
 #include "pagedattn/engine_runtime.h"
 
 #include <fmt/format.h>
@@ -165,34 +164,6 @@ void ModelRuntime::forward(const StepPlan& plan, std::span<float> logits) {
   }
   PA_CHECK(row == plan.num_logit_rows, "forward: {} logit rows wanted, the plan lists {}",
            plan.num_logit_rows, row);
-}
-
-namespace {
-
-class TokenizerDetokenizer final : public IncrementalDetokenizer {
- public:
-  TokenizerDetokenizer(const tokenizer::Tokenizer& tokenizer, bool skip_special_tokens,
-                       std::span<const int32_t> prompt)
-      : decoder_(tokenizer, skip_special_tokens) {
-    constexpr size_t kContext = 4;
-    const size_t start = prompt.size() > kContext ? prompt.size() - kContext : 0;
-    std::string dropped;
-    for (size_t i = start; i < prompt.size(); ++i) decoder_.feed(prompt[i], dropped);
-  }
-  std::string push(int32_t token) override { return decoder_.feed(token); }
-  std::string flush() override { return decoder_.finish(); }
-
- private:
-  tokenizer::IncrementalDecoder decoder_;
-};
-
-}  // namespace
-
-DetokenizerFactory make_detokenizer_factory(const tokenizer::Tokenizer& tokenizer,
-                                            bool skip_special_tokens) {
-  return [&tokenizer, skip_special_tokens](std::span<const int32_t> prompt) {
-    return std::make_unique<TokenizerDetokenizer>(tokenizer, skip_special_tokens, prompt);
-  };
 }
 
 void apply_generation_config(const std::filesystem::path& directory, SamplingParams& params) {

@@ -1,4 +1,5 @@
-// Linear layers over OpenBLAS (see include/pagedattn/linear.h for the contract).
+// Linear layers over BLAS (OpenBLAS, or blas.h's built-in GEMM where OpenBLAS is missing; see
+// include/pagedattn/linear.h for the contract).
 //
 // The product is cut into tiles of W's rows (output features). An OpenMP loop hands tiles to
 // threads; each tile is f32 (a view of an f32 weight or of the cached copy, or converted from
@@ -9,12 +10,10 @@
 // the DISABLED_GemmTiming test (bench/RESULTS.md).
 #include "pagedattn/linear.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 
+#include "blas.h"
 #include "core/check.h"
 
 #ifdef _OPENMP
@@ -49,10 +48,7 @@ void check_weight_dtype(const std::string& name, const char* what, DType dtype) 
 }
 
 // OpenBLAS runs single-threaded inside our OpenMP loops (set once, before the first product).
-void single_threaded_blas() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
+void single_threaded_blas() { blas::single_threaded(); }
 
 // One thread's scratch for converted tiles; grows to the largest tile seen, never shrinks.
 thread_local std::vector<float> tl_tile;
@@ -193,8 +189,7 @@ void Linear::forward(const TensorView& x, const TensorView& y) const {
       beta = 1.0f;
     }
     if (m == 1) {
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(tile.rows), static_cast<int>(k),
-                  1.0f, w, static_cast<int>(ldw), xp, 1, beta, yp + out_col, 1);
+      blas::sgemv(tile.rows, k, w, ldw, xp, beta, yp + out_col);
     } else {
       gemm_f32(true, m, tile.rows, k, 1.0f, xp, ldx, w, ldw, beta, yp + out_col, ldy);
     }
@@ -205,9 +200,7 @@ void gemm_f32(bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, co
               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   single_threaded_blas();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
-              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  blas::sgemm(transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void init_threads(int threads) {
@@ -227,14 +220,6 @@ int num_threads() {
 #endif
 }
 
-std::string blas_info() {
-  const char* config = openblas_get_config();
-  const int parallel = openblas_get_parallel();  // 0 sequential, 1 pthreads, 2 OpenMP
-  return fmt::format("OpenBLAS {} ({}, {} thread(s))", config ? config : "?",
-                     parallel == 0   ? "sequential"
-                     : parallel == 1 ? "pthreads"
-                                     : "openmp",
-                     openblas_get_num_threads());
-}
+std::string blas_info() { return blas::info(); }
 
 }  // namespace pagedattn::ops

@@ -1,5 +1,8 @@
 // One generation request over HTTP: prepare -> enqueue -> either wait for every choice and answer
-// one JSON, or stream SSE chunks from a chunked content provider. The provider runs on the
+// one JSON, or stream SSE chunks from a chunked content provider. While waiting for the one
+// JSON, the handler polls its client's socket (ClientWatch, client_watch.h) every
+// kClientCheckInterval; a client gone aborts the request at once (pages freed at the engine's
+// next step boundary) and records it as cancelled. The provider runs on the
 // connection's pool thread after the handler returns: it pops the request's events (waiting a
 // little when there are none), writes them, and sends an SSE comment after keep_alive_interval
 // of silence so that a client gone while its request waits is noticed by the failed write. A
@@ -8,7 +11,9 @@
 #include <fmt/format.h>
 
 #include <ctime>
+#include <optional>
 
+#include "client_watch.h"
 #include "pagedattn/error.h"
 #include "server_impl.h"
 
@@ -16,6 +21,8 @@ namespace pagedattn::server {
 
 namespace {
 double seconds(Clock::duration duration) { return std::chrono::duration<double>(duration).count(); }
+// How often a non-streaming handler looks whether its client is still there.
+constexpr std::chrono::milliseconds kClientCheckInterval{20};
 }  // namespace
 
 void Exchange::apply(const engine::RequestEvent& event) {
@@ -84,19 +91,21 @@ std::string Exchange::stream_text(const engine::RequestEvent& event) {
     // The role comes first, alone, as OpenAI sends it.
     detail::ChoiceOutput role;
     role.index = event.index;
-    text += detail::chunk_event(head, role, true, false, request.include_usage, server->front);
+    text += detail::chunk_event(head, role, true, false, request.include_usage, server->front,
+                                choice.offset);
     choice.sent_first = true;
   }
   choice.sent_first = true;
   if (has_content) {
     text += detail::chunk_event(head, piece, false, request.logprobs, request.include_usage,
-                                server->front);
+                                server->front, choice.offset);
   }
   if (event.finished()) {
     detail::ChoiceOutput last;
     last.index = event.index;
     last.finish_reason = event.finish_reason;
-    text += detail::chunk_event(head, last, false, false, request.include_usage, server->front);
+    text += detail::chunk_event(head, last, false, false, request.include_usage, server->front,
+                                choice.offset);
   }
   return text;
 }
@@ -153,8 +162,24 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
   engine::RequestStream& stream = *exchange->handle.stream;
 
   if (!exchange->request.stream) {
+    // The client is looked for after the first check interval, so a short request never pays
+    // for the lookup; then polled once per interval.
+    std::optional<detail::ClientWatch> client;
+    Clock::time_point next_check = Clock::now() + kClientCheckInterval;
     while (!stream.done()) {
-      if (auto event = stream.pop(std::chrono::milliseconds(100))) exchange->apply(*event);
+      if (auto event = stream.pop(kClientCheckInterval)) exchange->apply(*event);
+      if (stream.done() || Clock::now() < next_check) continue;
+      next_check = Clock::now() + kClientCheckInterval;
+      if (!client) client.emplace(http_request);
+      if (client->gone()) {
+        engine.abort(exchange->handle.id);
+        exchange->complete(true);
+        // Nobody reads this answer; 499 (nginx's "client closed request") is what the metrics
+        // count for it.
+        send_error(response, {499, "the client closed the connection before the answer",
+                              "invalid_request_error", "", "client_closed_request"});
+        return;
+      }
     }
     exchange->complete(false);
     if (!exchange->error.empty() && exchange->usage.completion_tokens == 0) {
@@ -163,6 +188,7 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
     }
     std::vector<detail::ChoiceOutput> outputs;
     for (const Exchange::ChoiceState& choice : exchange->choices) outputs.push_back(choice.output);
+    response.set_header("X-Request-Id", exchange->head.id);
     response.set_content(
         detail::completion_body(exchange->head, outputs, exchange->request.logprobs,
                                 exchange->usage, front),
@@ -187,9 +213,11 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
         }
         const Clock::time_point now = Clock::now();
         if (exchange->all_finished()) {
+          // Recorded before the last bytes go out, so that a client that read [DONE] finds the
+          // request in /metrics; the request is served whether or not they arrive.
+          exchange->complete(false);
           text += exchange->stream_tail();
           if (!sink.write(text.data(), text.size())) return false;
-          exchange->complete(false);
           sink.done();
           return true;
         }

@@ -1,7 +1,10 @@
 // Response bodies and SSE chunks (responses.h), field by field as OpenAI's API reference gives
 // them. Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}; completion
-// logprobs: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}.
+// logprobs: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}. `bytes`
+// are the token's raw bytes (TextFront::token_bytes); `token` is spelled by token_string().
 #include "responses.h"
+
+#include <fmt/format.h>
 
 namespace pagedattn::server::detail {
 
@@ -29,6 +32,66 @@ const char* finish_reason_name(engine::FinishReason reason) {
 
 namespace {
 
+// Well-formed UTF-8 (shortest forms, no surrogates, at most U+10FFFF), as JSON strings need.
+bool is_valid_utf8(std::string_view bytes) {
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const auto lead = static_cast<unsigned char>(bytes[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;   // no overlong forms
+      if (lead == 0xED) high = 0x9F;  // no surrogates
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;
+      if (lead == 0xF4) high = 0x8F;
+    } else {
+      return false;
+    }
+    if (i + length > bytes.size()) return false;
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(bytes[i + k]);
+      if (next < (k == 1 ? low : 0x80) || next > (k == 1 ? high : 0xBF)) return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string token_string(std::string_view bytes) {
+  if (is_valid_utf8(bytes)) return std::string(bytes);
+  std::string text = "bytes:";
+  for (const char c : bytes) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7F && byte != '\\') {
+      text += c;
+    } else {
+      text += fmt::format("\\x{:02x}", byte);
+    }
+  }
+  return text;
+}
+
+int64_t TextOffset::next(std::string_view bytes) {
+  const auto continues = [](char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; };
+  const int64_t offset =
+      !bytes.empty() && continues(bytes[0]) && characters_ > 0 ? characters_ - 1 : characters_;
+  for (const char c : bytes) characters_ += continues(c) ? 0 : 1;
+  return offset;
+}
+
+namespace {
+
 Json bytes_array(const std::string& bytes) {
   Json array = Json::array();
   for (const char c : bytes) array.push_back(static_cast<int>(static_cast<unsigned char>(c)));
@@ -39,12 +102,14 @@ Json chat_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const Text
   Json content = Json::array();
   for (const engine::TokenLogprob& entry : logprobs) {
     const std::string bytes = front.token_bytes(entry.token);
-    Json item = {{"token", bytes}, {"logprob", entry.logprob}, {"bytes", bytes_array(bytes)}};
+    Json item = {
+        {"token", token_string(bytes)}, {"logprob", entry.logprob}, {"bytes", bytes_array(bytes)}};
     Json top = Json::array();
     for (const auto& [token, logprob] : entry.top) {
       const std::string top_bytes = front.token_bytes(token);
-      top.push_back(
-          {{"token", top_bytes}, {"logprob", logprob}, {"bytes", bytes_array(top_bytes)}});
+      top.push_back({{"token", token_string(top_bytes)},
+                     {"logprob", logprob},
+                     {"bytes", bytes_array(top_bytes)}});
     }
     item["top_logprobs"] = std::move(top);
     content.push_back(std::move(item));
@@ -53,20 +118,21 @@ Json chat_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const Text
 }
 
 Json completion_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const TextFront& front,
-                         int64_t text_offset) {
+                         TextOffset& text_offset) {
   Json tokens = Json::array();
   Json token_logprobs = Json::array();
   Json top_logprobs = Json::array();
   Json offsets = Json::array();
   for (const engine::TokenLogprob& entry : logprobs) {
     const std::string bytes = front.token_bytes(entry.token);
-    tokens.push_back(bytes);
+    tokens.push_back(token_string(bytes));
     token_logprobs.push_back(entry.logprob);
     Json top = Json::object();
-    for (const auto& [token, logprob] : entry.top) top[front.token_bytes(token)] = logprob;
+    for (const auto& [token, logprob] : entry.top) {
+      top[token_string(front.token_bytes(token))] = logprob;
+    }
     top_logprobs.push_back(std::move(top));
-    offsets.push_back(text_offset);
-    text_offset += static_cast<int64_t>(bytes.size());
+    offsets.push_back(text_offset.next(bytes));
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(token_logprobs)},
@@ -106,7 +172,9 @@ std::string completion_body(const ResponseHead& head, const std::vector<ChoiceOu
       item["logprobs"] = logprobs ? chat_logprobs(choice.logprobs, front) : Json(nullptr);
     } else {
       item["text"] = choice.text;
-      item["logprobs"] = logprobs ? completion_logprobs(choice.logprobs, front, 0) : Json(nullptr);
+      TextOffset offset;
+      item["logprobs"] =
+          logprobs ? completion_logprobs(choice.logprobs, front, offset) : Json(nullptr);
     }
     list.push_back(std::move(item));
   }
@@ -117,7 +185,8 @@ std::string completion_body(const ResponseHead& head, const std::vector<ChoiceOu
 }
 
 std::string chunk_event(const ResponseHead& head, const ChoiceOutput& choice, bool first,
-                        bool logprobs, bool include_usage, const TextFront& front) {
+                        bool logprobs, bool include_usage, const TextFront& front,
+                        TextOffset& offset) {
   Json body = head_json(head, true);
   Json item = {{"index", choice.index}, {"finish_reason", finish_json(choice.finish_reason)}};
   if (head.endpoint == Endpoint::kChat) {
@@ -130,7 +199,7 @@ std::string chunk_event(const ResponseHead& head, const ChoiceOutput& choice, bo
   } else {
     item["text"] = choice.text;
     item["logprobs"] = logprobs && !choice.logprobs.empty()
-                           ? completion_logprobs(choice.logprobs, front, 0)
+                           ? completion_logprobs(choice.logprobs, front, offset)
                            : Json(nullptr);
   }
   body["choices"] = Json::array({std::move(item)});

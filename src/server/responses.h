@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pagedattn/engine_request.h"
@@ -40,13 +41,34 @@ struct ChoiceOutput {
 std::string dump(const nlohmann::json& value);
 const char* finish_reason_name(engine::FinishReason reason);  // null for kNone
 
+// A token's string in logprobs: its bytes when they are valid UTF-8; otherwise (a token holding
+// part of a multi-byte character) OpenAI's spelling for such a token, "bytes:" then every byte
+// as \xNN except printable ASCII, which stands for itself (b" \xf0\x9f" -> "bytes: \xf0\x9f").
+// vLLM sends U+FFFD instead, which loses the bytes; `bytes` carries them either way.
+std::string token_string(std::string_view bytes);
+
+// The completions endpoint's text_offset: where each token starts in the choice's text, in
+// characters (code points, as a client indexes a string), continued from one streamed chunk to
+// the next. A token that begins inside a character (its first byte continues one) starts at
+// that character.
+class TextOffset {
+ public:
+  // The offset of a token with these bytes, then moves past them.
+  int64_t next(std::string_view bytes);
+
+ private:
+  int64_t characters_ = 0;  // characters begun so far
+};
+
 // The full non-streaming body.
 std::string completion_body(const ResponseHead& head, const std::vector<ChoiceOutput>& choices,
                             bool logprobs, const Usage& usage, const TextFront& front);
 
-// One SSE event line "data: {...}\n\n". first: the chat delta carries the role.
+// One SSE event line "data: {...}\n\n". first: the chat delta carries the role. `offset`: the
+// choice's text offset so far (completions logprobs).
 std::string chunk_event(const ResponseHead& head, const ChoiceOutput& choice, bool first,
-                        bool logprobs, bool include_usage, const TextFront& front);
+                        bool logprobs, bool include_usage, const TextFront& front,
+                        TextOffset& offset);
 // The usage chunk (choices: []) sent last when stream_options.include_usage.
 std::string usage_event(const ResponseHead& head, const Usage& usage);
 // An error inside a stream: "data: {"error": ...}\n\n".

@@ -121,7 +121,10 @@ void Server::Impl::install_routes() {
         log(fmt::format("error: a handler threw: {}", what));
         send_error(response, {500, "internal error: " + what, "server_error", "", ""});
       });
-  http.set_logger([this](const httplib::Request&, const httplib::Response& response) {
+  // Counted before the response is written (httplib calls the post-routing handler just before
+  // the status line; its logger only after the body): a client that has read an answer finds it
+  // in /metrics already.
+  http.set_post_routing_handler([this](const httplib::Request&, httplib::Response& response) {
     metrics.record_status(response.status);
   });
 }

@@ -62,6 +62,7 @@ struct Server::Impl {
 struct Exchange {
   struct ChoiceState {
     detail::ChoiceOutput output;  // accumulated (non-streaming) or the event being sent
+    detail::TextOffset offset;    // streamed completions logprobs: text_offset so far
     bool sent_first = false;
     bool finished = false;
   };

@@ -2,8 +2,9 @@
 //
 // encode: the tokenizer's post processor adds BOS as `tokenizers` does; a text that already
 // starts with the BOS token (a rendered chat template writes it itself) keeps one BOS, not two.
-// token_bytes: the token's text as the tokenizer decodes it alone (a token that is part of a
-// multi-byte character decodes to U+FFFD, as it does in `tokenizers`).
+// token_bytes: the tokenizer's raw bytes of the token (Tokenizer::token_bytes: a token that is
+// part of a multi-byte character gives those bytes, not U+FFFD); empty for an id the model can
+// sample but the tokenizer does not know (a vocabulary padded past the tokenizer's).
 #include "pagedattn/server_text_front.h"
 
 #include <fmt/format.h>
@@ -48,8 +49,7 @@ class TokenizerTextFront final : public TextFront {
   }
 
   std::string token_bytes(int32_t token) const override {
-    const int32_t ids[] = {token};
-    return tokenizer_.decode(ids, /*skip_special_tokens=*/false);
+    return tokenizer_.token_bytes(token).value_or(std::string());
   }
 
  private:

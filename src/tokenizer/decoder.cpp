@@ -1,7 +1,7 @@
 // Decoders (see decoder.h). The subtle one is text from bytes: ByteLevel concatenates the bytes
 // of every token and replaces each maximal invalid UTF-8 subpart with one U+FFFD, while
 // ByteFallback replaces a whole invalid run of <0xNN> tokens with one U+FFFD per token, exactly
-// as `tokenizers` does.
+// as `tokenizers` does. Their bytes_chain keeps the bytes raw instead.
 #include "decoder.h"
 
 #include <algorithm>
@@ -31,6 +31,19 @@ constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";
 class ByteLevel final : public Decoder {
  public:
   void decode_chain(std::vector<std::string>& tokens) const override {
+    std::string text;
+    append_lossy_utf8(text, join_bytes(tokens));
+    tokens.assign(1, std::move(text));
+  }
+  void bytes_chain(std::vector<std::string>& tokens, bool& fused) const override {
+    std::string bytes = join_bytes(tokens);
+    tokens.assign(1, std::move(bytes));
+    fused = true;
+  }
+
+ private:
+  // Each token's characters mapped back to the bytes they stand for, concatenated.
+  static std::string join_bytes(const std::vector<std::string>& tokens) {
     const ByteAlphabet& alphabet = byte_alphabet();
     std::string bytes;
     for (const std::string& token : tokens) {
@@ -50,15 +63,19 @@ class ByteLevel final : public Decoder {
         bytes += token;
       }
     }
-    std::string text;
-    append_lossy_utf8(text, bytes);
-    tokens.assign(1, std::move(text));
+    return bytes;
   }
 };
 
 class ByteFallback final : public Decoder {
  public:
-  void decode_chain(std::vector<std::string>& tokens) const override {
+  void decode_chain(std::vector<std::string>& tokens) const override { run(tokens, true); }
+  void bytes_chain(std::vector<std::string>& tokens, bool&) const override { run(tokens, false); }
+  bool has_byte_fallback() const override { return true; }
+
+ private:
+  // `repair`: an invalid run becomes one U+FFFD per token (decode); else its bytes stay.
+  static void run(std::vector<std::string>& tokens, bool repair) {
     if (std::none_of(tokens.begin(), tokens.end(),
                      [](const std::string& token) { return byte_fallback_value(token) >= 0; })) {
       return;  // the common case: nothing to do
@@ -68,7 +85,7 @@ class ByteFallback final : public Decoder {
     size_t run_tokens = 0;
     auto flush = [&] {
       if (run_tokens == 0) return;
-      if (is_valid_utf8(run)) {
+      if (!repair || is_valid_utf8(run)) {
         result.push_back(run);
       } else {
         for (size_t i = 0; i < run_tokens; ++i) result.emplace_back(kReplacementCharacter);
@@ -89,7 +106,6 @@ class ByteFallback final : public Decoder {
     flush();
     tokens = std::move(result);
   }
-  bool has_byte_fallback() const override { return true; }
 };
 
 class Fuse final : public Decoder {
@@ -98,6 +114,10 @@ class Fuse final : public Decoder {
     std::string text;
     for (const std::string& token : tokens) text += token;
     tokens.assign(1, std::move(text));
+  }
+  void bytes_chain(std::vector<std::string>& tokens, bool& fused) const override {
+    decode_chain(tokens);
+    fused = true;
   }
 };
 
@@ -130,6 +150,11 @@ class Strip final : public Decoder {
       token.erase(0, begin);
     }
   }
+  // After a fuse, Strip trims the whole text (Llama 2: the space its normalizer prepended), which
+  // is not part of one token's bytes; before one, it trims every token, as decode does.
+  void bytes_chain(std::vector<std::string>& tokens, bool& fused) const override {
+    if (!fused) decode_chain(tokens);
+  }
 
  private:
   std::string content_;
@@ -142,6 +167,26 @@ class Replace final : public Decoder {
       : pattern_(node.at("pattern")), content_(node.at("content").string()) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (std::string& token : tokens) pattern_.replace_all(token, content_);
+  }
+  // Raw bytes from an earlier stage may not be UTF-8, which the regex engine must not see: the
+  // pattern is applied to each valid stretch, the invalid bytes between them are kept.
+  void bytes_chain(std::vector<std::string>& tokens, bool&) const override {
+    for (std::string& token : tokens) {
+      if (is_valid_utf8(token)) {
+        pattern_.replace_all(token, content_);
+        continue;
+      }
+      std::string result;
+      for (std::string_view rest = token; !rest.empty();) {
+        const size_t valid = valid_utf8_prefix(rest);
+        std::string piece(rest.substr(0, valid));
+        pattern_.replace_all(piece, content_);
+        result += piece;
+        if (valid < rest.size()) result += rest[valid];
+        rest.remove_prefix(std::min(rest.size(), valid + 1));
+      }
+      token = std::move(result);
+    }
   }
 
  private:
@@ -158,7 +203,12 @@ class Metaspace final : public Decoder {
     if (scheme.empty()) scheme = node.boolean_or("add_prefix_space", true) ? "always" : "never";
     strip_first_ = scheme != "never";
   }
-  void decode_chain(std::vector<std::string>& tokens) const override {
+  void decode_chain(std::vector<std::string>& tokens) const override { run(tokens, strip_first_); }
+  // A token's bytes keep the space its replacement character stands for, first or not.
+  void bytes_chain(std::vector<std::string>& tokens, bool&) const override { run(tokens, false); }
+
+ private:
+  void run(std::vector<std::string>& tokens, bool strip_first) const {
     for (size_t i = 0; i < tokens.size(); ++i) {
       std::string text;
       std::string_view token = tokens[i];
@@ -170,12 +220,11 @@ class Metaspace final : public Decoder {
           text += token[position++];
         }
       }
-      if (i == 0 && strip_first_ && !text.empty() && text[0] == ' ') text.erase(0, 1);
+      if (i == 0 && strip_first && !text.empty() && text[0] == ' ') text.erase(0, 1);
       tokens[i] = std::move(text);
     }
   }
 
- private:
   std::string replacement_;
   bool strip_first_;
 };
@@ -187,6 +236,9 @@ class Sequence final : public Decoder {
   }
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& member : members_) member->decode_chain(tokens);
+  }
+  void bytes_chain(std::vector<std::string>& tokens, bool& fused) const override {
+    for (const auto& member : members_) member->bytes_chain(tokens, fused);
   }
   bool has_byte_fallback() const override {
     for (const auto& member : members_) {

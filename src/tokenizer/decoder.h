@@ -1,6 +1,12 @@
 // Decoders: token strings -> text (tokenizer.json "decoder"). Each stage rewrites the list of
 // token strings as tokenizers' decode_chain does; the text is their concatenation.
 // Supported: ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence.
+//
+// bytes_chain is the same pipeline for Tokenizer::token_bytes: the bytes a token stands for in
+// the middle of a text. It differs from decode_chain in two ways only: nothing is repaired
+// (invalid UTF-8 stays as it is instead of becoming U+FFFD), and what trims the start of a
+// whole text is left out (a Strip after the tokens were fused into one text, Metaspace's rule
+// that the first token loses its leading space).
 #pragma once
 
 #include <memory>
@@ -15,6 +21,12 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+  // `fused` says whether an earlier stage joined the tokens into one text (ByteLevel and Fuse
+  // do); a stage that joins them sets it.
+  virtual void bytes_chain(std::vector<std::string>& tokens, bool& fused) const {
+    (void)fused;
+    decode_chain(tokens);
+  }
   // Whether this decoder (or a member of its sequence) is ByteFallback: the text of a run of
   // <0xNN> tokens depends on the whole run (the incremental decoder holds such runs back).
   virtual bool has_byte_fallback() const { return false; }

@@ -4,7 +4,8 @@
 // text segment normalized -> split again by the normalized added tokens -> each text piece
 // pre-tokenized into words -> BPE ids per word; then the post processor when add_special_tokens.
 // decode: ids -> token strings (special added tokens skipped on request, unknown ids dropped) ->
-// the decoder's chain -> their concatenation.
+// the decoder's chain -> their concatenation. token_bytes: one token through the decoder's
+// bytes_chain (decoder.h), nothing repaired or trimmed.
 #include <fmt/format.h>
 
 #include <fstream>
@@ -168,6 +169,20 @@ std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special_to
   std::string text;
   impl_->decode(ids, skip_special_tokens, text);
   return text;
+}
+
+std::optional<std::string> Tokenizer::token_bytes(TokenId id) const {
+  std::string_view storage;
+  const std::string_view* text = impl_->token(id, storage);
+  if (text == nullptr) return std::nullopt;
+  std::vector<std::string> tokens{std::string(*text)};
+  if (impl_->decoder) {
+    bool fused = false;
+    impl_->decoder->bytes_chain(tokens, fused);
+  }
+  std::string bytes;
+  for (const std::string& piece : tokens) bytes += piece;
+  return bytes;
 }
 
 int64_t Tokenizer::vocab_size() const { return impl_->vocab_size; }

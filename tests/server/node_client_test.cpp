@@ -1,61 +1,136 @@
 // The official OpenAI Node client against the server: tests/server/node/openai_client.cjs run
-// with node against a live server, given the greedy reference texts (computed here with no
-// engine) to compare what the client parsed with. Runs under CTest as server_openai_node_client
-// after the fixture server_node_setup installed the npm package into the build tree; elsewhere
-// (the environment variables absent) it is skipped.
+// with node against a live server, given the texts it must parse. Two servers:
+// - the test server (fake model, byte-level front), the expected texts and logprobs computed
+//   here with no engine (the greedy reference);
+// - `pagedattn serve` itself over the embedded model (the binary, as a user starts it), the
+//   expected texts read first with the tests' own HTTP client (greedy, so the same request
+//   gives the same text): what the official client parses must be what a plain client reads.
+// Runs under CTest as server_openai_node_client after the fixture server_node_setup installed
+// the npm package into the build tree; elsewhere (the environment variables absent) it is
+// skipped.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "server/http_client.h"
+#include "server/serve_process.h"
 #include "server/server_support.h"
 
 namespace pagedattn::server::testing {
 namespace {
 
-TEST(OpenAiNodeClient, ParsesWhatTheServerSends) {
+constexpr int kMaxTokens = 24;
+const std::string kChatPrompt = "Tell me about Emma.";
+const std::string kCompletionPrompt = "It is a truth universally acknowledged";
+
+struct NodeClient {
   const char* module = std::getenv("PAGEDATTN_OPENAI_NODE");
   const char* node = std::getenv("PAGEDATTN_NODE");
   const char* script = std::getenv("PAGEDATTN_NODE_SCRIPT");
-  if (module == nullptr || node == nullptr || script == nullptr) {
+  bool available() const { return module != nullptr && node != nullptr && script != nullptr; }
+
+  // Runs the script against the server on `port` with `expected`; its output.
+  std::string run(int port, const Json& expected) const {
+    const std::filesystem::path path =
+        std::filesystem::temp_directory_path() /
+        ("pagedattn_node_expected_" + std::to_string(::getpid()) + ".json");
+    std::ofstream(path) << expected.dump();
+    const std::string command = std::string("OPENAI_MODULE_DIR='") + module + "' '" + node + "' '" +
+                                script + "' http://127.0.0.1:" + std::to_string(port) + "/v1 '" +
+                                path.string() + "' 2>&1";
+    std::string output;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    if (pipe == nullptr) return "popen failed";
+    char buffer[4096];
+    while (size_t n = std::fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+    const int status = ::pclose(pipe);
+    std::filesystem::remove(path);
+    std::printf("%s", output.c_str());
+    return output + fmt::format("(exit status {})\n", status);
+  }
+};
+
+TEST(OpenAiNodeClient, ParsesWhatTheServerSends) {
+  const NodeClient client;
+  if (!client.available()) {
     GTEST_SKIP() << "run through CTest (server_openai_node_client), which installs the client";
   }
-  ASSERT_TRUE(std::filesystem::exists(module)) << module;
+  ASSERT_TRUE(std::filesystem::exists(client.module)) << client.module;
   TestServer server;
-  const int max_tokens = 24;
-  const std::string chat_prompt = "Tell me about Emma.";
-  const std::string completion_prompt = "It is a truth universally acknowledged";
-  const Json expected = {
-      {"model", "test-model"},
-      {"max_tokens", max_tokens},
-      {"chat_prompt", chat_prompt},
-      {"chat_text", naive_decode(greedy_tokens(bytes_of("user: " + chat_prompt + "\nassistant: "),
-                                               max_tokens, true))},
-      {"completion_prompt", completion_prompt},
-      {"completion_text",
-       naive_decode(greedy_tokens(bytes_of(completion_prompt), max_tokens, true))}};
-  const std::filesystem::path path =
-      std::filesystem::temp_directory_path() /
-      ("pagedattn_node_expected_" + std::to_string(::getpid()) + ".json");
-  std::ofstream(path) << expected.dump();
-  const std::string command = std::string("OPENAI_MODULE_DIR='") + module + "' '" + node + "' '" +
-                              script + "' http://127.0.0.1:" + std::to_string(server.port()) +
-                              "/v1 '" + path.string() + "' 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  std::filesystem::remove(path);
-  std::printf("%s", output.c_str());
-  EXPECT_EQ(status, 0) << output;
+  const std::vector<int32_t> chat_tokens =
+      greedy_tokens(bytes_of("user: " + kChatPrompt + "\nassistant: "), kMaxTokens, true);
+  // The chat tokens' logprobs as the client must parse them: each byte token's byte, and its
+  // spelling (ASCII as itself; a byte >= 0x80 is part of a character: "bytes:\xNN").
+  Json token_bytes = Json::array(), token_strings = Json::array();
+  for (const int32_t token : chat_tokens) {
+    const std::string bytes = server.front().token_bytes(token);
+    Json list = Json::array();
+    for (const char c : bytes) list.push_back(static_cast<unsigned char>(c));
+    token_bytes.push_back(list);
+    token_strings.push_back(token >= 0x80 && token < 0x100 ? fmt::format("bytes:\\x{:02x}", token)
+                                                           : bytes);
+  }
+  EXPECT_TRUE(std::any_of(chat_tokens.begin(), chat_tokens.end(), [](int32_t token) {
+    return token >= 0x80 && token < 0x100;
+  })) << "no partial character among the tokens: the bytes: spelling goes unchecked";
+  const Json expected = {{"model", "test-model"},
+                         {"max_tokens", kMaxTokens},
+                         {"chat_prompt", kChatPrompt},
+                         {"chat_text", naive_decode(chat_tokens)},
+                         {"chat_token_bytes", token_bytes},
+                         {"chat_token_strings", token_strings},
+                         {"completion_prompt", kCompletionPrompt},
+                         {"completion_text", naive_decode(greedy_tokens(bytes_of(kCompletionPrompt),
+                                                                        kMaxTokens, true))}};
+  const std::string output = client.run(server.port(), expected);
   EXPECT_NE(output.find(" passed, 0 failed"), std::string::npos) << output;
+  EXPECT_NE(output.find("(exit status 0)"), std::string::npos) << output;
   EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200);
+}
+
+TEST(OpenAiNodeClient, ParsesWhatPagedattnServeSends) {
+  const NodeClient client;
+  if (!client.available()) {
+    GTEST_SKIP() << "run through CTest (server_openai_node_client), which installs the client";
+  }
+  ASSERT_TRUE(std::filesystem::exists(client.module)) << client.module;
+  if (!std::filesystem::exists(pagedattn::testing::cli_path())) {
+    GTEST_SKIP() << "pagedattn binary not built at " << pagedattn::testing::cli_path();
+  }
+  ServeProcess serve({"serve", "--port", "0", "--max-connections", "32", "--grace", "5"});
+  const int port = serve.wait_for_port(std::chrono::seconds(120));
+  ASSERT_GT(port, 0) << serve.output();
+  HttpResponse response = http_request(port, "GET", "/v1/models");
+  ASSERT_EQ(response.status, 200) << response.body;
+  const std::string model = Json::parse(response.body)["data"][0]["id"];
+  const Json common = {
+      {"model", model}, {"temperature", 0}, {"max_tokens", kMaxTokens}, {"ignore_eos", true}};
+  Json chat = common;
+  chat["messages"] = {{{"role", "user"}, {"content", kChatPrompt}}};
+  response = http_request(port, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(response.status, 200) << response.body;
+  const std::string chat_text = Json::parse(response.body)["choices"][0]["message"]["content"];
+  Json completion = common;
+  completion["prompt"] = kCompletionPrompt;
+  response = http_request(port, "POST", "/v1/completions", completion.dump());
+  ASSERT_EQ(response.status, 200) << response.body;
+  const std::string completion_text = Json::parse(response.body)["choices"][0]["text"];
+  const Json expected = {{"model", model},
+                         {"max_tokens", kMaxTokens},
+                         {"chat_prompt", kChatPrompt},
+                         {"chat_text", chat_text},
+                         {"completion_prompt", kCompletionPrompt},
+                         {"completion_text", completion_text}};
+  const std::string output = client.run(port, expected);
+  EXPECT_NE(output.find(" passed, 0 failed"), std::string::npos) << output;
+  EXPECT_NE(output.find("(exit status 0)"), std::string::npos) << output;
+  EXPECT_EQ(serve.stop(SIGTERM, std::chrono::seconds(60)), 0) << serve.output();
 }
 
 }  // namespace

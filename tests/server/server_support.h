@@ -13,6 +13,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/fake_model.h"
@@ -24,7 +25,8 @@ namespace pagedattn::server::testing {
 
 using Json = nlohmann::json;
 
-// FakeModel whose forward() waits while paused, so requests stay in flight on demand.
+// FakeModel whose forward() waits while paused, so requests stay in flight on demand, and can
+// be slowed down (a step delay), so a request lasts long enough to leave it midway.
 class GatedModel : public engine::ModelRunner {
  public:
   GatedModel(int32_t vocab, int32_t num_pages, int32_t page_size)
@@ -33,8 +35,15 @@ class GatedModel : public engine::ModelRunner {
   void forward(const engine::StepPlan& plan, std::span<float> logits) override {
     std::unique_lock lock(mutex_);
     resumed_.wait(lock, [&] { return !paused_; });
+    const std::chrono::milliseconds delay = step_delay_;
     lock.unlock();
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
     model_.forward(plan, logits);
+  }
+  // Every forward takes at least this long (a request of N tokens lasts N steps of it).
+  void set_step_delay(std::chrono::milliseconds delay) {
+    std::lock_guard lock(mutex_);
+    step_delay_ = delay;
   }
   void pause() {
     std::lock_guard lock(mutex_);
@@ -53,6 +62,7 @@ class GatedModel : public engine::ModelRunner {
   std::mutex mutex_;
   std::condition_variable resumed_;
   bool paused_ = false;
+  std::chrono::milliseconds step_delay_{0};
 };
 
 struct TestServerOptions {

@@ -34,6 +34,10 @@ std::vector<TokenId> ids_of(const nlohmann::json& value) {
 
 }  // namespace
 
+std::string real_tokenizer_directory(const std::string& name) {
+  return tokenizers_directory() + "/" + name;
+}
+
 const Tokenizer& real_tokenizer(const std::string& name) {
   static std::mutex mutex;
   static std::map<std::string, Tokenizer> loaded;

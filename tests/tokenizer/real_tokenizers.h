@@ -15,6 +15,8 @@ inline const std::vector<std::string> kRealTokenizers = {"qwen3", "deepseek_v3",
 
 // Loaded once per process: $PAGEDATTN_TOKENIZERS/<name>, else the build tree's directory.
 const Tokenizer& real_tokenizer(const std::string& name);
+// That directory (tokenizer.json, tokenizer_config.json).
+std::string real_tokenizer_directory(const std::string& name);
 
 // One corpus line and what `tokenizers` made of it (defaults filled in; see the fixture script).
 struct CorpusCase {

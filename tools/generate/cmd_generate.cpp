@@ -18,6 +18,7 @@
 #include "pagedattn/chat_template.h"
 #include "pagedattn/engine.h"
 #include "pagedattn/engine_generate.h"
+#include "pagedattn/engine_detokenizer.h"
 #include "pagedattn/engine_runtime.h"
 #include "pagedattn/error.h"
 #include "pagedattn/tokenizer.h"

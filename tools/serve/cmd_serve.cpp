@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "pagedattn/engine.h"
+#include "pagedattn/engine_detokenizer.h"
 #include "pagedattn/engine_runtime.h"
 #include "pagedattn/server.h"
 #include "pagedattn/server_text_front.h"

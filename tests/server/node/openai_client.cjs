@@ -2,7 +2,8 @@
 // installed at test set-up; its directory in OPENAI_MODULE_DIR). Usage:
 //   node openai_client.cjs <base url> <expected.json>
 // expected.json (written by the C++ test from its greedy reference): {"model", "chat_prompt",
-// "chat_text", "completion_prompt", "completion_text", "max_tokens"}. Every check that fails is
+// "chat_text", "completion_prompt", "completion_text", "max_tokens"} and optionally
+// "chat_token_bytes" / "chat_token_strings" (each chat token's logprobs bytes and token). Every check that fails is
 // printed; the exit code is the number of failures (0: all passed).
 'use strict';
 const fs = require('fs');
@@ -35,6 +36,27 @@ async function main() {
         [chat.choices[0].message.content, expected.chat_text]);
   check(chat.choices[0].finish_reason === 'length', 'chat finish', chat.choices[0].finish_reason);
   check(chat.usage.completion_tokens === expected.max_tokens, 'chat usage', chat.usage);
+
+  // Logprobs: `bytes` are each token's raw bytes (a byte token >= 0x80 is part of a character),
+  // `token` their text or, when not UTF-8, "bytes:\xNN".
+  const scored = await client.chat.completions.create({
+    ...common, messages: [{ role: 'user', content: expected.chat_prompt }], logprobs: true,
+    top_logprobs: 2 });
+  const content = scored.choices[0].logprobs.content;
+  check(content.length === expected.max_tokens, 'logprobs count', content.length);
+  check(content.every((item) => Array.isArray(item.bytes) && typeof item.token === 'string' &&
+                                item.top_logprobs.length === 2 &&
+                                item.top_logprobs[0].logprob === item.logprob),
+        'logprobs: bytes, token, two alternatives, the chosen token first');
+  if (expected.chat_token_bytes) {
+    check(JSON.stringify(content.map((item) => item.bytes)) ===
+          JSON.stringify(expected.chat_token_bytes), 'logprobs bytes',
+          content.map((item) => item.bytes));
+    check(JSON.stringify(content.map((item) => item.token)) ===
+          JSON.stringify(expected.chat_token_strings), 'logprobs tokens',
+          content.map((item) => item.token));
+  }
+  check(scored.choices[0].message.content === expected.chat_text, 'logprobs text');
 
   const stream = await client.chat.completions.create({
     ...common, messages: [{ role: 'user', content: expected.chat_prompt }], stream: true,

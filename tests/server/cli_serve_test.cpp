@@ -1,0 +1,96 @@
+// `pagedattn serve` itself, as a user starts it on a fresh machine: the built binary with no
+// --model (the embedded models/austen-3m on the CPU, its real tokenizer and chat template) on a
+// free port, driven over loopback with the tests' HTTP client, then stopped with SIGTERM. It
+// must answer /v1/models, a chat completion with logprobs (whose tokens' raw bytes, joined,
+// are the message's text: the real tokenizer's token_bytes through the server), a streamed
+// completion equal to the same request unstreamed (greedy), log a line per request, and exit 0
+// reporting every KV page free. Skipped when the binary was not built.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <regex>
+
+#include "server/http_client.h"
+#include "server/serve_process.h"
+#include "server/server_support.h"
+#include "tools/cli_util.h"
+
+namespace pagedattn::server::testing {
+namespace {
+
+TEST(CliServe, EmbeddedModelAnswersAndStopsCleanlyOnSigterm) {
+  if (!std::filesystem::exists(pagedattn::testing::cli_path())) {
+    GTEST_SKIP() << "pagedattn binary not built at " << pagedattn::testing::cli_path();
+  }
+  ServeProcess serve({"serve", "--port", "0", "--max-connections", "16", "--grace", "5"});
+  const int port = serve.wait_for_port(std::chrono::seconds(120));
+  ASSERT_GT(port, 0) << serve.output();
+
+  HttpResponse response = http_request(port, "GET", "/v1/models");
+  ASSERT_EQ(response.status, 200) << response.body;
+  const std::string model = Json::parse(response.body)["data"][0]["id"];
+  EXPECT_EQ(model, "austen-3m");
+
+  // Chat with logprobs. ignore_eos, so that every sampled token is in the text unless it is one
+  // of the model's special tokens (which the text leaves out and logprobs keep).
+  const Json chat = {
+      {"model", model},     {"messages", {{{"role", "user"}, {"content", "Who is Mr. Darcy?"}}}},
+      {"temperature", 0},   {"max_tokens", 24},
+      {"ignore_eos", true}, {"logprobs", true},
+      {"top_logprobs", 3}};
+  response = http_request(port, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(response.status, 200) << response.body;
+  Json body = Json::parse(response.body);
+  const std::string content = body["choices"][0]["message"]["content"];
+  EXPECT_EQ(body["usage"]["completion_tokens"], 24);
+  const Json& logprobs = body["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(logprobs.size(), 24u);
+  std::string joined;
+  for (const Json& item : logprobs) {
+    std::string bytes;
+    for (const Json& byte : item["bytes"]) bytes += static_cast<char>(byte.get<int>());
+    const std::string token = item["token"];
+    if (token == "<|endoftext|>" || token == "<|user|>" || token == "<|assistant|>") continue;
+    joined += bytes;
+    // `token` is the bytes when they are UTF-8, else spelled "bytes:...".
+    if (token.rfind("bytes:", 0) != 0) {
+      EXPECT_EQ(token, bytes);
+    }
+    EXPECT_EQ(item["top_logprobs"].size(), 3u);
+    EXPECT_EQ(item["top_logprobs"][0]["logprob"], item["logprob"]);  // greedy: the best
+  }
+  EXPECT_EQ(joined, content);
+
+  // A streamed completion equals the same request unstreamed (greedy).
+  Json completion = {{"model", model},
+                     {"prompt", "It is a truth universally acknowledged"},
+                     {"temperature", 0},
+                     {"max_tokens", 16},
+                     {"ignore_eos", true}};
+  response = http_request(port, "POST", "/v1/completions", completion.dump());
+  ASSERT_EQ(response.status, 200) << response.body;
+  const std::string unstreamed = Json::parse(response.body)["choices"][0]["text"];
+  completion["stream"] = true;
+  const StreamResult stream = stream_request(port, "/v1/completions", completion.dump());
+  ASSERT_EQ(stream.status, 200) << stream.failure;
+  ASSERT_FALSE(stream.events.empty());
+  EXPECT_EQ(stream.events.back(), "[DONE]");
+  std::string streamed;
+  for (size_t i = 0; i + 1 < stream.events.size(); ++i) {
+    streamed += Json::parse(stream.events[i])["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, unstreamed);
+  EXPECT_FALSE(unstreamed.empty());
+
+  EXPECT_EQ(serve.stop(SIGTERM, std::chrono::seconds(60)), 0) << serve.output();
+  const std::string output = serve.output();
+  EXPECT_NE(output.find("request chatcmpl-"), std::string::npos) << output;
+  const std::regex done("shutdown: done; (\\d+) of (\\d+) KV pages free");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(output, match, done)) << output;
+  EXPECT_EQ(match[1], match[2]) << output;
+}
+
+}  // namespace
+}  // namespace pagedattn::server::testing
