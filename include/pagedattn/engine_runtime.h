@@ -2,11 +2,12 @@
 // ModelRunner for the Engine, with the tokenizer's incremental decoder as the engine's
 // detokenizer and the directory's generation_config.json as default sampling parameters.
 //
-// ModelRuntime owns the memory-mapped checkpoint, the Model built over it and the KV pool whose
-// pages the engine's block tables index (one pool for all layers; allocation page size = the
-// engine's page size). forward() turns the engine's StepPlan into the model's Step: the
-// sequence's cached length is StepPlan's first_position, and only the sequences that want logits
-// get their last row through the final norm and lm_head.
+// ModelRuntime owns the memory-mapped checkpoint (or random weights in host memory: random()), the
+// Model built over it and the KV pool whose pages the engine's block tables index (one pool for
+// all layers; allocation page size = the engine's page size). forward() turns the engine's
+// StepPlan into the model's Step: the sequence's cached length is StepPlan's first_position, and
+// only the sequences that want logits (RequestStep::wants_logits) get their last row through the
+// final norm and lm_head.
 #pragma once
 
 #include <cstdint>
@@ -39,12 +40,18 @@ class ModelRuntime final : public ModelRunner {
   // Opens DIR (config.json + safetensors). Throws Error naming the file and the problem.
   static std::unique_ptr<ModelRuntime> open(const std::filesystem::path& directory,
                                             const RuntimeOptions& options = {});
+  // A model of `config` with random bf16 weights made in host memory (model::random_weights; no
+  // checkpoint, no tokenizer: token ids in, token ids out), e.g. a named shape of
+  // model::model_shape() for the throughput benchmark. Throws Error as open() does.
+  static std::unique_ptr<ModelRuntime> random(const model::ModelConfig& config, uint64_t seed,
+                                              const RuntimeOptions& options = {});
   ~ModelRuntime() override;
 
   int32_t vocab_size() const override;
   void forward(const StepPlan& plan, std::span<float> logits) override;
 
   const model::ModelConfig& config() const;
+  const model::Model& model() const;
   const model::KvPool& pool() const;
   int64_t weight_bytes() const;
   // An EngineConfig for this model: the pool's pages and page size, the model length, the EOS
