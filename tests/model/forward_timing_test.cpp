@@ -10,52 +10,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <map>
-#include <random>
 #include <sstream>
 
-#include "common/test_util.h"
 #include "model/model_fixture.h"
 #include "pagedattn/checkpoint.h"
 #include "pagedattn/linear.h"
+#include "pagedattn/model_random.h"
 
 namespace pagedattn::model {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Random bf16 weights for every tensor `config` expects (norm weights near 1, the rest small).
-struct RandomWeights {
-  std::vector<HostTensor> storage;
-  std::map<std::string, size_t> index;
-  ModelWeights weights;
-
-  explicit RandomWeights(const ModelConfig& config) {
-    std::mt19937_64 rng(1);
-    NamedTensorSource source;
-    for (const ExpectedTensor& t : expected_tensors(config)) {
-      HostTensor tensor(DType::kBF16, {});
-      std::vector<int64_t> shape = t.shape;
-      if (shape.size() == 1) tensor = HostTensor(DType::kBF16, {shape[0]});
-      if (shape.size() == 2) tensor = HostTensor(DType::kBF16, {shape[0], shape[1]});
-      if (shape.size() == 3) tensor = HostTensor(DType::kBF16, {shape[0], shape[1], shape[2]});
-      const bool norm = t.name.find("norm") != std::string::npos;
-      const float scale = norm ? 0.1f : 1.0f / std::sqrt(static_cast<float>(shape.back()));
-      pagedattn::testing::fill_uniform(tensor.view(), rng, (norm ? 1.0f : 0.0f) - scale,
-                                       (norm ? 1.0f : 0.0f) + scale);
-      index[t.name] = storage.size();
-      source.names.push_back(t.name);
-      storage.push_back(std::move(tensor));
-    }
-    source.find = [this](std::string_view name) {
-      const auto it = index.find(std::string(name));
-      return it == index.end() ? TensorView{} : storage[it->second].view();
-    };
-    source.where = [](std::string_view) { return std::string("random"); };
-    source.label = "random weights";
-    weights = bind_model_weights(config, source);
-  }
-};
 
 double median_ms(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -72,11 +37,11 @@ void time_config(const std::string& file, int64_t full_layers_hint, ops::WeightM
   const char* env = std::getenv("PAGEDATTN_TIMING_LAYERS");
   config.num_hidden_layers =
       std::min<int64_t>(full_layers, env ? std::atoll(env) : full_layers_hint);
-  const RandomWeights random(config);
+  const RandomWeights random = random_weights(config, 1);
   ModelOptions options;
   options.max_positions = 4096;
   options.weight_mode = mode;
-  Model model(config, random.weights, options);
+  Model model(config, random.weights(), options);
   for (int batch : {1, 16}) {
     const int context = 512;
     KvPoolConfig pool_config;

@@ -251,6 +251,22 @@ TEST(ThroughputRoofline, DeepseekV2LiteExpertsTouched) {
   EXPECT_NEAR(big_experts, 64 * 26 * 2 * expert, 1e-6 * big_experts);
 }
 
+TEST(ThroughputRoofline, TotalIsTheSumOfEachStepsFloor) {
+  const ModelCost cost = model_cost(model::model_shape("qwen3-0.6b"), 2.0, DType::kBF16);
+  // A decode step of 4 short sequences (memory-bound at any sane ratio) and a 2048-token prefill
+  // (compute-bound), against 100 GB/s and 1 TFLOP/s.
+  const std::vector<StepShape> steps = {shape_of(make_plan({10, 20, 30, 40}, {})),
+                                        shape_of(make_plan({}, {{0, 2048, true}}))};
+  const RooflineTotal total = roofline_total(cost, steps, 100e9, 1e12);
+  const StepCost decode = step_cost(cost, steps[0]), prefill = step_cost(cost, steps[1]);
+  ASSERT_GT(decode.bytes / 100e9, decode.flops / 1e12);
+  ASSERT_LT(prefill.bytes / 100e9, prefill.flops / 1e12);
+  EXPECT_EQ(total.memory_bound_steps, 1);
+  EXPECT_DOUBLE_EQ(total.memory_s, decode.bytes / 100e9);
+  EXPECT_DOUBLE_EQ(total.compute_s, prefill.flops / 1e12);
+  EXPECT_DOUBLE_EQ(total.seconds, decode.bytes / 100e9 + prefill.flops / 1e12);
+}
+
 using Cli = pagedattn::testing::CliTest;
 
 TEST_F(Cli, BenchThroughputRunsTheTinyShape) {

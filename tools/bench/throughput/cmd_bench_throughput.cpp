@@ -4,18 +4,18 @@
 // engine (engine::Engine over ModelRuntime), on a checkpoint (--model DIR) or a random-weight
 // model of a named shape built in memory (--shape tiny|qwen3-0.6b|deepseek-v2-lite).
 //
-// Every request is queued at once, then the engine steps until all have finished, a progress line
-// on a terminal. Per step: the wall time of Engine::step and, inside it, the model's forward
-// (a ModelRunner wrapper); host time = step - forward (scheduling, plan building, sampling, stop
-// checks, events). Beside the figures, the roofline of the same run (roofline.h): each step's
-// floor max(bytes / read ceiling, FLOPs / GEMM ceiling), summed over the run's actual steps, with
-// both ceilings measured in this command on the same threads (the read ceiling of the attention
-// benchmarks, cpu_ceiling.h; the library's own f32 GEMM path, ops::Linear, on a large product).
-// Every request must come back with exactly its output length: anything else is an error.
+// This file: the options, the set-up (KV pool sized for every request at once unless told, the
+// engine's limits), the ceilings, the report (a table, then the step split, the host time and the
+// roofline spelled out) and the JSON that scripts/bench-tables turns into bench/RESULTS.md's
+// throughput table. The run itself (all requests queued, Engine::step until done, each step and
+// its forward timed, every output checked for its length) is run.cpp; the roofline (each step's
+// floor max(bytes / read ceiling, FLOPs / GEMM ceiling), summed over the run's own steps, both
+// ceilings measured in this command on the same threads) is roofline.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -30,6 +30,7 @@
 #include "pagedattn/model_random.h"
 #include "tools/bench/cpu_ceiling.h"
 #include "tools/bench/throughput/roofline.h"
+#include "tools/bench/throughput/run.h"
 #include "tools/bench/throughput/workload.h"
 #include "tools/cli/command.h"
 #include "tools/cli/report.h"
@@ -65,30 +66,6 @@ struct ThroughputOptions {
   std::vector<std::string> metadata;
 };
 
-// One engine step as measured: the plan's shape, the forward's time, the whole step's time.
-struct StepRecord {
-  StepShape shape;
-  double forward_s = 0;
-  double step_s = 0;
-};
-
-// The runtime under the engine, timed: records each step's shape and forward time.
-class TimedRunner final : public engine::ModelRunner {
- public:
-  explicit TimedRunner(engine::ModelRunner& inner) : inner_(inner) {}
-  int32_t vocab_size() const override { return inner_.vocab_size(); }
-  void forward(const engine::StepPlan& plan, std::span<float> logits) override {
-    const auto start = Clock::now();
-    inner_.forward(plan, logits);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    records.push_back({shape_of(plan), seconds, 0});
-  }
-  std::vector<StepRecord> records;
-
- private:
-  engine::ModelRunner& inner_;
-};
-
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -113,36 +90,6 @@ fs::path workload_path(const ThroughputOptions& options) {
       fmt::format("the workload is not at {} nor at ./bench/workloads/nano-vllm-offline.json: pass "
                   "--workload FILE",
                   PAGEDATTN_DEFAULT_WORKLOAD));
-}
-
-// The library's f32 GEMM path (ops::Linear over f32 weights, OpenMP tiles of single-threaded
-// OpenBLAS calls) on a product large enough to run at the BLAS's best: the compute ceiling.
-struct GemmCeiling {
-  double gflops = 0;
-  int64_t m = 512, n = 2048, k = 2048;
-};
-GemmCeiling measure_gemm_ceiling(double min_time) {
-  GemmCeiling ceiling;
-  std::vector<float> w(static_cast<size_t>(ceiling.n * ceiling.k), 0.01f);
-  std::vector<float> x(static_cast<size_t>(ceiling.m * ceiling.k), 0.5f);
-  std::vector<float> y(static_cast<size_t>(ceiling.m * ceiling.n));
-  const std::vector<ops::LinearPart> parts = {
-      {TensorView::contiguous(w.data(), DType::kF32, {ceiling.n, ceiling.k}), {}}};
-  const ops::Linear linear("gemm ceiling", parts);
-  const TensorView xv = TensorView::contiguous(x.data(), DType::kF32, {ceiling.m, ceiling.k});
-  const TensorView yv = TensorView::contiguous(y.data(), DType::kF32, {ceiling.m, ceiling.n});
-  TimingOptions timing;
-  timing.min_sample_seconds = 0;
-  timing.min_total_seconds = min_time;
-  timing.min_samples = 7;
-  const double ns = median_ns_per_call(
-      [&] {
-        linear.forward(xv, yv);
-        keep(y.data());
-      },
-      timing);
-  ceiling.gflops = 2.0 * static_cast<double>(ceiling.m * ceiling.n * ceiling.k) / ns;
-  return ceiling;
 }
 
 std::unique_ptr<engine::ModelRuntime> open_runtime(const ThroughputOptions& options,
@@ -272,95 +219,31 @@ void run_bench_throughput(const ThroughputOptions& options) {
       "threads)\n",
       gemm.gflops, gemm.m, gemm.k, gemm.n, ops::num_threads());
 
-  engine::SamplingParams params;
-  params.temperature = options.temperature;
-  params.ignore_eos = true;
-  std::vector<engine::Engine::Handle> handles;
-  handles.reserve(static_cast<size_t>(num_requests));
-  for (int64_t r = 0; r < num_requests; ++r) {
-    params.max_tokens = requests.output_lens[static_cast<size_t>(r)];
-    try {
-      engine::validate(params,
-                       static_cast<int64_t>(requests.prompts[static_cast<size_t>(r)].size()),
-                       engine.limits());
-    } catch (const Error& error) {
-      throw Error(fmt::format("bench throughput: request {}: {}", r, error.what()));
-    }
-    handles.push_back(
-        engine.add_request(std::move(requests.prompts[static_cast<size_t>(r)]), params));
-  }
-
-  Progress progress(num_requests, stderr_is_terminal());
-  int64_t finished = 0;
-  const auto start = Clock::now();
-  while (engine.has_work()) {
-    const auto step_start = Clock::now();
-    const size_t before = runner.records.size();
-    engine.step();
-    const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
-    if (runner.records.size() > before) runner.records.back().step_s = step_s;
-    const engine::EngineStats stats = engine.stats();
-    for (; finished < stats.num_finished; ++finished) {
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      progress.step(fmt::format("requests done, step {}, {:.0f} output tok/s", stats.num_steps,
-                                static_cast<double>(stats.num_generated_tokens) / elapsed));
-    }
-  }
-  const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  std::fflush(stdout);  // the set-up lines before a long run, also into a log
+  const RunResult run = run_requests(engine, runner, std::move(requests), options.temperature);
   const CpuReadCeiling read_after =
       measure_cpu_read_ceiling(options.ceiling_time, options.ceiling_mib << 20);
 
-  // Every request back with exactly its output length.
-  int64_t prompt_tokens = 0, output_tokens = 0;
-  for (int64_t r = 0; r < num_requests; ++r) {
-    int64_t tokens = 0, prompt = 0;
-    engine::FinishReason reason = engine::FinishReason::kNone;
-    std::string error;
-    while (auto event = handles[static_cast<size_t>(r)].stream->try_pop()) {
-      if (!event->token_ids.empty() && tokens == 0) prompt = event->num_prompt_tokens;
-      tokens += static_cast<int64_t>(event->token_ids.size());
-      if (event->finished()) {
-        reason = event->finish_reason;
-        error = event->error;
-      }
-    }
-    PA_CHECK(reason == engine::FinishReason::kLength &&
-                 tokens == requests.output_lens[static_cast<size_t>(r)],
-             "bench throughput: request {} finished ({}) with {} of its {} output tokens{}", r,
-             engine::to_string(reason), tokens, requests.output_lens[static_cast<size_t>(r)],
-             error.empty() ? "" : ": " + error);
-    prompt_tokens += prompt;
-    output_tokens += tokens;
-  }
-  PA_CHECK(prompt_tokens == requests.prompt_tokens && output_tokens == requests.output_tokens,
-           "bench throughput: {} prompt / {} output tokens came back, the workload has {} / {}",
-           prompt_tokens, output_tokens, requests.prompt_tokens, requests.output_tokens);
-
   // Medians per step, and the roofline over the same steps.
-  const engine::EngineStats stats = engine.stats();
+  const engine::EngineStats& stats = run.stats;
   std::vector<double> host_ms, forward_ms, decode_ms, prefill_ms;
-  double roofline_s = 0, memory_s = 0, compute_s = 0;
-  int64_t memory_bound_steps = 0, decode_steps = 0;
-  const double read_bps = read_before.median_gbs * 1e9, flops_per_s = gemm.gflops * 1e9;
-  for (const StepRecord& record : runner.records) {
+  std::vector<StepShape> shapes;
+  int64_t decode_steps = 0;
+  for (const StepRecord& record : run.steps) {
     host_ms.push_back((record.step_s - record.forward_s) * 1e3);
     forward_ms.push_back(record.forward_s * 1e3);
     (record.shape.decode_only() ? decode_ms : prefill_ms).push_back(record.forward_s * 1e3);
     decode_steps += record.shape.decode_only() ? 1 : 0;
-    const StepCost step = step_cost(cost, record.shape);
-    const double memory = step.bytes / read_bps, compute = step.flops / flops_per_s;
-    roofline_s += std::max(memory, compute);
-    if (memory >= compute) {
-      ++memory_bound_steps;
-      memory_s += memory;
-    } else {
-      compute_s += compute;
-    }
+    shapes.push_back(record.shape);
   }
-  const int64_t steps = static_cast<int64_t>(runner.records.size());
+  const RooflineTotal roofline =
+      roofline_total(cost, shapes, read_before.median_gbs * 1e9, gemm.gflops * 1e9);
+  const int64_t steps = static_cast<int64_t>(run.steps.size());
+  const int64_t prompt_tokens = run.prompt_tokens, output_tokens = run.output_tokens;
+  const double wall_s = run.wall_s;
   const double output_tps = static_cast<double>(output_tokens) / wall_s;
   const double total_tps = static_cast<double>(prompt_tokens + output_tokens) / wall_s;
-  const double roofline_tps = static_cast<double>(output_tokens) / roofline_s;
+  const double roofline_tps = static_cast<double>(output_tokens) / roofline.seconds;
   const double ratio = output_tps / roofline_tps;
   const double host_total_s = wall_s - stats.forward_seconds;
 
@@ -384,6 +267,15 @@ void run_bench_throughput(const ThroughputOptions& options) {
       "sampling + stop checks + events {:.2f} s; host ms/step and forward ms/step are medians\n",
       host_total_s, wall_s, 100 * host_total_s / wall_s, stats.schedule_seconds,
       stats.sample_seconds);
+  // On a shared host the threads get less than wall x threads of CPU: the figures then understate
+  // the code (and say so here).
+  const double cpu_share = run.cpu_s / (wall_s * ops::num_threads());
+  fmt::print("CPU time of the process over the run: {:.1f} s = {:.0f}% of wall x {} threads{}\n",
+             run.cpu_s, 100 * cpu_share, ops::num_threads(),
+             cpu_share < 0.8
+                 ? " (WARNING: well below 100%: other load on the machine took the rest; the "
+                   "figures understate the code)"
+                 : "");
   fmt::print(
       "roofline: sum over the run's {} steps of max(bytes / {:.1f} GB/s, FLOPs / {:.1f} GFLOP/s) "
       "= {:.2f} s -> {:.1f} output tok/s; {} steps memory-bound ({:.2f} s), {} compute-bound "
@@ -392,8 +284,9 @@ void run_bench_throughput(const ThroughputOptions& options) {
       "scheduled sequence and its new KV; FLOPs: 2 x parameters per token, 2 x vocab x hidden per "
       "logits row, attention over each token's causal context. ratio = measured / roofline "
       "output tok/s.\n",
-      steps, read_before.median_gbs, gemm.gflops, roofline_s, roofline_tps, memory_bound_steps,
-      memory_s, steps - memory_bound_steps, compute_s, gb(cost.all_weight_bytes));
+      steps, read_before.median_gbs, gemm.gflops, roofline.seconds, roofline_tps,
+      roofline.memory_bound_steps, roofline.memory_s, steps - roofline.memory_bound_steps,
+      roofline.compute_s, gb(cost.all_weight_bytes));
   fmt::print("{}", ceiling_footer(read_before, read_after, 0.0));
 
   if (!options.json_path.empty()) {
@@ -415,15 +308,16 @@ void run_bench_throughput(const ThroughputOptions& options) {
                           {"decode_forward_ms_median", median(decode_ms)},
                           {"prefill_forward_ms_median", median(prefill_ms)},
                           {"host_s", host_total_s},
+                          {"cpu_s", run.cpu_s},
                           {"schedule_s", stats.schedule_seconds},
                           {"sample_s", stats.sample_seconds},
                           {"forward_s", stats.forward_seconds},
                           {"preemptions", stats.num_preemptions},
                           {"prefix_hit_tokens", stats.prefix_hit_tokens},
-                          {"roofline_s", roofline_s},
-                          {"roofline_memory_s", memory_s},
-                          {"roofline_compute_s", compute_s},
-                          {"memory_bound_steps", memory_bound_steps},
+                          {"roofline_s", roofline.seconds},
+                          {"roofline_memory_s", roofline.memory_s},
+                          {"roofline_compute_s", roofline.compute_s},
+                          {"memory_bound_steps", roofline.memory_bound_steps},
                           {"roofline_output_tok_s", roofline_tps},
                           {"ratio", ratio}};
     const nlohmann::json document = {

@@ -102,4 +102,21 @@ StepCost step_cost(const ModelCost& model, const StepShape& step) {
   return cost;
 }
 
+RooflineTotal roofline_total(const ModelCost& model, std::span<const StepShape> steps,
+                             double read_bytes_per_s, double flops_per_s) {
+  RooflineTotal total;
+  for (const StepShape& shape : steps) {
+    const StepCost cost = step_cost(model, shape);
+    const double memory = cost.bytes / read_bytes_per_s, compute = cost.flops / flops_per_s;
+    if (memory >= compute) {
+      ++total.memory_bound_steps;
+      total.memory_s += memory;
+    } else {
+      total.compute_s += compute;
+    }
+  }
+  total.seconds = total.memory_s + total.compute_s;
+  return total;
+}
+
 }  // namespace pagedattn::tools

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "pagedattn/dtype.h"
 #include "pagedattn/engine_model_runner.h"
@@ -60,5 +61,15 @@ struct StepCost {
   double flops = 0;
 };
 StepCost step_cost(const ModelCost& model, const StepShape& step);
+
+// The roofline of a run: the sum over its steps of max(bytes / read rate, flops / compute rate).
+struct RooflineTotal {
+  double seconds = 0;
+  double memory_s = 0;   // the part from memory-bound steps
+  double compute_s = 0;  // the part from compute-bound steps
+  int64_t memory_bound_steps = 0;
+};
+RooflineTotal roofline_total(const ModelCost& model, std::span<const StepShape> steps,
+                             double read_bytes_per_s, double flops_per_s);
 
 }  // namespace pagedattn::tools
