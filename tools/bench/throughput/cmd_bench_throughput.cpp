@@ -267,15 +267,18 @@ void run_bench_throughput(const ThroughputOptions& options) {
       "sampling + stop checks + events {:.2f} s; host ms/step and forward ms/step are medians\n",
       host_total_s, wall_s, 100 * host_total_s / wall_s, stats.schedule_seconds,
       stats.sample_seconds);
-  // On a shared host the threads get less than wall x threads of CPU: the figures then understate
-  // the code (and say so here).
-  const double cpu_share = run.cpu_s / (wall_s * ops::num_threads());
-  fmt::print("CPU time of the process over the run: {:.1f} s = {:.0f}% of wall x {} threads{}\n",
-             run.cpu_s, 100 * cpu_share, ops::num_threads(),
-             cpu_share < 0.8
-                 ? " (WARNING: well below 100%: other load on the machine took the rest; the "
-                   "figures understate the code)"
-                 : "");
+  // On a shared host other processes take cores from the run: then the figures understate the
+  // code, and the report says so.
+  fmt::print("CPU time over the run: this process {:.1f} s ({:.2f} of {} threads on average)",
+             run.cpu_s, run.cpu_s / wall_s, ops::num_threads());
+  if (run.other_cores >= 0) {
+    fmt::print(", other processes {:.2f} cores{}", run.other_cores,
+               run.other_cores > 0.1
+                   ? " (WARNING: a shared machine: the figures understate the code by up to as "
+                     "much)"
+                   : "");
+  }
+  fmt::print("\n");
   fmt::print(
       "roofline: sum over the run's {} steps of max(bytes / {:.1f} GB/s, FLOPs / {:.1f} GFLOP/s) "
       "= {:.2f} s -> {:.1f} output tok/s; {} steps memory-bound ({:.2f} s), {} compute-bound "
@@ -309,6 +312,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
                           {"prefill_forward_ms_median", median(prefill_ms)},
                           {"host_s", host_total_s},
                           {"cpu_s", run.cpu_s},
+                          {"other_cores", run.other_cores},
                           {"schedule_s", stats.schedule_seconds},
                           {"sample_s", stats.sample_seconds},
                           {"forward_s", stats.forward_seconds},

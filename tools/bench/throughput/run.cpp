@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <string>
 
 #include "core/check.h"
@@ -26,6 +28,20 @@ double process_cpu_seconds() {
   getrusage(RUSAGE_SELF, &usage);
   auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// Busy CPU seconds of the whole machine since boot (/proc/stat: all but idle and iowait); < 0 if
+// unreadable.
+double machine_busy_seconds() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (!(stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) ||
+      cpu != "cpu") {
+    return -1;
+  }
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return (user + nice + system + irq + softirq + steal) / ticks;
 }
 
 }  // namespace
@@ -62,6 +78,7 @@ RunResult run_requests(engine::Engine& engine, TimedRunner& runner, WorkloadRequ
   const int64_t log_every = std::max<int64_t>(1, n / 10);
   int64_t finished = 0;
   const double cpu_start = process_cpu_seconds();
+  const double busy_start = machine_busy_seconds();
   const auto start = Clock::now();
   while (engine.has_work()) {
     const auto step_start = Clock::now();
@@ -83,6 +100,10 @@ RunResult run_requests(engine::Engine& engine, TimedRunner& runner, WorkloadRequ
   RunResult result;
   result.wall_s = seconds_since(start);
   result.cpu_s = process_cpu_seconds() - cpu_start;
+  const double busy_end = machine_busy_seconds();
+  if (busy_start >= 0 && busy_end >= 0) {
+    result.other_cores = std::max(0.0, busy_end - busy_start - result.cpu_s) / result.wall_s;
+  }
   result.stats = engine.stats();
   result.steps = std::move(runner.records);
 

@@ -35,7 +35,10 @@ class TimedRunner final : public engine::ModelRunner {
 
 struct RunResult {
   double wall_s = 0;
-  double cpu_s = 0;           // the process's user + system CPU time over the run (getrusage)
+  double cpu_s = 0;  // the process's user + system CPU time over the run (getrusage)
+  // CPU time of every other process over the run (/proc/stat's busy time less cpu_s), in cores:
+  // > 0.1 says the machine was shared and the figures understate the code; < 0 if unknown.
+  double other_cores = -1;
   int64_t prompt_tokens = 0;  // as the engine reported them back
   int64_t output_tokens = 0;
   std::vector<StepRecord> steps;
