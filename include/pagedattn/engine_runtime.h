@@ -3,11 +3,12 @@
 // parameters. The tokenizer's incremental decoder as the engine's detokenizer:
 // engine_detokenizer.h.
 //
-// ModelRuntime owns the memory-mapped checkpoint, the Model built over it and the KV pool whose
-// pages the engine's block tables index (one pool for all layers; allocation page size = the
-// engine's page size). forward() turns the engine's StepPlan into the model's Step: the
-// sequence's cached length is StepPlan's first_position, and only the sequences that want logits
-// get their last row through the final norm and lm_head.
+// ModelRuntime owns the memory-mapped checkpoint (or random weights in host memory: random()), the
+// Model built over it and the KV pool whose pages the engine's block tables index (one pool for
+// all layers; allocation page size = the engine's page size). forward() turns the engine's
+// StepPlan into the model's Step: the sequence's cached length is StepPlan's first_position, and
+// only the sequences that want logits (RequestStep::wants_logits) get their last row through the
+// final norm and lm_head.
 #pragma once
 
 #include <cstdint>
@@ -42,12 +43,18 @@ class ModelRuntime final : public ModelRunner {
   // Opens DIR (config.json + safetensors). Throws Error naming the file and the problem.
   static std::unique_ptr<ModelRuntime> open(const std::filesystem::path& directory,
                                             const RuntimeOptions& options = {});
+  // A model of `config` with random bf16 weights made in host memory (model::random_weights; no
+  // checkpoint, no tokenizer: token ids in, token ids out), e.g. a named shape of
+  // model::model_shape() for the throughput benchmark. Throws Error as open() does.
+  static std::unique_ptr<ModelRuntime> random(const model::ModelConfig& config, uint64_t seed,
+                                              const RuntimeOptions& options = {});
   ~ModelRuntime() override;
 
   int32_t vocab_size() const override;
   void forward(const StepPlan& plan, std::span<float> logits) override;
 
   const model::ModelConfig& config() const;
+  const model::Model& model() const;
   const model::KvPool& pool() const;
   Device device() const;            // the model's (and the pool's)
   int64_t max_step_tokens() const;  // Model::max_step_tokens (0: no bound)

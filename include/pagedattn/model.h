@@ -8,7 +8,8 @@
 // then runs every decoder layer: pre-norm (fused with the residual add), attention through the
 // Backend exactly as an engine calls it (new K/V or latent stored with store_kv / store_latent,
 // then run_decode when every request has one new token, else run_prefill; MLA: run_mla), post-
-// norm, MLP or MoE; the final norm and lm_head run only on the rows asked for.
+// norm, MLP or MoE; the final norm and lm_head run only on the rows asked for (the last row, or
+// every row, of each request whose wants_logits is set).
 //
 // Families differ only in their layer recipe (layers.h): Llama (no biases), Qwen2 (q/k/v biases),
 // Qwen3 (per-head q_norm / k_norm before RoPE), DeepSeek-V2/V3 (MLA with the 576-wide latent
@@ -97,6 +98,10 @@ struct RequestStep {
                                          // cached_len + i of the sequence (its KV slot)
   std::span<const int32_t> positions;    // RoPE positions of the new tokens; empty: cached_len + i
   std::span<const int32_t> block_table;  // allocation pages, >= ceil((cached + new) / alloc)
+  // false: no logits row for this request (an engine's prefill chunk that does not reach the end
+  // of the prompt); its rows skip the final norm and lm_head, whose cost at a large vocabulary is
+  // that of a few layers.
+  bool wants_logits = true;
 };
 
 enum class LogitsRows : uint8_t { kLastOfEachRequest, kAll };
@@ -106,8 +111,8 @@ struct Step {
   LogitsRows rows = LogitsRows::kLastOfEachRequest;
 };
 
-// logits [rows, vocab] row-major, f32: one row per request (kLastOfEachRequest) or one per new
-// token in request order (kAll).
+// logits [rows, vocab] row-major, f32, over the requests that want logits only, in request order:
+// one row per such request (kLastOfEachRequest) or one per new token of it (kAll). rows may be 0.
 struct Logits {
   int64_t rows = 0;
   int64_t vocab = 0;

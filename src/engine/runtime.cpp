@@ -9,14 +9,28 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/check.h"
 #include "pagedattn/checkpoint.h"
+#include "pagedattn/model_random.h"
 
 namespace pagedattn::engine {
 
 struct ModelRuntime::State {
-  model::Checkpoint checkpoint;
+  State(std::optional<model::Checkpoint> checkpoint_, std::optional<model::RandomWeights> random_,
+        int64_t weight_bytes_, model::Model model_, model::KvPool pool_,
+        std::vector<int32_t> extra_eos_)
+      : checkpoint(std::move(checkpoint_)),
+        random(std::move(random_)),
+        weight_bytes(weight_bytes_),
+        model(std::move(model_)),
+        pool(std::move(pool_)),
+        extra_eos(std::move(extra_eos_)) {}
+  // What the model's weight views point into (declared before the model: destroyed after it).
+  std::optional<model::Checkpoint> checkpoint;  // open(): the memory-mapped files
+  std::optional<model::RandomWeights> random;   // random(): host buffers
+  int64_t weight_bytes = 0;
   model::Model model;
   model::KvPool pool;
   std::vector<int32_t> extra_eos;  // generation_config.json's eos_token_id
@@ -80,33 +94,55 @@ int64_t pool_pages(const model::ModelConfig& config, const model::Model& model,
 ModelRuntime::ModelRuntime(std::unique_ptr<State> state) : state_(std::move(state)) {}
 ModelRuntime::~ModelRuntime() = default;
 
+namespace {
+
+model::KvPool make_pool(const model::Model& model, const RuntimeOptions& options) {
+  model::KvPoolConfig pool;
+  pool.alloc_page_size = options.page_size;
+  pool.page_size = options.attention_page_size;
+  pool.dtype = options.kv_dtype;
+  pool.num_pages = pool_pages(model.config(), model, options);
+  return model.make_kv_pool(pool);
+}
+
+}  // namespace
+
 std::unique_ptr<ModelRuntime> ModelRuntime::open(const std::filesystem::path& directory,
                                                  const RuntimeOptions& options) {
   PA_CHECK(options.page_size >= 1, "page_size {} (expected >= 1)", options.page_size);
   model::Checkpoint checkpoint = model::Checkpoint::open(directory);
   model::Model model(checkpoint.config(), checkpoint.weights(), options.model);
-  model::KvPoolConfig pool;
-  pool.alloc_page_size = options.page_size;
-  pool.page_size = options.attention_page_size;
-  pool.dtype = options.kv_dtype;
-  pool.num_pages = pool_pages(checkpoint.config(), model, options);
-  model::KvPool kv_pool = model.make_kv_pool(pool);
+  model::KvPool kv_pool = make_pool(model, options);
   std::vector<int32_t> extra_eos;
   if (auto generation = read_json_file(directory / "generation_config.json");
       generation && generation->contains("eos_token_id")) {
     extra_eos = token_ids((*generation)["eos_token_id"],
                           (directory / "generation_config.json").string() + ": eos_token_id");
   }
-  return std::unique_ptr<ModelRuntime>(new ModelRuntime(std::make_unique<State>(
-      State{std::move(checkpoint), std::move(model), std::move(kv_pool), std::move(extra_eos), {}})));
+  const int64_t weight_bytes = checkpoint.weight_bytes();
+  auto state = std::make_unique<State>(std::move(checkpoint), std::nullopt, weight_bytes,
+                                       std::move(model), std::move(kv_pool), std::move(extra_eos));
+  return std::unique_ptr<ModelRuntime>(new ModelRuntime(std::move(state)));
 }
 
-int32_t ModelRuntime::vocab_size() const {
-  return static_cast<int32_t>(state_->checkpoint.config().vocab_size);
+std::unique_ptr<ModelRuntime> ModelRuntime::random(const model::ModelConfig& config, uint64_t seed,
+                                                   const RuntimeOptions& options) {
+  PA_CHECK(options.page_size >= 1, "page_size {} (expected >= 1)", options.page_size);
+  model::RandomWeights weights = model::random_weights(config, seed);
+  model::Model model(config, weights.weights(), options.model);
+  model::KvPool kv_pool = make_pool(model, options);
+  const int64_t weight_bytes = weights.bytes();
+  auto state =
+      std::make_unique<State>(std::nullopt, std::move(weights), weight_bytes, std::move(model),
+                              std::move(kv_pool), std::vector<int32_t>{});
+  return std::unique_ptr<ModelRuntime>(new ModelRuntime(std::move(state)));
 }
-const model::ModelConfig& ModelRuntime::config() const { return state_->checkpoint.config(); }
+
+int32_t ModelRuntime::vocab_size() const { return static_cast<int32_t>(config().vocab_size); }
+const model::ModelConfig& ModelRuntime::config() const { return state_->model.config(); }
+const model::Model& ModelRuntime::model() const { return state_->model; }
 const model::KvPool& ModelRuntime::pool() const { return state_->pool; }
-int64_t ModelRuntime::weight_bytes() const { return state_->checkpoint.weight_bytes(); }
+int64_t ModelRuntime::weight_bytes() const { return state_->weight_bytes; }
 Device ModelRuntime::device() const { return state_->model.device(); }
 int64_t ModelRuntime::max_step_tokens() const { return state_->model.max_step_tokens(); }
 
@@ -151,19 +187,19 @@ void ModelRuntime::forward(const StepPlan& plan, std::span<float> logits) {
     request.tokens = sequence.token_ids;
     request.cached_len = static_cast<int32_t>(sequence.first_position);
     request.block_table = sequence.block_table;
+    PA_CHECK(sequence.num_logit_rows == 0 || sequence.num_logit_rows == 1,
+             "forward: sequence {} wants {} logit rows (expected 0 or 1)", sequence.sequence,
+             sequence.num_logit_rows);
+    request.wants_logits = sequence.num_logit_rows > 0;
     step.requests.push_back(request);
   }
   const model::Logits out = state_->model.forward(step, state_->pool);
-  // One row per sequence came back; keep those of the sequences that want logits, in order.
-  int64_t row = 0;
-  for (size_t i = 0; i < plan.sequences.size(); ++i) {
-    if (plan.sequences[i].num_logit_rows == 0) continue;
-    const std::span<const float> source = out.row(static_cast<int64_t>(i));
-    std::copy(source.begin(), source.end(), logits.begin() + row * vocab);
-    ++row;
-  }
-  PA_CHECK(row == plan.num_logit_rows, "forward: {} logit rows wanted, the plan lists {}",
-           plan.num_logit_rows, row);
+  // Only the sequences that want logits had their last row through the final norm and lm_head:
+  // out holds exactly the plan's logit rows, in plan order.
+  PA_CHECK(out.rows == plan.num_logit_rows && out.vocab == vocab,
+           "forward: {} logit rows of {} came back, the plan wants {} of {}", out.rows, out.vocab,
+           plan.num_logit_rows, vocab);
+  std::copy(out.values.begin(), out.values.end(), logits.begin());
 }
 
 void apply_generation_config(const std::filesystem::path& directory, SamplingParams& params) {

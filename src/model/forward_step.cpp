@@ -187,6 +187,10 @@ const std::vector<int64_t>& StepPlanner::logit_rows(const Step& step) {
   int64_t start = 0;
   for (const RequestStep& req : step.requests) {
     const int64_t n = static_cast<int64_t>(req.tokens.size());
+    if (!req.wants_logits) {
+      start += n;
+      continue;
+    }
     if (step.rows == LogitsRows::kAll) {
       for (int64_t i = 0; i < n; ++i) rows_.push_back(start + i);
     } else {

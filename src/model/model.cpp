@@ -2,8 +2,9 @@
 //
 // forward: validate the step and derive each new token's position and KV slot (forward_step.cpp),
 // plan the attention once (planner + Backend::plan), embed, run the decoder layers (pre-norm fused
-// with the residual add), then the final norm and lm_head on the rows asked for only. This file is
-// the CPU model and the choice of device; a CUDA model is src/model/cuda/'s CudaModel.
+// with the residual add), then the final norm and lm_head on the rows asked for only (those of the
+// requests that want logits). This file is the CPU model and the choice of device; a CUDA model is
+// src/model/cuda/'s CudaModel.
 #include <fmt/format.h>
 
 #include "core/check.h"
@@ -176,6 +177,10 @@ Logits Model::forward(const Step& step, KvPool& pool) {
   // The rows asked for: residual + last MLP output, final norm, lm_head.
   const std::vector<int64_t>& rows = m.planner.logit_rows(step);
   const int64_t n = static_cast<int64_t>(rows.size());
+  Logits logits;
+  logits.rows = n;
+  logits.vocab = m.lm_head.out_features();
+  if (n == 0) return logits;  // no request wants logits (prefill chunks only)
   float* last_residual = m.last_residual.get(n * hidden);
   float* last_branch = m.last_branch.get(n * hidden);
   for (int64_t r = 0; r < n; ++r) {
@@ -186,9 +191,6 @@ Logits Model::forward(const Step& step, KvPool& pool) {
   float* last_hidden = m.last_hidden.get(n * hidden);
   ops::add_rms_norm(f32_view(last_residual, {n, hidden}), f32_view(last_branch, {n, hidden}),
                     m.final_norm, eps, f32_view(last_hidden, {n, hidden}));
-  Logits logits;
-  logits.rows = n;
-  logits.vocab = m.lm_head.out_features();
   logits.values.resize(static_cast<size_t>(n * logits.vocab));
   m.lm_head.forward(f32_view(last_hidden, {n, hidden}),
                     f32_view(logits.values.data(), {n, logits.vocab}));

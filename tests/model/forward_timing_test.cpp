@@ -10,18 +10,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <map>
-#include <random>
 #include <sstream>
 
-#include "common/test_util.h"
 #include "model/model_fixture.h"
 #include "pagedattn/checkpoint.h"
 #include "pagedattn/linear.h"
+#include "pagedattn/model_random.h"
 
 namespace pagedattn::model {
 namespace {
-
 
 double median_ms(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -34,12 +31,12 @@ void time_config(const std::string& file, int64_t full_layers_hint, ops::WeightM
   const char* env = std::getenv("PAGEDATTN_TIMING_LAYERS");
   config.num_hidden_layers =
       std::min<int64_t>(full_layers, env ? std::atoll(env) : full_layers_hint);
-  const testing::RandomWeights random(config);
+  const RandomWeights random = random_weights(config, 1);
   ModelOptions options;
   options.device = "cpu";
   options.max_positions = 4096;
   options.weight_mode = mode;
-  Model model(config, random.weights, options);
+  Model model(config, random.weights(), options);
   for (int batch : {1, 16}) {
     const int context = 512;
     KvPoolConfig pool_config;

@@ -4,7 +4,8 @@
 Every cell of every table written from the committed JSON (bench/current/) is checked against
 the JSON itself, recomputed here (figure, ceiling, ratio, page-size ratio, target from
 bench/targets.json, met); small made-up documents check the corner cases (no target, a missing
-page size, the CPU table, a target at most); --update replaces only the marked blocks and fails on
+page size, the CPU table, a target at most, the throughput table's target on the whole workload
+only and its commit from the run's metadata); --update replaces only the marked blocks and fails on
 a missing one; and bench/RESULTS.md holds exactly what the writer makes of bench/current/, so
 refreshing it is one command. Run by ctest (test bench_tables) or directly.
 """
@@ -50,7 +51,7 @@ def tables_by_header(rows):
     """Splits a block's rows into tables: each starts at a row whose first cell is a header."""
     tables, current = [], None
     for row in rows:
-        if row[0] in ("B x kv_len", "row", "H", "form", "layout"):
+        if row[0] in ("B x kv_len", "row", "H", "form", "layout", "device"):
             current = {"header": row, "rows": []}
             tables.append(current)
         else:
@@ -74,7 +75,7 @@ class CommittedJson(unittest.TestCase):
         cls.blocks = blocks(cls.text)
 
     def test_every_family_with_json_has_a_table(self):
-        self.assertEqual(set(self.blocks), {"decode", "prefill", "mla", "planner"})
+        self.assertEqual(set(self.blocks), {"decode", "prefill", "mla", "planner", "throughput"})
 
     def test_decode_rows(self):
         doc = load("decode.json")
@@ -149,6 +150,39 @@ class CommittedJson(unittest.TestCase):
             self.assertEqual(ratios[column - 2], r2(r["host_us"] / r["gpu_us"]))
         self.assertEqual(len(rows) * 3, len(doc["rows"]))
 
+    def test_throughput_rows(self):
+        names = sorted(n for n in os.listdir(CURRENT) if n.startswith("throughput"))
+        self.assertTrue(names)
+        rows = tables_by_header(self.blocks["throughput"])[0]["rows"]
+        expected = []
+        for name in names:
+            doc = load(name)
+            for r in doc["rows"]:
+                total = r["workload_requests"]
+                workload = (f"all {total}" if r["requests"] == total
+                            else f"first {r['requests']} of {total}")
+                if r["max_input_len"]:
+                    workload += f", prompts <= {r['max_input_len']}"
+                if r["max_output_len"]:
+                    workload += f", outputs <= {r['max_output_len']}"
+                whole = workload == f"all {total}"
+                target = TARGETS["throughput"]["rows"].get(f"{r['device']}:{r['model']}")
+                target = target if whole else None
+                expected.append([
+                    f"{r['device']} ({doc['machine']})", r["model"], workload,
+                    str(r["prompt_tokens"]), str(r["output_tokens"]), f"{r['output_tok_s']:.1f}",
+                    f"{r['total_tok_s']:.1f}", f"{r['roofline_output_tok_s']:.1f}",
+                    r2(r["output_tok_s"] / r["roofline_output_tok_s"]),
+                    f"{doc['ceilings']['read_gbs']:.1f} GB/s, "
+                    f"{doc['ceilings']['gemm_gflops']:.1f} GFLOP/s",
+                    str(r["steps"]), f"{r['host_ms_median']:.3f}", f"{r['forward_ms_median']:.3f}",
+                    f"{r['other_cores']:.2f}" if r.get("other_cores", -1) >= 0 else "-",
+                    str(target) if target is not None else "-",
+                    ("yes" if r["ratio"] >= target else "no") if target is not None else "-",
+                    doc.get("metadata", {}).get("commit") or "abc1234",
+                    re.sub(r"T(\d\d:\d\d).*", r" \1Z", doc["date"])])
+        self.assertEqual(rows, expected)
+
 
 class MadeUpDocuments(unittest.TestCase):
     def write(self, directory, name, doc):
@@ -191,6 +225,28 @@ class MadeUpDocuments(unittest.TestCase):
             self.assertEqual(rows[1], ["1x8192", "2.50", "2.00", "1.25", "0.80", "2.2", "yes", "c1",
                                        "2026-01-02 03:04Z"])
 
+    def test_throughput_target_only_for_the_whole_workload(self):
+        with tempfile.TemporaryDirectory() as directory:
+            row = {"device": "cuda", "model": "qwen3-0.6b", "requests": 256,
+                   "workload_requests": 256, "max_input_len": 0, "max_output_len": 0,
+                   "prompt_tokens": 142827, "output_tokens": 133966, "output_tok_s": 9000.0,
+                   "total_tok_s": 18000.0, "roofline_output_tok_s": 12000.0, "ratio": 0.75,
+                   "steps": 1100, "host_ms_median": 0.5, "forward_ms_median": 9.0}
+            doc = {"benchmark": "throughput", "date": "2026-01-02T03:04:05Z", "machine": "GPU",
+                   "ceilings": {"read_gbs": 4400.0, "gemm_gflops": 790000.0},
+                   "metadata": {"commit": "run0001"}, "rows": [row]}
+            self.write(directory, "throughput_a.json", doc)
+            subset = dict(row, requests=16, max_output_len=64, ratio=0.1, other_cores=0.5)
+            self.write(directory, "throughput_b.json", dict(doc, metadata={}, rows=[subset]))
+            rows = tables_by_header(blocks(run_writer(directory, "--commit", "dir0001").stdout)[
+                "throughput"])[0]["rows"]
+            # 0.75 >= issue 16's 0.67: met; the subset has no target; its commit is the folder's.
+            self.assertEqual(rows[0][2], "all 256")
+            self.assertEqual(rows[0][8], "0.75")
+            self.assertEqual(rows[0][13:17], ["-", "0.67", "yes", "run0001"])  # no other_cores
+            self.assertEqual(rows[1][2], "first 16 of 256, outputs <= 64")
+            self.assertEqual(rows[1][13:17], ["0.50", "-", "-", "dir0001"])
+
     def test_no_json_is_an_error(self):
         with tempfile.TemporaryDirectory() as directory:
             result = run_writer(directory, check=False)
@@ -203,7 +259,8 @@ class Update(unittest.TestCase):
         with tempfile.TemporaryDirectory() as directory:
             path = os.path.join(directory, "RESULTS.md")
             blocks_text = "\n".join(f"<!-- table:{f} -->\nold {f}\n<!-- /table:{f} -->"
-                                    for f in ("decode", "prefill", "mla", "planner", "cpu"))
+                                    for f in ("decode", "prefill", "mla", "planner", "cpu",
+                                              "throughput"))
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(f"# head\n\n{blocks_text}\n\ntail text\n")
             keep = os.path.join(directory, "kept")
@@ -213,10 +270,12 @@ class Update(unittest.TestCase):
             self.assertTrue(text.startswith("# head\n"))
             self.assertTrue(text.endswith("\n\ntail text\n"))
             self.assertIn("old cpu", text)  # no CPU JSON in bench/current: left as it was
-            for family in ("decode", "prefill", "mla", "planner"):
+            for family in ("decode", "prefill", "mla", "planner", "throughput"):
                 self.assertNotIn(f"old {family}", text)
+            throughput = sorted(n for n in os.listdir(CURRENT) if n.startswith("throughput"))
             self.assertEqual(sorted(os.listdir(keep)),
-                             ["commit.txt", "decode.json", "mla.json", "plan.json", "prefill.json"])
+                             sorted(["commit.txt", "decode.json", "mla.json", "plan.json",
+                                     "prefill.json"] + throughput))
 
     def test_missing_block_is_an_error(self):
         with tempfile.TemporaryDirectory() as directory:
@@ -237,7 +296,7 @@ def raw_blocks(text):
 class ResultsMd(unittest.TestCase):
     def test_results_md_is_what_the_writer_makes_of_bench_current(self):
         expected = raw_blocks(run_writer(CURRENT).stdout)
-        self.assertEqual(set(expected), {"decode", "prefill", "mla", "planner"})
+        self.assertEqual(set(expected), {"decode", "prefill", "mla", "planner", "throughput"})
         with open(os.path.join(ROOT, "bench", "RESULTS.md"), encoding="utf-8") as handle:
             actual = raw_blocks(handle.read())
         for family, block in expected.items():

@@ -108,10 +108,11 @@ uint64_t read_slice(const uint64_t* data, Slice s) {
 
 }  // namespace
 
-CpuReadCeiling measure_cpu_read_ceiling(double min_time) {
+CpuReadCeiling measure_cpu_read_ceiling(double min_time, int64_t bytes) {
   CpuReadCeiling result;
   result.l3_bytes = l3_size_bytes();
-  result.bytes = buffer_bytes(result.l3_bytes);
+  result.bytes =
+      bytes > 0 ? std::max<int64_t>(bytes / 4096 * 4096, 4096) : buffer_bytes(result.l3_bytes);
   result.threads = team_size();
   result.binding = binding_text();
   const int64_t words = result.bytes / int64_t(sizeof(uint64_t));

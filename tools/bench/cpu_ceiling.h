@@ -27,9 +27,10 @@ struct CpuReadCeiling {
 };
 
 // Measures the ceiling (allocates, pre-faults, measures, frees). `min_time` seconds of timed
-// passes (at least kMinPasses of them).
+// passes (at least kMinPasses of them). `bytes` > 0 reads a buffer of that size instead of the
+// default (a quick run's option: a buffer near the L3 overstates the DRAM ceiling).
 inline constexpr int32_t kMinPasses = 5;
-CpuReadCeiling measure_cpu_read_ceiling(double min_time);
+CpuReadCeiling measure_cpu_read_ceiling(double min_time, int64_t bytes = 0);
 
 // "memory read ceiling (when): median X GB/s (max Y, min Z) over N passes of a G GiB sequential
 // read, T threads, <binding>, L3 M MiB"

@@ -1,0 +1,62 @@
+// The throughput benchmark's run: every request of the workload queued at once, then Engine::step
+// until all have finished, each step timed (the whole step, and the model's forward inside it
+// through a ModelRunner wrapper), a progress line as requests finish; then every request checked
+// to have come back with exactly its output length. Also the compute ceiling the roofline uses.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "pagedattn/engine.h"
+#include "tools/bench/throughput/roofline.h"
+#include "tools/bench/throughput/workload.h"
+
+namespace pagedattn::tools {
+
+// One engine step as measured.
+struct StepRecord {
+  StepShape shape;
+  double forward_s = 0;  // the runner's forward
+  double step_s = 0;     // Engine::step: schedule + forward + sampling, stop checks, events
+};
+
+// The runtime under the engine, timed: records each step's shape and forward time.
+class TimedRunner final : public engine::ModelRunner {
+ public:
+  explicit TimedRunner(engine::ModelRunner& inner) : inner_(inner) {}
+  int32_t vocab_size() const override { return inner_.vocab_size(); }
+  void forward(const engine::StepPlan& plan, std::span<float> logits) override;
+  std::vector<StepRecord> records;
+
+ private:
+  engine::ModelRunner& inner_;
+};
+
+struct RunResult {
+  double wall_s = 0;
+  double cpu_s = 0;  // the process's user + system CPU time over the run (getrusage)
+  // CPU time of every other process over the run (/proc/stat's busy time less cpu_s), in cores:
+  // > 0.1 says the machine was shared and the figures understate the code; < 0 if unknown.
+  double other_cores = -1;
+  int64_t prompt_tokens = 0;  // as the engine reported them back
+  int64_t output_tokens = 0;
+  std::vector<StepRecord> steps;
+  engine::EngineStats stats;
+};
+
+// Runs `requests` (temperature, ignore_eos, max_tokens = each output length) through `engine`,
+// whose runner is `runner`. Throws Error naming the request for one the engine rejects, or one
+// that does not come back with exactly its output length (an error, a stop, a short pool).
+RunResult run_requests(engine::Engine& engine, TimedRunner& runner, WorkloadRequests requests,
+                       double temperature);
+
+// The library's f32 GEMM path (ops::Linear over f32 weights: OpenMP tiles of single-threaded
+// OpenBLAS calls) on a product large enough to run at the BLAS's best: the compute ceiling.
+struct GemmCeiling {
+  double gflops = 0;
+  int64_t m = 512, n = 2048, k = 2048;
+};
+GemmCeiling measure_gemm_ceiling(double min_time);
+
+}  // namespace pagedattn::tools
