@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "tokenizer/unicode.h"
+
 namespace pagedattn::server::detail {
 
 using Json = nlohmann::json;
@@ -30,46 +32,9 @@ const char* finish_reason_name(engine::FinishReason reason) {
   return nullptr;
 }
 
-namespace {
-
-// Well-formed UTF-8 (shortest forms, no surrogates, at most U+10FFFF), as JSON strings need.
-bool is_valid_utf8(std::string_view bytes) {
-  size_t i = 0;
-  while (i < bytes.size()) {
-    const auto lead = static_cast<unsigned char>(bytes[i]);
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t length = 0;
-    unsigned char low = 0x80, high = 0xBF;  // the second byte's range
-    if (lead >= 0xC2 && lead <= 0xDF) {
-      length = 2;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      length = 3;
-      if (lead == 0xE0) low = 0xA0;   // no overlong forms
-      if (lead == 0xED) high = 0x9F;  // no surrogates
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      length = 4;
-      if (lead == 0xF0) low = 0x90;
-      if (lead == 0xF4) high = 0x8F;
-    } else {
-      return false;
-    }
-    if (i + length > bytes.size()) return false;
-    for (size_t k = 1; k < length; ++k) {
-      const auto next = static_cast<unsigned char>(bytes[i + k]);
-      if (next < (k == 1 ? low : 0x80) || next > (k == 1 ? high : 0xBF)) return false;
-    }
-    i += length;
-  }
-  return true;
-}
-
-}  // namespace
-
 std::string token_string(std::string_view bytes) {
-  if (is_valid_utf8(bytes)) return std::string(bytes);
+  // Well-formed UTF-8 (shortest forms, no surrogates, at most U+10FFFF), as JSON strings need.
+  if (tokenizer::is_valid_utf8(bytes)) return std::string(bytes);
   std::string text = "bytes:";
   for (const char c : bytes) {
     const auto byte = static_cast<unsigned char>(c);
