@@ -86,4 +86,8 @@ ops::MoeRouterConfig moe_router_config(const MoeConfig& moe);
 ops::Linear make_linear(const std::string& name, std::initializer_list<const LinearWeights*> parts,
                         ops::WeightMode mode);
 
+// The model's RoPE table: options.max_positions rows, else config.max_position_embeddings; Error
+// when that is not positive. The CPU and the CUDA model both build theirs here.
+ops::RopeTable make_rope_table(const ModelConfig& config, const ModelOptions& options);
+
 }  // namespace pagedattn::model

@@ -17,6 +17,14 @@
 
 namespace pagedattn::model {
 
+ops::RopeTable make_rope_table(const ModelConfig& config, const ModelOptions& options) {
+  const int64_t max_positions =
+      options.max_positions > 0 ? options.max_positions : config.max_position_embeddings;
+  PA_CHECK(max_positions > 0, "model: max_position_embeddings {} (expected > 0)", max_positions);
+  return ops::RopeTable(config.rope.inverse_frequencies(), config.rope.attention_scaling(),
+                        max_positions);
+}
+
 Device resolve_model_device(const ModelOptions& options) {
   if (options.device != "auto") {
     const Device device = parse_device(options.device);
@@ -99,11 +107,7 @@ Model::Model(const ModelConfig& config, const ModelWeights& weights, const Model
             : make_dense_mlp(w.mlp, fmt::format("model.layers.{}.mlp", i), options.weight_mode);
     m.layers.push_back(std::move(layer));
   }
-  const int64_t max_positions =
-      options.max_positions > 0 ? options.max_positions : config.max_position_embeddings;
-  PA_CHECK(max_positions > 0, "model: max_position_embeddings {} (expected > 0)", max_positions);
-  m.rope = ops::RopeTable(config.rope.inverse_frequencies(), config.rope.attention_scaling(),
-                          max_positions);
+  m.rope = make_rope_table(config, options);
   m.planner = StepPlanner(config, Selection::parse(options.backend));
 }
 

@@ -262,11 +262,8 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
     }
     s.layers.push_back(std::move(layer));
   }
-  const int64_t max_positions =
-      options.max_positions > 0 ? options.max_positions : config.max_position_embeddings;
-  PA_CHECK(max_positions > 0, "model: max_position_embeddings {} (expected > 0)", max_positions);
-  s.rope = ops::RopeTable(config.rope.inverse_frequencies(), config.rope.attention_scaling(),
-                          max_positions);
+  s.rope = make_rope_table(config, options);
+  const int64_t max_positions = s.rope.max_positions();
   s.rope_half = s.rope.rotary_dim() / 2;
   s.rope_interleaved = config.rope.layout == RopeLayout::kInterleaved;
   s.rope_cos = up.floats(s.rope.cos_row(0), max_positions * s.rope_half);
