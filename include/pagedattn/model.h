@@ -181,6 +181,18 @@ class Model {
   // token id outside the vocabulary; nothing is written to the pool then.
   Logits forward(const Step& step, KvPool& pool);
 
+  // The device's clock around the last forward (cuda; nullopt on the CPU or before the first
+  // step), from CUDA events on the model's stream: `span` runs from the forward's call (the host
+  // validates and plans, then enqueues) to the end of its last device command (the logits copy);
+  // `gap` from the end of the previous forward's last command to this forward's call: time in
+  // which the device had nothing of this model to run (the engine's host work between steps).
+  // Idle time inside a span (host planning, MoE routing's round trip) is not separated out.
+  struct DeviceTiming {
+    double span_seconds = 0;
+    double gap_seconds = -1;  // < 0: no previous forward
+  };
+  std::optional<DeviceTiming> last_device_timing() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

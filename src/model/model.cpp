@@ -151,6 +151,13 @@ int64_t Model::owned_bytes() const {
   return bytes;
 }
 
+std::optional<Model::DeviceTiming> Model::last_device_timing() const {
+#ifdef PAGEDATTN_WITH_CUDA
+  if (impl_->cuda) return impl_->cuda->last_timing();
+#endif
+  return std::nullopt;
+}
+
 Logits Model::forward(const Step& step, KvPool& pool) {
   Impl& m = *impl_;
 #ifdef PAGEDATTN_WITH_CUDA

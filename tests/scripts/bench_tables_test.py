@@ -177,6 +177,8 @@ class CommittedJson(unittest.TestCase):
                     f"{doc['ceilings']['gemm_gflops']:.1f} GFLOP/s",
                     str(r["steps"]), f"{r['host_ms_median']:.3f}", f"{r['forward_ms_median']:.3f}",
                     f"{r['other_cores']:.2f}" if r.get("other_cores", -1) >= 0 else "-",
+                    (f"{100 * r['gpu_idle_steady_decode']:.1f}%"
+                     if "gpu_idle_steady_decode" in r else "-"),
                     str(target) if target is not None else "-",
                     ("yes" if r["ratio"] >= target else "no") if target is not None else "-",
                     doc.get("metadata", {}).get("commit") or "abc1234",
@@ -231,7 +233,8 @@ class MadeUpDocuments(unittest.TestCase):
                    "workload_requests": 256, "max_input_len": 0, "max_output_len": 0,
                    "prompt_tokens": 142827, "output_tokens": 133966, "output_tok_s": 9000.0,
                    "total_tok_s": 18000.0, "roofline_output_tok_s": 12000.0, "ratio": 0.75,
-                   "steps": 1100, "host_ms_median": 0.5, "forward_ms_median": 9.0}
+                   "steps": 1100, "host_ms_median": 0.5, "forward_ms_median": 9.0,
+                   "gpu_idle_steady_decode": 0.0312}
             doc = {"benchmark": "throughput", "date": "2026-01-02T03:04:05Z", "machine": "GPU",
                    "ceilings": {"read_gbs": 4400.0, "gemm_gflops": 790000.0},
                    "metadata": {"commit": "run0001"}, "rows": [row]}
@@ -243,9 +246,43 @@ class MadeUpDocuments(unittest.TestCase):
             # 0.75 >= issue 16's 0.67: met; the subset has no target; its commit is the folder's.
             self.assertEqual(rows[0][2], "all 256")
             self.assertEqual(rows[0][8], "0.75")
-            self.assertEqual(rows[0][13:17], ["-", "0.67", "yes", "run0001"])  # no other_cores
+            # No other_cores; 3.1% of the steady decode time idle.
+            self.assertEqual(rows[0][13:18], ["-", "3.1%", "0.67", "yes", "run0001"])
             self.assertEqual(rows[1][2], "first 16 of 256, outputs <= 64")
-            self.assertEqual(rows[1][13:17], ["0.50", "-", "-", "dir0001"])
+            self.assertEqual(rows[1][13:18], ["0.50", "3.1%", "-", "-", "dir0001"])
+
+    def test_model_rows_and_targets(self):
+        with tempfile.TemporaryDirectory() as directory:
+            decode = {"kind": "decode", "batch": 64, "context": 1024, "tokens": 64,
+                      "ms_median": 2.6, "tok_s": 24615.4, "tflops": 0.1, "floor_ms": 2.0,
+                      "memory_bound": True, "x_floor": 1.3, "of_gemm_ceiling": 0.01}
+            prefill = {"kind": "prefill", "batch": 1, "length": 2048, "tokens": 2048,
+                       "ms_median": 5.0, "tok_s": 409600.0, "tflops": 450.0, "floor_ms": 3.1,
+                       "memory_bound": False, "x_floor": 1.61, "of_gemm_ceiling": 0.59}
+            self.write(directory, "model_qwen.json", {
+                "benchmark": "model", "date": "2026-01-02T03:04:05Z", "machine": "GPU",
+                "device": "cuda", "model": {"name": "qwen3-0.6b"},
+                "ceilings": {"read_gbs": 4400.0, "gemm_gflops": 760000.0},
+                "metadata": {"commit": "run0002"},
+                "rows": [decode, prefill, dict(decode, batch=16, x_floor=3.0)]})
+            self.write(directory, "model_cpu.json", {
+                "benchmark": "model", "date": "2026-01-02T03:04:05Z", "machine": "CPU",
+                "device": "cpu", "model": {"name": "qwen3-0.6b"},
+                "ceilings": {"read_gbs": 8.0, "gemm_gflops": 40.0}, "rows": [decode]})
+            rows = tables_by_header(blocks(run_writer(directory, "--commit", "dir0002").stdout)[
+                "model"])[0]["rows"]
+            # Files in name order: model_cpu.json first (no targets off the GPU).
+            self.assertEqual(rows[0][:3], ["cpu (CPU)", "qwen3-0.6b", "decode 64 x 1024"])
+            self.assertEqual(rows[0][12:15], ["-", "-", "dir0002"])
+            # 1.3 <= 1.3: met; 0.59 < 0.6: not met; B 16 has no target.
+            self.assertEqual(rows[1][2:5], ["decode 64 x 1024", "64", "2.600"])
+            self.assertEqual(rows[1][7:11], ["2.000", "memory", "1.30", "0.01"])
+            self.assertEqual(rows[1][11], "4400.0 GB/s, 760000.0 GFLOP/s")
+            self.assertEqual(rows[1][12:15], ["x floor <= 1.3", "yes", "run0002"])
+            self.assertEqual(rows[2][2], "prefill 1 x 2048")
+            self.assertEqual(rows[2][8:11], ["compute", "1.61", "0.59"])
+            self.assertEqual(rows[2][12:14], ["of GEMM >= 0.6", "no"])
+            self.assertEqual(rows[3][12:14], ["-", "-"])
 
     def test_no_json_is_an_error(self):
         with tempfile.TemporaryDirectory() as directory:

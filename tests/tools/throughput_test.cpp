@@ -6,6 +6,8 @@
 //    what they say; malformed files and bad selections are errors that name the problem.
 //  - The roofline: Qwen3-0.6B's and DeepSeek-V2-Lite's per-step bytes and FLOPs against the
 //    counts written out by hand from their published shapes, on made-up steps.
+//  - `bench model`: each row's bytes and FLOPs are the roofline's for the step built here, and
+//    its figures follow from its time and the run's ceilings; bad flags are named.
 //  - The command, end to end through the binary on the tiny shape with a few requests: exit 0,
 //    the table, and the JSON's token counts equal to the file's (capped) lengths; bad flags name
 //    the flag and the value.
@@ -23,6 +25,7 @@
 #include "pagedattn/error.h"
 #include "pagedattn/model_random.h"
 #include "tools/bench/throughput/roofline.h"
+#include "tools/bench/throughput/step_record.h"
 #include "tools/bench/throughput/workload.h"
 #include "tools/cli_util.h"
 
@@ -267,6 +270,48 @@ TEST(ThroughputRoofline, TotalIsTheSumOfEachStepsFloor) {
   EXPECT_DOUBLE_EQ(total.seconds, decode.bytes / 100e9 + prefill.flops / 1e12);
 }
 
+// gpu_idle on made-up records, against the sums written out here: a prefill step (no previous
+// device end), then decodes with known gaps and spans, one mixed step in the middle (it and the
+// decode right after it are not steady decode), and a CPU-like record without timing.
+TEST(ThroughputGpuIdle, GapsAndSteadyDecodeFromTheRecords) {
+  const StepShape prefill = shape_of(make_plan({}, {{0, 64, true}}));
+  const StepShape decode = shape_of(make_plan({10, 20}, {}));
+  const StepShape mixed = shape_of(make_plan({10}, {{0, 8, true}}));
+  ASSERT_TRUE(decode.decode_only());
+  ASSERT_FALSE(mixed.decode_only());
+  const auto record = [](StepShape shape, double span, double gap) {
+    StepRecord r;
+    r.shape = shape;
+    r.device_span_s = span;
+    r.device_gap_s = gap;
+    return r;
+  };
+  const std::vector<StepRecord> steps = {
+      record(prefill, 0.010, -1),     // first: no gap known
+      record(decode, 0.004, 0.001),   // after a prefill: not steady
+      record(decode, 0.004, 0.0005),  // steady
+      record(decode, 0.003, 0.0015),  // steady
+      record(mixed, 0.006, 0.002),    // mixed
+      record(decode, 0.004, 0.001),   // after a mixed step: not steady
+      record(decode, 0.002, 0.002),   // steady
+  };
+  const double wall = 0.1;
+  const GpuIdle idle = gpu_idle(steps, wall);
+  EXPECT_DOUBLE_EQ(idle.between_steps, (0.001 + 0.0005 + 0.0015 + 0.002 + 0.001 + 0.002) / wall);
+  EXPECT_EQ(idle.steady_decode_steps, 3);
+  EXPECT_DOUBLE_EQ(idle.steady_decode,
+                   (0.0005 + 0.0015 + 0.002) / (0.0045 + 0.0045 + 0.004));
+  EXPECT_DOUBLE_EQ(idle.steady_decode_gap_ms, 1.5);  // median of 0.5, 1.5, 2 ms
+
+  // No device timing (the CPU): all zero.
+  std::vector<StepRecord> cpu(3);
+  for (StepRecord& r : cpu) r.shape = decode;
+  const GpuIdle none = gpu_idle(cpu, 1.0);
+  EXPECT_EQ(none.between_steps, 0.0);
+  EXPECT_EQ(none.steady_decode, 0.0);
+  EXPECT_EQ(none.steady_decode_steps, 0);
+}
+
 using Cli = pagedattn::testing::CliTest;
 
 TEST_F(Cli, BenchThroughputRunsTheTinyShape) {
@@ -308,6 +353,77 @@ TEST_F(Cli, BenchThroughputRunsTheTinyShape) {
   EXPECT_GT(doc["ceilings"]["gemm_gflops"].get<double>(), 0.0);
   // The table's row carries the same counts.
   EXPECT_NE(run.output.find(" " + std::to_string(prompt) + " "), std::string::npos) << run.output;
+}
+
+// `bench model` end to end on the tiny shape: one prefill row and two decode rows; each row's
+// bytes and FLOPs equal the roofline's cost of the same step built here, and its derived figures
+// (tok/s, x floor, share of the GEMM ceiling) follow from its own time and the run's ceilings.
+TEST_F(Cli, BenchModelRowsFollowTheirSteps) {
+  const fs::path json =
+      fs::temp_directory_path() / ("pagedattn_bench_model_" + std::to_string(::getpid()) + ".json");
+  const CliRun run = run_cli(
+      "bench model --shape tiny --device cpu --prefill 2x16 --batch 1 3 --context 40 --reps 1 "
+      "--warmup 0 --ceiling-time 0.05 --ceiling-mib 256 --threads 1 --json " +
+      json.string());
+  ASSERT_EQ(run.status, 0) << run.output;
+  for (const char* text : {"prefill 2 x 16", "decode 1 x 40", "decode 3 x 40", "x floor",
+                           "GEMM ceiling"}) {
+    EXPECT_NE(run.output.find(text), std::string::npos) << text << "\n" << run.output;
+  }
+  std::ifstream in(json);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  fs::remove(json);
+  EXPECT_EQ(doc["benchmark"], "model");
+  EXPECT_EQ(doc["device"], "cpu");
+  ASSERT_EQ(doc["rows"].size(), 3u);
+  const ModelCost cost = model_cost(model::model_shape("tiny"), 2.0, DType::kBF16);
+  const std::vector<StepShape> shapes = {shape_of(make_plan({}, {{0, 16, true}, {0, 16, true}})),
+                                         shape_of(make_plan({39}, {})),
+                                         shape_of(make_plan({39, 39, 39}, {}))};
+  const double read = doc["ceilings"]["read_gbs"].get<double>() * 1e9;
+  const double gemm = doc["ceilings"]["gemm_gflops"].get<double>() * 1e9;
+  ASSERT_GT(read, 0.0);
+  ASSERT_GT(gemm, 0.0);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const nlohmann::json& row = doc["rows"][i];
+    SCOPED_TRACE(row.dump());
+    EXPECT_EQ(row["kind"], i == 0 ? "prefill" : "decode");
+    EXPECT_EQ(row["tokens"].get<int64_t>(), shapes[i].tokens);
+    const StepCost expected = step_cost(cost, shapes[i]);
+    EXPECT_NEAR(row["bytes"].get<double>(), expected.bytes, 1e-9 * expected.bytes);
+    EXPECT_NEAR(row["flops"].get<double>(), expected.flops, 1e-9 * expected.flops);
+    const double seconds = row["ms_median"].get<double>() / 1e3;
+    ASSERT_GT(seconds, 0.0);
+    const double floor = std::max(expected.bytes / read, expected.flops / gemm);
+    EXPECT_NEAR(row["floor_ms"].get<double>(), floor * 1e3, 1e-6 * floor * 1e3);
+    EXPECT_NEAR(row["x_floor"].get<double>(), seconds / floor, 1e-6 * seconds / floor);
+    EXPECT_NEAR(row["tok_s"].get<double>(), shapes[i].tokens / seconds,
+                1e-6 * shapes[i].tokens / seconds);
+    EXPECT_NEAR(row["of_gemm_ceiling"].get<double>(), expected.flops / seconds / gemm,
+                1e-6 * expected.flops / seconds / gemm);
+    EXPECT_EQ(row["memory_bound"].get<bool>(), expected.bytes / read >= expected.flops / gemm);
+  }
+}
+
+TEST_F(Cli, BenchModelNamesBadFlags) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bench model", "--model DIR or --shape NAME"},
+      {"bench model --shape tiny --device cpu --prefill 3", "--prefill 3"},
+      {"bench model --shape tiny --device cpu --prefill 0x5", "--prefill 0x5"},
+      {"bench model --shape tiny --device cpu --prefill 2x3y", "--prefill 2x3y"},
+      {"bench model --shape tiny --device cpu --batch 0", "--batch 0"},
+      {"bench model --shape tiny --device cpu --context 0", "--context 0"},
+      {"bench model --shape tiny --device cpu --kv-dtype int4", "--kv-dtype int4"},
+      {"bench model --shape tiny --device cpu --batch 1 --context 5000", "--context 5000"},
+      {"bench model --shape tiny --device nope", "nope"},
+  };
+  for (const auto& [arguments, expected] : cases) {
+    const CliRun run = run_cli(arguments);
+    EXPECT_NE(run.status, 0) << arguments;
+    EXPECT_NE(run.output.find(expected), std::string::npos)
+        << arguments << ": expected '" << expected << "' in\n"
+        << run.output;
+  }
 }
 
 TEST_F(Cli, BenchThroughputNamesBadFlags) {

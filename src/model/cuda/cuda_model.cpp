@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <span>
+#include <utility>
 
 #include "core/check.h"
 #include "cuda/cuda_backend.h"
@@ -76,6 +77,9 @@ std::shared_ptr<void> allocate_device_memory(int64_t bytes, Device device, std::
 
 State::~State() {
   if (stream != nullptr) cudaStreamSynchronize(stream);
+  for (cudaEvent_t event : {call_event, done_event, previous_done_event}) {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
   blas.reset();  // the handle is bound to the stream: destroyed first
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
@@ -165,6 +169,9 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
   s.eps = static_cast<float>(config.rms_norm_eps);
   PA_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   s.blas = std::make_unique<Blas>(s.stream);
+  for (cudaEvent_t* event : {&s.call_event, &s.done_event, &s.previous_done_event}) {
+    PA_CUDA_CHECK(cudaEventCreate(event));
+  }
 
   // ---- weights ----
   WeightUploader up(s.compute);
@@ -342,6 +349,8 @@ int64_t CudaModel::device_bytes() const {
 int64_t CudaModel::max_step_tokens() const { return state_->max_tokens; }
 DType CudaModel::compute_dtype() const { return state_->compute; }
 
+std::optional<Model::DeviceTiming> CudaModel::last_timing() const { return state_->timing; }
+
 int64_t CudaModel::free_device_bytes() const {
   PA_CUDA_CHECK(cudaSetDevice(state_->device.index));
   size_t free = 0, total = 0;
@@ -354,6 +363,8 @@ int64_t CudaModel::free_device_bytes() const {
 Logits CudaModel::forward(const Step& step, KvPool& pool) {
   State& s = *state_;
   PA_CUDA_CHECK(cudaSetDevice(s.device.index));
+  // The stream is idle here (every forward ends synchronised): the event takes the time of the call.
+  PA_CUDA_CHECK(cudaEventRecord(s.call_event, s.stream));
   int64_t total = 0;
   for (const RequestStep& request : step.requests)
     total += static_cast<int64_t>(request.tokens.size());
@@ -440,9 +451,21 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
                                   static_cast<size_t>(count * vocab) * sizeof(float),
                                   cudaMemcpyDeviceToHost, s.stream));
   }
+  PA_CUDA_CHECK(cudaEventRecord(s.done_event, s.stream));
   PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   s.step = nullptr;
   s.pool = nullptr;
+  Model::DeviceTiming timing;
+  float ms = 0;
+  PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.call_event, s.done_event));
+  timing.span_seconds = ms * 1e-3;
+  if (s.has_previous_done) {
+    PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.previous_done_event, s.call_event));
+    timing.gap_seconds = ms * 1e-3;
+  }
+  s.timing = timing;
+  std::swap(s.done_event, s.previous_done_event);
+  s.has_previous_done = true;
   return logits;
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "pagedattn/backend.h"
@@ -51,6 +52,8 @@ class CudaModel {
   int64_t max_step_tokens() const;
   DType compute_dtype() const;
   int64_t free_device_bytes() const;  // cudaMemGetInfo on the model's device
+  // Model::last_device_timing (model.h): events around the last forward.
+  std::optional<Model::DeviceTiming> last_timing() const;
 
   struct State;
 

@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "cuda/cuda_check.h"
@@ -107,6 +108,12 @@ struct CudaModel::State final : DeviceStep {
   DeviceBuffer token_ids, positions, logit_rows, slots, qo_indptr, kv_indptr, kv_last_page_len,
       kv_indices;
   bool attention_buffers = false;
+
+  // Model::last_device_timing: events at the forward's call and after its last command; the
+  // previous forward's end event, to time the gap between them.
+  cudaEvent_t call_event = nullptr, done_event = nullptr, previous_done_event = nullptr;
+  bool has_previous_done = false;
+  std::optional<Model::DeviceTiming> timing;
 
   // The step being run.
   int64_t tokens = 0;

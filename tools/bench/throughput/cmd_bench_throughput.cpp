@@ -29,6 +29,7 @@
 #include "pagedattn/linear.h"
 #include "pagedattn/model_random.h"
 #include "tools/bench/cpu_ceiling.h"
+#include "tools/bench/throughput/device_ceilings.h"
 #include "tools/bench/throughput/roofline.h"
 #include "tools/bench/throughput/run.h"
 #include "tools/bench/throughput/workload.h"
@@ -59,6 +60,7 @@ struct ThroughputOptions {
   double kv_gib = 16;
   std::string kv_dtype = "bf16";
   std::string backend = "auto";
+  std::string device = "auto";
   int threads = 0;
   double ceiling_time = 1.0;
   int64_t ceiling_mib = 0;
@@ -160,6 +162,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
   }
   engine::RuntimeOptions runtime_options;
   runtime_options.model.backend = options.backend;
+  runtime_options.model.device = options.device;
   runtime_options.model.threads = options.threads;
   runtime_options.page_size = options.page_size;
   runtime_options.kv_dtype = kv_dtype;
@@ -180,7 +183,9 @@ void run_bench_throughput(const ThroughputOptions& options) {
   engine_config.max_tokens_per_step = options.max_tokens_per_step;
   engine_config.prefix_cache = !options.no_prefix_cache;
   engine_config.seed = options.selection.seed;
-  TimedRunner runner(*runtime);
+  TimedRunner runner(*runtime, &runtime->model());
+  const Device device = runtime->model().device();
+  const bool on_gpu = device.type == DeviceType::kCUDA;
   engine::Engine engine(engine_config, runner);
 
   const std::string subset =
@@ -198,11 +203,12 @@ void run_bench_throughput(const ThroughputOptions& options) {
       "bench throughput: {} ({}{}), temperature {}, ignore_eos, max_tokens = output length\n",
       path.string(), subset, caps, options.temperature);
   fmt::print(
-      "model: {} ({}, {} layers, {} of weights as stored; the runtime holds {} more: f32 "
-      "copies, RoPE tables), loaded in {:.1f} s\n",
+      "model: {} ({}, {} layers, {} of weights as stored) on {}; {} {}, loaded in {:.1f} s\n",
       model_name, model::architecture_name(model_config.architecture),
       model_config.num_hidden_layers, gb(static_cast<double>(runtime->weight_bytes())),
-      gb(static_cast<double>(runtime->model().owned_bytes())), load_s);
+      device.str(), on_gpu ? "device memory of the model (weights, buffers):" : "the runtime "
+      "holds more (f32 copies, RoPE tables):", gb(static_cast<double>(runtime->model().owned_bytes())),
+      load_s);
   fmt::print(
       "KV pool: {} pages of {} tokens ({}, {}); engine: max running {}, max tokens per "
       "step {}, prefix cache {}; {} threads\n",
@@ -210,19 +216,41 @@ void run_bench_throughput(const ThroughputOptions& options) {
       gb(static_cast<double>(runtime->pool().bytes())), dtype_name(kv_dtype), options.max_running,
       options.max_tokens_per_step, options.no_prefix_cache ? "off" : "on", ops::num_threads());
   fmt::print("{}\n", machine_description());
-  const CpuReadCeiling read_before =
-      measure_cpu_read_ceiling(options.ceiling_time, options.ceiling_mib << 20);
-  fmt::print("{}\n", describe_ceiling("before the run", read_before));
-  const GemmCeiling gemm = measure_gemm_ceiling(options.ceiling_time);
-  fmt::print(
-      "GEMM ceiling: {:.1f} GFLOP/s (ops::Linear, f32 weights, {} x {} x {}, median, {} "
-      "threads)\n",
-      gemm.gflops, gemm.m, gemm.k, gemm.n, ops::num_threads());
+  // The ceilings of the device the model runs on, measured in this command: on the CPU a
+  // streaming read and the library's f32 GEMM path on the same threads; on a GPU a streaming
+  // read of device memory and a cuBLAS bf16 GEMM (device_ceilings.h).
+  CpuReadCeiling read_before, read_after;
+  GemmCeiling gemm;
+  DeviceCeilings gpu_before, gpu_after;
+  double read_gbs = 0;
+  const auto measure_gpu = [&] {
+    const DeviceCeilings c = measure_device_ceilings(device);
+    fmt::print("{}\n", describe_device_ceilings(c));
+    return c;
+  };
+  if (on_gpu) {
+    gpu_before = measure_gpu();
+    read_gbs = gpu_before.read_gbs;
+    gemm.gflops = gpu_before.matmul_tflops * 1e3;
+    gemm.m = gemm.n = gemm.k = gpu_before.matmul_size;
+  } else {
+    read_before = measure_cpu_read_ceiling(options.ceiling_time, options.ceiling_mib << 20);
+    fmt::print("{}\n", describe_ceiling("before the run", read_before));
+    gemm = measure_gemm_ceiling(options.ceiling_time);
+    fmt::print(
+        "GEMM ceiling: {:.1f} GFLOP/s (ops::Linear, f32 weights, {} x {} x {}, median, {} "
+        "threads)\n",
+        gemm.gflops, gemm.m, gemm.k, gemm.n, ops::num_threads());
+    read_gbs = read_before.median_gbs;
+  }
 
   std::fflush(stdout);  // the set-up lines before a long run, also into a log
   const RunResult run = run_requests(engine, runner, std::move(requests), options.temperature);
-  const CpuReadCeiling read_after =
-      measure_cpu_read_ceiling(options.ceiling_time, options.ceiling_mib << 20);
+  if (on_gpu) {
+    gpu_after = measure_gpu();
+  } else {
+    read_after = measure_cpu_read_ceiling(options.ceiling_time, options.ceiling_mib << 20);
+  }
 
   // Medians per step, and the roofline over the same steps.
   const engine::EngineStats& stats = run.stats;
@@ -236,8 +264,8 @@ void run_bench_throughput(const ThroughputOptions& options) {
     decode_steps += record.shape.decode_only() ? 1 : 0;
     shapes.push_back(record.shape);
   }
-  const RooflineTotal roofline =
-      roofline_total(cost, shapes, read_before.median_gbs * 1e9, gemm.gflops * 1e9);
+  const RooflineTotal roofline = roofline_total(cost, shapes, read_gbs * 1e9, gemm.gflops * 1e9);
+  const GpuIdle idle = gpu_idle(run.steps, run.wall_s);
   const int64_t steps = static_cast<int64_t>(run.steps.size());
   const int64_t prompt_tokens = run.prompt_tokens, output_tokens = run.output_tokens;
   const double wall_s = run.wall_s;
@@ -287,13 +315,27 @@ void run_bench_throughput(const ThroughputOptions& options) {
       "scheduled sequence and its new KV; FLOPs: 2 x parameters per token, 2 x vocab x hidden per "
       "logits row, attention over each token's causal context. ratio = measured / roofline "
       "output tok/s.\n",
-      steps, read_before.median_gbs, gemm.gflops, roofline.seconds, roofline_tps,
+      steps, read_gbs, gemm.gflops, roofline.seconds, roofline_tps,
       roofline.memory_bound_steps, roofline.memory_s, steps - roofline.memory_bound_steps,
       roofline.compute_s, gb(cost.all_weight_bytes));
-  fmt::print("{}", ceiling_footer(read_before, read_after, 0.0));
+  if (on_gpu) {
+    fmt::print(
+        "GPU idle: {:.1f}% of the run between forwards (the device had nothing of the model to "
+        "run: the engine's host work between steps), {:.1f}% in steady decode ({} decode-only "
+        "steps after a decode-only step: gap / (gap + span), median gap {:.3f} ms); idle time "
+        "inside a forward (host planning, MoE routing's round trip) is not separated out.\n",
+        100 * idle.between_steps, 100 * idle.steady_decode, idle.steady_decode_steps,
+        idle.steady_decode_gap_ms);
+    fmt::print("ceilings after the run: read {:.1f} GB/s, GEMM {:.1f} TFLOP/s (before: {:.1f}, "
+               "{:.1f})\n",
+               gpu_after.read_gbs, gpu_after.matmul_tflops, gpu_before.read_gbs,
+               gpu_before.matmul_tflops);
+  } else {
+    fmt::print("{}", ceiling_footer(read_before, read_after, 0.0));
+  }
 
   if (!options.json_path.empty()) {
-    nlohmann::json row = {{"device", "cpu"},
+    nlohmann::json row = {{"device", on_gpu ? "cuda" : "cpu"},
                           {"model", model_name},
                           {"requests", num_requests},
                           {"workload_requests", workload.input_lens.size()},
@@ -324,10 +366,15 @@ void run_bench_throughput(const ThroughputOptions& options) {
                           {"memory_bound_steps", roofline.memory_bound_steps},
                           {"roofline_output_tok_s", roofline_tps},
                           {"ratio", ratio}};
+    if (on_gpu) {
+      row["gpu_idle_between_steps"] = idle.between_steps;
+      row["gpu_idle_steady_decode"] = idle.steady_decode;
+      row["gpu_gap_ms_median"] = idle.steady_decode_gap_ms;
+    }
     const nlohmann::json document = {
         {"benchmark", "throughput"},
         {"date", utc_timestamp()},
-        {"machine", machine_description()},
+        {"machine", on_gpu ? gpu_before.device_name : machine_description()},
         {"workload",
          {{"file", path.filename().string()},
           {"temperature", options.temperature},
@@ -346,9 +393,10 @@ void run_bench_throughput(const ThroughputOptions& options) {
           {"prefix_cache", !options.no_prefix_cache},
           {"threads", ops::num_threads()}}},
         {"ceilings",
-         {{"read_gbs", read_before.median_gbs},
-          {"read_gbs_after", read_after.median_gbs},
+         {{"read_gbs", read_gbs},
+          {"read_gbs_after", on_gpu ? gpu_after.read_gbs : read_after.median_gbs},
           {"gemm_gflops", gemm.gflops},
+          {"gemm", on_gpu ? "cuBLAS bf16, f32 accumulate" : "ops::Linear f32"},
           {"gemm_shape", fmt::format("{}x{}x{}", gemm.m, gemm.k, gemm.n)}}},
         {"metadata", metadata},
         {"rows", nlohmann::json::array({row})}};
@@ -399,6 +447,9 @@ void add_bench_throughput_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--backend", options->backend,
                   "attention backend: auto, cpu, or prefill=X,decode=Y")
+      ->capture_default_str();
+  cmd->add_option("--device", options->device,
+                  "where the model runs: auto (cuda:0 when usable, else cpu), cpu, cuda, cuda:N")
       ->capture_default_str();
   cmd->add_option("--threads", options->threads, "CPU threads (0: all cores)");
   cmd->add_option("--ceiling-time", options->ceiling_time,

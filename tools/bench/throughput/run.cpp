@@ -50,7 +50,14 @@ void TimedRunner::forward(const engine::StepPlan& plan, std::span<float> logits)
   const auto start = Clock::now();
   inner_.forward(plan, logits);
   const double seconds = seconds_since(start);
-  records.push_back({shape_of(plan), seconds, 0});
+  StepRecord record{shape_of(plan), seconds, 0};
+  if (model_ != nullptr) {
+    if (const auto timing = model_->last_device_timing()) {
+      record.device_span_s = timing->span_seconds;
+      record.device_gap_s = timing->gap_seconds;
+    }
+  }
+  records.push_back(record);
 }
 
 RunResult run_requests(engine::Engine& engine, TimedRunner& runner, WorkloadRequests requests,

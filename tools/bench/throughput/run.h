@@ -9,28 +9,26 @@
 #include <vector>
 
 #include "pagedattn/engine.h"
+#include "pagedattn/model.h"
 #include "tools/bench/throughput/roofline.h"
+#include "tools/bench/throughput/step_record.h"
 #include "tools/bench/throughput/workload.h"
 
 namespace pagedattn::tools {
 
-// One engine step as measured.
-struct StepRecord {
-  StepShape shape;
-  double forward_s = 0;  // the runner's forward
-  double step_s = 0;     // Engine::step: schedule + forward + sampling, stop checks, events
-};
-
 // The runtime under the engine, timed: records each step's shape and forward time.
 class TimedRunner final : public engine::ModelRunner {
  public:
-  explicit TimedRunner(engine::ModelRunner& inner) : inner_(inner) {}
+  // `model`: the Model under `inner`, asked for its device timing after each forward (or null).
+  TimedRunner(engine::ModelRunner& inner, const model::Model* model)
+      : inner_(inner), model_(model) {}
   int32_t vocab_size() const override { return inner_.vocab_size(); }
   void forward(const engine::StepPlan& plan, std::span<float> logits) override;
   std::vector<StepRecord> records;
 
  private:
   engine::ModelRunner& inner_;
+  const model::Model* model_ = nullptr;
 };
 
 struct RunResult {
