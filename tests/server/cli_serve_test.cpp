@@ -92,5 +92,44 @@ TEST(CliServe, EmbeddedModelAnswersAndStopsCleanlyOnSigterm) {
   EXPECT_EQ(match[1], match[2]) << output;
 }
 
+// `serve --shape NAME --tokenizer DIR`: a random-weight model of a named shape (what the serving
+// benchmark runs on a GPU) served with another model's tokenizer; /v1/models names the shape, a
+// completion comes back with the tokens asked for, and SIGTERM still exits 0 with every page free.
+// Without --tokenizer it refuses to start and says why.
+TEST(CliServe, RandomShapeWithAGivenTokenizer) {
+  if (!std::filesystem::exists(pagedattn::testing::cli_path())) {
+    GTEST_SKIP() << "pagedattn binary not built at " << pagedattn::testing::cli_path();
+  }
+  const std::filesystem::path austen =
+      std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "models" /
+      "austen-3m";
+  const pagedattn::testing::CliRun refused = pagedattn::testing::run_cli("serve --shape tiny --port 0");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.output.find("--shape tiny needs --tokenizer DIR"), std::string::npos)
+      << refused.output;
+  // The embedded model's tokenizer (4096 ids) fits the tiny shape's vocabulary (10240).
+  ServeProcess serve({"serve", "--shape", "tiny", "--tokenizer", austen.string(), "--device", "cpu",
+                      "--port", "0", "--max-connections", "8", "--grace", "5"});
+  const int port = serve.wait_for_port(std::chrono::seconds(120));
+  ASSERT_GT(port, 0) << serve.output();
+  HttpResponse response = http_request(port, "GET", "/v1/models");
+  ASSERT_EQ(response.status, 200) << response.body;
+  EXPECT_EQ(Json::parse(response.body)["data"][0]["id"], "tiny");
+  const Json completion = {{"model", "tiny"},
+                           {"prompt", "It is a truth universally acknowledged"},
+                           {"max_tokens", 7},
+                           {"ignore_eos", true}};
+  response = http_request(port, "POST", "/v1/completions", completion.dump());
+  ASSERT_EQ(response.status, 200) << response.body;
+  EXPECT_EQ(Json::parse(response.body)["usage"]["completion_tokens"], 7) << response.body;
+  EXPECT_EQ(serve.stop(SIGTERM, std::chrono::seconds(60)), 0) << serve.output();
+  const std::regex done("shutdown: done; (\\d+) of (\\d+) KV pages free");
+  std::smatch match;
+  const std::string output = serve.output();
+  ASSERT_TRUE(std::regex_search(output, match, done)) << output;
+  EXPECT_EQ(match[1], match[2]) << output;
+  EXPECT_NE(output.find("tiny (random bf16 weights)"), std::string::npos) << output;
+}
+
 }  // namespace
 }  // namespace pagedattn::server::testing

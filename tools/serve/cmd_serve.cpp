@@ -5,7 +5,8 @@
 //
 // The model side comes from load_served_model(): a model directory (default: the embedded
 // models/austen-3m) as a ModelRuntime (checkpoint + KV pool), its tokenizer's TextFront and
-// detokenizer, EOS ids and model length from its config.
+// detokenizer, EOS ids and model length from its config. For benchmarks, --shape NAME serves a
+// random-weight model of a named shape (bench throughput's) with the tokenizer of --tokenizer DIR.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "pagedattn/engine.h"
 #include "pagedattn/engine_detokenizer.h"
 #include "pagedattn/engine_runtime.h"
+#include "pagedattn/model_random.h"
 #include "pagedattn/server.h"
 #include "pagedattn/server_text_front.h"
 #include "pagedattn/tokenizer.h"
@@ -26,6 +28,8 @@ namespace {
 
 struct ServeOptions {
   std::string model_dir;  // empty: the embedded default model
+  std::string shape;      // or a random-weight model of a named shape (model_random.h)
+  std::string tokenizer_dir;  // empty: the model directory's
   std::string served_name;
   std::string host = "127.0.0.1";
   int port = 8000;
@@ -59,26 +63,43 @@ struct ServedModel {
 };
 
 ServedModel load_served_model(const ServeOptions& options) {
+  PA_CHECK(options.shape.empty() || !options.tokenizer_dir.empty(),
+           "serve: --shape {} needs --tokenizer DIR (a random-weight model has no tokenizer of its "
+           "own; any tokenizer whose ids fit in the shape's vocabulary)",
+           options.shape);
   const std::filesystem::path directory =
       options.model_dir.empty() ? default_model_directory() : std::filesystem::path(options.model_dir);
+  const std::filesystem::path tokenizer_directory =
+      options.tokenizer_dir.empty() ? directory : std::filesystem::path(options.tokenizer_dir);
   engine::RuntimeOptions runtime_options;
   runtime_options.page_size = options.page_size;
   runtime_options.model.device = options.device;
   runtime_options.kv_memory_fraction = options.kv_memory_fraction;
   runtime_options.num_pages = options.num_pages;
   runtime_options.max_sequences = options.max_running;  // no more pages than that can use
+  // The same random weights for a shape on every start (seed 0), as bench throughput has them.
   std::unique_ptr<engine::ModelRuntime> runtime =
-      engine::ModelRuntime::open(directory, runtime_options);
-  auto tokenizer =
-      std::make_shared<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_directory(directory));
+      options.shape.empty()
+          ? engine::ModelRuntime::open(directory, runtime_options)
+          : engine::ModelRuntime::random(model::model_shape(options.shape), /*seed=*/0,
+                                         runtime_options);
+  auto tokenizer = std::make_shared<tokenizer::Tokenizer>(
+      tokenizer::Tokenizer::from_directory(tokenizer_directory));
+  PA_CHECK(tokenizer->vocab_size() <= runtime->vocab_size(),
+           "serve: the tokenizer in {} has {} token ids, more than the model's vocabulary of {}",
+           tokenizer_directory.string(), tokenizer->vocab_size(), runtime->vocab_size());
   const engine::EngineConfig engine_config = runtime->engine_config();
+  const std::string source = options.shape.empty()
+                                 ? directory.string()
+                                 : fmt::format("{} (random bf16 weights)", options.shape);
   fmt::print(stderr,
              "serve: model {} ({} layers, {:.1f} MB of weights) on {}, {} KV pages of {} tokens\n",
-             directory.string(), runtime->config().num_hidden_layers, runtime->weight_bytes() / 1e6,
+             source, runtime->config().num_hidden_layers, runtime->weight_bytes() / 1e6,
              runtime->device().str(), engine_config.num_pages, engine_config.page_size);
   ServedModel model;
-  model.name = std::filesystem::absolute(directory).filename().string();
-  model.front = server::make_text_front(*tokenizer, directory);
+  model.name = options.shape.empty() ? std::filesystem::absolute(directory).filename().string()
+                                     : options.shape;
+  model.front = server::make_text_front(*tokenizer, tokenizer_directory);
   model.detokenizer = engine::make_detokenizer_factory(*tokenizer);
   model.eos_token_ids = engine_config.eos_token_ids;
   model.max_model_length = engine_config.max_model_length;
@@ -133,6 +154,14 @@ void add_serve_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server over the engine");
   cmd->add_option("--model", options->model_dir,
                   "Model directory (default: the embedded model models/austen-3m)");
+  cmd->add_option("--shape", options->shape,
+                  "Serve a random-weight model of a named shape instead (" +
+                      fmt::format("{}", fmt::join(model::model_shape_names(), ", ")) +
+                      "; needs --tokenizer): for benchmarks")
+      ->excludes("--model");
+  cmd->add_option("--tokenizer", options->tokenizer_dir,
+                  "Tokenizer directory (tokenizer.json, tokenizer_config.json; default: the "
+                  "model's)");
   cmd->add_option("--served-model-name", options->served_name,
                   "The model name clients send (default: the model's)");
   cmd->add_option("--host", options->host, "Address to listen on")->capture_default_str();

@@ -303,7 +303,8 @@ void run_bench_throughput(const ThroughputOptions& options) {
     fmt::print(", other processes {:.2f} cores{}", run.other_cores,
                run.other_cores > 0.1
                    ? " (WARNING: a shared machine: the figures understate the code by up to as "
-                     "much)"
+                     "much; OpenMP threads that spin while another process holds their core "
+                     "cost most: OMP_WAIT_POLICY=passive)"
                    : "");
   }
   fmt::print("\n");
