@@ -33,6 +33,7 @@
 #include "pagedattn/model_random.h"
 #include "tools/bench/cpu_ceiling.h"
 #include "tools/bench/throughput/device_ceilings.h"
+#include "tools/bench/throughput/model_bench_options.h"
 #include "tools/bench/throughput/roofline.h"
 #include "tools/bench/throughput/run.h"
 #include "tools/cli/command.h"
@@ -92,13 +93,6 @@ PrefillShape parse_prefill(const std::string& text) {
   return shape;
 }
 
-DType parse_kv_dtype(const std::string& name) {
-  if (name == "bf16") return DType::kBF16;
-  if (name == "f16") return DType::kF16;
-  if (name == "f32") return DType::kF32;
-  throw Error(fmt::format("--kv-dtype {} (expected bf16, f16 or f32)", name));
-}
-
 // A plan of `lengths.size()` sequences, each with `new_tokens` new tokens after `cached` ones,
 // pages taken in order from `pages` (shuffled once), logits of each last token.
 engine::StepPlan make_plan(int32_t batch, int32_t cached, int32_t new_tokens, int32_t page_size,
@@ -126,16 +120,9 @@ engine::StepPlan make_plan(int32_t batch, int32_t cached, int32_t new_tokens, in
   return plan;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 void run_bench_model(ModelBenchOptions options) {
   if (options.model.empty() == options.shape.empty()) {
-    throw Error("bench model: give --model DIR or --shape NAME (one of " +
-                fmt::format("{}", fmt::join(model::model_shape_names(), ", ")) + ")");
+    open_model_source("bench model", options.model, options.shape, {}, nullptr);  // throws
   }
   const model::ModelConfig config = options.model.empty() ? model::model_shape(options.shape)
                                                           : model::load_model_config(options.model);
@@ -147,14 +134,7 @@ void run_bench_model(ModelBenchOptions options) {
   }
   if (options.warmup < 0) throw Error(fmt::format("--warmup {} (expected >= 0)", options.warmup));
   if (options.reps < 0) throw Error(fmt::format("--reps {} (expected >= 1)", options.reps));
-  nlohmann::json metadata = nlohmann::json::object();
-  for (const std::string& item : options.metadata) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      throw Error(fmt::format("--metadata {} (expected KEY=VALUE)", item));
-    }
-    metadata[item.substr(0, eq)] = item.substr(eq + 1);
-  }
+  const nlohmann::json metadata = parse_metadata(options.metadata);
   std::vector<PrefillShape> prefills;
   for (const std::string& text : options.prefill) prefills.push_back(parse_prefill(text));
   const DType kv_dtype = parse_kv_dtype(options.kv_dtype);
@@ -204,15 +184,8 @@ void run_bench_model(ModelBenchOptions options) {
   runtime_options.num_pages = pages;
   const auto load_start = Clock::now();
   std::string model_name;
-  std::unique_ptr<engine::ModelRuntime> runtime;
-  if (!options.model.empty()) {
-    model_name = std::filesystem::path(options.model).filename().string();
-    if (model_name.empty()) model_name = options.model;
-    runtime = engine::ModelRuntime::open(options.model, runtime_options);
-  } else {
-    model_name = options.shape;
-    runtime = engine::ModelRuntime::random(config, /*seed=*/0, runtime_options);
-  }
+  const std::unique_ptr<engine::ModelRuntime> runtime = open_model_source(
+      "bench model", options.model, options.shape, runtime_options, &model_name);
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
   const model::ModelConfig& model_config = runtime->config();
   const double bytes_per_weight =
@@ -354,11 +327,7 @@ void add_bench_model_command(CLI::App& bench) {
   auto options = std::make_shared<ModelBenchOptions>();
   CLI::App* cmd = bench.add_subcommand(
       "model", "one model step (prefill, decode) at a time, beside the roofline of that step");
-  cmd->add_option("--model", options->model, "Hugging Face model directory");
-  cmd->add_option("--shape", options->shape,
-                  "a random-weight model of a named shape: " +
-                      fmt::format("{}", fmt::join(model::model_shape_names(), ", ")))
-      ->excludes("--model");
+  add_model_source_options(cmd, &options->model, &options->shape);
   cmd->add_option("--device", options->device,
                   "where the model runs: auto (cuda:0 when usable, else cpu), cpu, cuda, cuda:N")
       ->capture_default_str();

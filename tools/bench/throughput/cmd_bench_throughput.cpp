@@ -30,6 +30,7 @@
 #include "pagedattn/model_random.h"
 #include "tools/bench/cpu_ceiling.h"
 #include "tools/bench/throughput/device_ceilings.h"
+#include "tools/bench/throughput/model_bench_options.h"
 #include "tools/bench/throughput/roofline.h"
 #include "tools/bench/throughput/run.h"
 #include "tools/bench/throughput/workload.h"
@@ -68,20 +69,6 @@ struct ThroughputOptions {
   std::vector<std::string> metadata;
 };
 
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-DType parse_kv_dtype(const std::string& name) {
-  if (name == "bf16") return DType::kBF16;
-  if (name == "f16") return DType::kF16;
-  if (name == "f32") return DType::kF32;
-  throw Error(fmt::format("--kv-dtype {} (expected bf16, f16 or f32)", name));
-}
-
 fs::path workload_path(const ThroughputOptions& options) {
   if (!options.workload.empty()) return options.workload;
   for (const fs::path& candidate :
@@ -94,24 +81,11 @@ fs::path workload_path(const ThroughputOptions& options) {
                   PAGEDATTN_DEFAULT_WORKLOAD));
 }
 
-std::unique_ptr<engine::ModelRuntime> open_runtime(const ThroughputOptions& options,
-                                                   const engine::RuntimeOptions& runtime,
-                                                   std::string& name) {
-  if (!options.model.empty()) {
-    name = fs::path(options.model).filename().string();
-    if (name.empty()) name = options.model;
-    return engine::ModelRuntime::open(options.model, runtime);
-  }
-  name = options.shape;
-  return engine::ModelRuntime::random(model::model_shape(options.shape), /*seed=*/0, runtime);
-}
-
 std::string gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
 
 void run_bench_throughput(const ThroughputOptions& options) {
   if (options.model.empty() == options.shape.empty()) {
-    throw Error("bench throughput: give --model DIR or --shape NAME (one of " +
-                fmt::format("{}", fmt::join(model::model_shape_names(), ", ")) + ")");
+    open_model_source("bench throughput", options.model, options.shape, {}, nullptr);  // throws
   }
   if (!options.shape.empty()) model::model_shape(options.shape);  // names the shapes if unknown
   if (options.temperature < 0) {
@@ -128,14 +102,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
   if (options.ceiling_mib < 0) {
     throw Error(fmt::format("--ceiling-mib {} (expected >= 0)", options.ceiling_mib));
   }
-  nlohmann::json metadata = nlohmann::json::object();
-  for (const std::string& item : options.metadata) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      throw Error(fmt::format("--metadata {} (expected KEY=VALUE)", item));
-    }
-    metadata[item.substr(0, eq)] = item.substr(eq + 1);
-  }
+  const nlohmann::json metadata = parse_metadata(options.metadata);
   const DType kv_dtype = parse_kv_dtype(options.kv_dtype);
   const fs::path path = workload_path(options);
   const Workload workload = load_workload(path);
@@ -170,7 +137,8 @@ void run_bench_throughput(const ThroughputOptions& options) {
 
   const auto load_start = Clock::now();
   std::string model_name;
-  auto runtime = open_runtime(options, runtime_options, model_name);
+  auto runtime = open_model_source("bench throughput", options.model, options.shape,
+                                   runtime_options, &model_name);
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
   const model::ModelConfig& model_config = runtime->config();
   // Every tensor has the checkpoint's one dtype (random shapes: bf16).
@@ -412,11 +380,7 @@ void add_bench_throughput_command(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
       "throughput",
       "nano-vllm's offline workload through the engine: tokens/s beside the roofline of the run");
-  cmd->add_option("--model", options->model, "Hugging Face model directory");
-  cmd->add_option("--shape", options->shape,
-                  "a random-weight model of a named shape: " +
-                      fmt::format("{}", fmt::join(model::model_shape_names(), ", ")))
-      ->excludes("--model");
+  add_model_source_options(cmd, &options->model, &options->shape);
   cmd->add_option("--workload", options->workload,
                   "workload JSON (input_lens, output_lens); default bench/workloads/"
                   "nano-vllm-offline.json");

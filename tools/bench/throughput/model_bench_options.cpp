@@ -1,0 +1,66 @@
+// model_bench_options.h.
+#include "tools/bench/throughput/model_bench_options.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "pagedattn/error.h"
+#include "pagedattn/model_random.h"
+
+namespace pagedattn::tools {
+
+void add_model_source_options(CLI::App* cmd, std::string* model, std::string* shape) {
+  cmd->add_option("--model", *model, "Hugging Face model directory");
+  cmd->add_option("--shape", *shape,
+                  "a random-weight model of a named shape: " +
+                      fmt::format("{}", fmt::join(model::model_shape_names(), ", ")))
+      ->excludes("--model");
+}
+
+std::unique_ptr<engine::ModelRuntime> open_model_source(const std::string& command,
+                                                        const std::string& model,
+                                                        const std::string& shape,
+                                                        const engine::RuntimeOptions& options,
+                                                        std::string* name) {
+  if (model.empty() == shape.empty()) {
+    throw Error(fmt::format("{}: give --model DIR or --shape NAME (one of {})", command,
+                            fmt::join(model::model_shape_names(), ", ")));
+  }
+  if (!model.empty()) {
+    *name = std::filesystem::path(model).filename().string();
+    if (name->empty()) *name = model;
+    return engine::ModelRuntime::open(model, options);
+  }
+  *name = shape;
+  return engine::ModelRuntime::random(model::model_shape(shape), /*seed=*/0, options);
+}
+
+DType parse_kv_dtype(const std::string& name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "f16") return DType::kF16;
+  if (name == "f32") return DType::kF32;
+  throw Error(fmt::format("--kv-dtype {} (expected bf16, f16 or f32)", name));
+}
+
+nlohmann::json parse_metadata(const std::vector<std::string>& items) {
+  nlohmann::json metadata = nlohmann::json::object();
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw Error(fmt::format("--metadata {} (expected KEY=VALUE)", item));
+    }
+    metadata[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return metadata;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace pagedattn::tools

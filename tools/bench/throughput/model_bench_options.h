@@ -1,0 +1,36 @@
+// What `bench throughput` and `bench model` share: the model they run (a checkpoint, or a
+// random-weight model of a named shape), the KV dtype flag, the KEY=VALUE metadata recorded in
+// their JSON, and the median of their samples.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "pagedattn/dtype.h"
+#include "pagedattn/engine_runtime.h"
+
+namespace pagedattn::tools {
+
+// --model DIR and --shape NAME (exclusive) on `cmd`.
+void add_model_source_options(CLI::App* cmd, std::string* model, std::string* shape);
+
+// The model of --model or --shape as a runtime (random shapes: seed 0, bf16) and its name (the
+// directory's, or the shape's). Throws Error naming the command when neither or both are given.
+std::unique_ptr<engine::ModelRuntime> open_model_source(const std::string& command,
+                                                        const std::string& model,
+                                                        const std::string& shape,
+                                                        const engine::RuntimeOptions& options,
+                                                        std::string* name);
+
+// "bf16" | "f16" | "f32"; else Error naming --kv-dtype and the value.
+DType parse_kv_dtype(const std::string& name);
+// KEY=VALUE items into a JSON object; Error naming --metadata and the item for a malformed one.
+nlohmann::json parse_metadata(const std::vector<std::string>& items);
+// The median (the mean of the middle two for an even count); 0 for none.
+double median(std::vector<double> values);
+
+}  // namespace pagedattn::tools
