@@ -7,10 +7,8 @@
 // table stays small enough for compute-sanitizer. Outputs are poisoned (0xFF) before each run.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
-#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cuda/cuda_test_util.h"
 
@@ -234,32 +232,6 @@ TEST(CudaDecode, PageSizeInvariance) {
                                       gpu_row_tolerance(DType::kBF16), "P vs P=1");
     report += compare(lses[i], lses[0], kGpuLseTolerance, "lse: P vs P=1");
     EXPECT_TRUE(report.empty()) << "seed " << seed << "\n" << report;
-  }
-}
-
-// The side-by-side switches (decode.cpp) keep bf16/f16 KV correct: the CUDA-core kernel
-// (PAGEDATTN_DECODE_KERNEL=cuda_core) and KV loads with the evict-first L2 policy
-// (PAGEDATTN_DECODE_L2=evict_first), on a split case and a soft-capped f16 case.
-TEST(CudaDecode, BenchmarkSwitchesStayCorrect) {
-  PA_REQUIRE_GPU();
-  CaseSpec split = base_decode();
-  split.num_qo_heads = 32;
-  split.num_kv_heads = 8;
-  split.kv_lens = {3000, 0, 40};
-  CaseSpec capped = base_decode();
-  capped.q_dtype = capped.kv_dtype = DType::kF16;
-  capped.logits_soft_cap = 5.0f;
-  capped.value_range = 3.0f;
-  for (const char* name :
-       {"PAGEDATTN_DECODE_KERNEL=cuda_core", "PAGEDATTN_DECODE_L2=evict_first"}) {
-    const std::string text(name);
-    const size_t eq = text.find('=');
-    const std::string variable = text.substr(0, eq);
-    const ScopedEnv env(variable, text.substr(eq + 1));
-    for (const CaseSpec& spec : {split, capped}) {
-      const std::string report = check_cuda_decode(spec, fresh_seed());
-      EXPECT_TRUE(report.empty()) << name << " " << spec.name() << "\n" << report;
-    }
   }
 }
 

@@ -12,7 +12,7 @@
 //   load  cp.async 16-byte chunks, two token rows of D per warp instruction (coalesced); lane t
 //         finds the page of token t once (kv_indices read one step ahead, so its latency hides
 //         behind the compute) and the lanes exchange it by shuffle. Rows past the chunk's end are
-//         zero-filled (the L2 policy of the KV lines is a parameter: normal, or evict-first). Rows
+//         zero-filled (the KV lines enter L2 evict-normal, an explicit cache policy). Rows
 //         are XOR-swizzled by 16-byte chunk (chunk ^ row % 8): the ldmatrix reads below are free of
 //         bank conflicts. (Per-lane 64-bit row offsets, the page slot advanced by constants,
 //         issue fewer instructions but measured 10% slower at P 16 on 16-256 x 8192-32768 and 3%
@@ -87,16 +87,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(address));
 }
 
-// The L2 policy of the KV loads: evict-normal (default), or evict-first, under which streaming
-// the cache does not evict what other kernels keep in L2 (nor write their dirty lines back
-// inside this kernel).
-__device__ __forceinline__ uint64_t kv_load_policy(bool evict_first) {
+// The L2 policy of the KV loads: evict-normal. (Evict-first gained 7% at B 1 and lost 5% at 16 and
+// 64 x 8192 on the H200: bench/RESULTS.md, "Tried and retired".)
+__device__ __forceinline__ uint64_t kv_load_policy() {
   uint64_t policy;
-  if (evict_first) {
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  } else {
-    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
-  }
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
 
@@ -167,11 +162,6 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   const int request = p.partition.work_request[item];
   const int chunk = p.partition.work_chunk[item];
   const int64_t chunk_pages = p.partition.info->chunk_pages;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // The merge kernel (launched as a programmatic dependent) may be scheduled now; it waits for
-  // this grid's completion before it reads anything.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
   if (item >= num_items) return;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -201,7 +191,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   T* v_ring = k_ring + C::kStages * C::kStepElems;
   const T* k_cache = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
   const T* v_cache = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
-  const uint64_t stream_policy = tc::kv_load_policy(p.kv_evict_first);
+  const uint64_t stream_policy = tc::kv_load_policy();
   // Lane l owns token (l % kStep) of a step: its page id, read one step ahead (-1: past the end).
   auto fetch_page = [&](int j) {
     const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
@@ -450,7 +440,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
       if (d == 0) p.partial_lse[int64_t{item} * p.num_qo_heads + qo_head] = lse;
     }
   }
-  if (!split || !p.fused_merge) return;
+  if (!split) return;
 
   // ---- split request: the last of its items to finish (for this head tile) merges them ----
   //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
