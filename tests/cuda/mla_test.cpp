@@ -416,10 +416,9 @@ TEST_P(CudaMlaOtherKernel, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Kernels, CudaMlaOtherKernel,
-    ::testing::Values(OtherKernel{"mma", {{"PAGEDATTN_MLA_KERNEL", "mma"}}}),
-    [](const auto& info) { return std::string(info.param.label); });
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaMlaOtherKernel,
+                         ::testing::Values(OtherKernel{"mma", {{"PAGEDATTN_MLA_KERNEL", "mma"}}}),
+                         [](const auto& info) { return std::string(info.param.label); });
 
 // Clusters of the H <= 16 kernel (C CTAs share a request's chunk and combine in distributed shared
 // memory) with C = 2 (the default limit), 4 and 8 (PAGEDATTN_MLA_CLUSTER): the batch is chosen so

@@ -33,6 +33,7 @@
 
 #include "cuda/common/device_utils.cuh"
 #include "cuda/decode/decode_params.h"
+#include "cuda/decode/decode_work.cuh"
 
 namespace pagedattn::cuda {
 
@@ -153,36 +154,25 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   T* ring_base = reinterpret_cast<T*>(smem_raw);
   T* q_smem = reinterpret_cast<T*>(smem_raw + C::kRingBytes);  // [16][D], swizzled
 
-  // The metadata reads are issued together (a chain of dependent reads is a chain of latencies);
-  // entries past num_items are read but not used.
+  // Grid: items x head tiles, the head tiles of an item side by side. The work (decode_work.cuh,
+  // shared with the CUDA-core kernel): the metadata reads are issued together (a chain of
+  // dependent reads is a chain of latencies).
   const int head_tiles = p.num_kv_heads * p.group_tiles;
   const int item = blockIdx.x / head_tiles;
   const int head_tile = blockIdx.x - item * head_tiles;
-  const int num_items = p.partition.info->num_items;
-  const int request = p.partition.work_request[item];
-  const int chunk = p.partition.work_chunk[item];
-  const int64_t chunk_pages = p.partition.info->chunk_pages;
-  if (item >= num_items) return;
+  DecodeWork work;
+  if (!decode_work(p, item, head_tile, work)) return;
+  const int request = work.request;
+  const bool split = work.split;
+  const int merge_first = work.merge_first;  // this request's items (the merge in the last CTA)
+  const int merge_items = work.merge_items;
+  const int page_begin = work.page_begin;
+  const int tok_begin = work.tok_begin, tok_end = work.tok_end;
+  const int kv_head = work.kv_head, qo_head0 = work.qo_head0, heads = work.heads;
+  const int page_size = p.page_size;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int kv_head = head_tile / p.group_tiles;
-  const int head_begin = (head_tile % p.group_tiles) * kMaxGroupPerCta;
-  const int heads = min(kMaxGroupPerCta, p.group - head_begin);
-  const int qo_head0 = kv_head * p.group + head_begin;
-
-  const int merge_first = p.partition.merge_indptr[request];  // this request's items
-  const int merge_items = p.partition.merge_indptr[request + 1] - merge_first;
-  const bool split = merge_items > 1;
-  const int page_size = p.page_size;
-  const int page_begin = p.kv_indptr[request];
-  const int num_pages = p.kv_indptr[request + 1] - page_begin;
-  const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * page_size + p.kv_last_page_len[request];
-  const int64_t chunk_tokens = chunk_pages * page_size;
-  int tok_begin = static_cast<int>(min(static_cast<int64_t>(kv_len), chunk * chunk_tokens));
-  const int tok_end =
-      static_cast<int>(min(static_cast<int64_t>(kv_len), (chunk + 1) * chunk_tokens));
-  if (p.window_left >= 0) tok_begin = max(tok_begin, kv_len - 1 - p.window_left);
   const int num_steps = tok_end > tok_begin ? (tok_end - tok_begin + kStep - 1) / kStep : 0;
   const int my_steps = num_steps > warp ? (num_steps - warp + C::kWarps - 1) / C::kWarps : 0;
 
