@@ -3,8 +3,9 @@
 // head dims 64/128/256, group sizes 1..16 (3, 5, 7 included) and beyond (20, 32: several CTAs per
 // KV head), page sizes 1..256 with allocation pages 4x larger, lengths around the page edges,
 // padding, soft-cap, sliding window, explicit sm_scale, and long requests that take the split-KV
-// path (B = 1, and mixed with empty requests). Each case varies one axis around a base so the
-// table stays small enough for compute-sanitizer. Outputs are poisoned (0xFF) before each run.
+// path (B = 1, and mixed with empty requests; fp8 KV too, through the merge kernel). Each case
+// varies one axis around a base so the table stays small enough for compute-sanitizer. Outputs
+// are poisoned (0xFF) before each run.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -189,6 +190,23 @@ std::vector<CaseSpec> cuda_decode_cases() {
     spec.num_qo_heads = 14;  // group 7
     spec.page_size = 64;
     spec.kv_lens = {4000, 0, 70};
+    cases.push_back(spec);
+  }
+  // fp8 KV split (the CUDA-core kernel's partials, then the merge kernel, bf16 and f16 outputs;
+  // appended last so the earlier cases keep their _c indices): one long request among an empty
+  // and a short one, and f16 q with a soft-cap.
+  for (DType q : {DType::kBF16, DType::kF16}) {
+    CaseSpec spec = base_decode();
+    spec.q_dtype = q;
+    spec.kv_dtype = DType::kFP8E4M3;
+    spec.kv_scale = 0.25f;
+    spec.num_qo_heads = 32;
+    spec.num_kv_heads = 8;
+    spec.kv_lens = {3000, 0, 40};
+    if (q == DType::kF16) {
+      spec.logits_soft_cap = 5.0f;
+      spec.value_range = 3.0f;
+    }
     cases.push_back(spec);
   }
   return cases;
