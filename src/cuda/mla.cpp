@@ -13,8 +13,8 @@
 //   2. per run_mla, the MLA kernel over (row block, work item) CTAs; CTAs past the item count
 //      exit. 16-row blocks may take a cluster of CTAs per item (mla_launch_shape,
 //      mla_cluster_limit), which then replaces the split of a request;
-//   3. the merge of split requests' f32 partials, [item, partial_rows, 512]: a merge kernel (or,
-//      with PAGEDATTN_MLA_MERGE=fused, inside the H <= 16 kernel: the last CTA of a request).
+//   3. the merge of split requests' f32 partials, [item, partial_rows, 512]: a merge kernel.
+// Which kernel serves a step (the cache dtype, the row block, the device) is launch.cu's rule.
 // partial_rows bounds q_len * H of every request: H * meta.max_q_len when the planner gave it, else
 // H * T (q_len <= T always). If the partials of a split plan would not fit the workspace, the
 // partition is run without splitting (one item per request: correct, less parallel).
@@ -26,7 +26,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string_view>
 
 #include "core/check.h"
@@ -248,17 +247,7 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   p.partial_out = workspace.partial_out();
   p.partial_lse = workspace.partial_lse();
   p.partial_rows = static_cast<int32_t>(shape.partial_rows);
-  // PAGEDATTN_MLA_MERGE=fused: the H <= 16 kernel merges split requests itself (the last CTA of
-  // a request; one row block per request) instead of the merge kernel. Opt-in: on the H200 it was
-  // slower on the small steps (16 x 1024: 41.7 us against 19.0 us with the merge kernel), not yet
-  // understood. Read per call, so tests can switch.
-  const char* merge_env = std::getenv("PAGEDATTN_MLA_MERGE");
-  p.merge_counters = workspace.merge_counters();
   p.cluster = shape.cluster;
-  p.fused_merge = shape.config.enable && shape.block_rows == mla::kSmallBlockM &&
-                  shape.row_blocks == 1 && shape.cluster == 1 &&
-                  batch <= workspace.merge_counters_capacity() && merge_env != nullptr &&
-                  std::string_view(merge_env) == "fused";
 
   const int merge_rows = static_cast<int>(std::min<int64_t>(shape.partial_rows, 65535));
   mla::launch_mla(p, op.kv_dtype == DType::kFP8E4M3, shape.block_rows,

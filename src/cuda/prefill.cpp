@@ -10,14 +10,13 @@
 // prefill or speculative step of a few short requests over long KV), the keys are cut into chunks
 // of >= kMinChunkTokens so that about two waves run, sized from the same host-known bounds
 // (max_q_len, and num_pages_hint x P >= every request's kv_len); partials go to the workspace's
-// f32 buffers and a merge kernel combines them. Without both hints, no split (nor with
-// PAGEDATTN_PREFILL_SPLIT=off, for side-by-side benchmarks).
+// f32 buffers and a merge kernel combines them. Without both hints, no split. (The rule is
+// choose_kv_split's; 15.8x at 1 x 1 / 32768 against no split: bench/RESULTS.md.)
 #include "cuda/prefill.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string_view>
 
 #include "core/check.h"
@@ -41,20 +40,10 @@ constexpr int64_t kMaxChunks = 64;
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-// Fills p's split-KV fields (params.h) when splitting pays and the partials fit the workspace.
-// PAGEDATTN_PREFILL_SPLIT=off turns the split off (benchmarks compare the two); read once, not
-// on every call.
-bool split_disabled() {
-  static const bool disabled = [] {
-    const char* env = std::getenv("PAGEDATTN_PREFILL_SPLIT");
-    return env != nullptr && std::string_view(env) == "off";
-  }();
-  return disabled;
-}
-
+// Fills p's split-KV fields (params.h) when splitting pays and the partials fit the workspace:
+// the query tiles x KV heads cover less than the SMs, and the hints bound every request's keys.
 void choose_kv_split(const CudaWorkspace& ws, int64_t num_pages_hint, int32_t head_dim_vo,
                      prefill::PrefillParams& p) {
-  if (split_disabled()) return;
   if (p.max_q_len <= 0 || num_pages_hint <= 0 || p.batch_size == 0 || p.num_qo_rows == 0) return;
   const int64_t ctas = prefill::tile_bound(p, 64) * p.num_kv_heads;  // 64: the smaller tile
   const int64_t sms = ws.num_sms();

@@ -76,6 +76,7 @@ Selection Selection::parse(std::string_view spec) {
   return selection;
 }
 
+// PAGEDATTN_BACKEND (ARCHITECTURE.md, "Switches": every environment switch the library reads).
 Selection Selection::from_env() {
   const char* value = std::getenv("PAGEDATTN_BACKEND");
   if (value == nullptr || *value == '\0') return Selection{};

@@ -1,9 +1,9 @@
 // ScopedEnv: sets (or unsets) environment variables for one scope and restores each one's previous
 // value (or absence) when the scope ends, also when a test throws or an ASSERT returns early, so a
-// switch a test sets (PAGEDATTN_PREFILL_KERNEL, PAGEDATTN_MLA_MERGE, ...) never leaks into the tests
-// that run after it in the same process.
+// switch a test sets (PAGEDATTN_PREFILL_KERNEL, PAGEDATTN_MLA_CLUSTER, ...; ARCHITECTURE.md lists
+// them) never leaks into the tests that run after it in the same process.
 //
-//   ScopedEnv env({{"PAGEDATTN_MLA_MERGE", "fused"}, {"PAGEDATTN_MLA_CLUSTER", std::nullopt}});
+//   ScopedEnv env({{"PAGEDATTN_MLA_KERNEL", "mma"}, {"PAGEDATTN_MLA_CLUSTER", std::nullopt}});
 //
 // A value of std::nullopt unsets the variable for the scope. Not thread-safe (neither is setenv).
 #pragma once

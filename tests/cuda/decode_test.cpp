@@ -3,14 +3,13 @@
 // head dims 64/128/256, group sizes 1..16 (3, 5, 7 included) and beyond (20, 32: several CTAs per
 // KV head), page sizes 1..256 with allocation pages 4x larger, lengths around the page edges,
 // padding, soft-cap, sliding window, explicit sm_scale, and long requests that take the split-KV
-// path (B = 1, and mixed with empty requests). Each case varies one axis around a base so the
-// table stays small enough for compute-sanitizer. Outputs are poisoned (0xFF) before each run.
+// path (B = 1, and mixed with empty requests; fp8 KV too, through the merge kernel). Each case
+// varies one axis around a base so the table stays small enough for compute-sanitizer. Outputs
+// are poisoned (0xFF) before each run.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
-#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cuda/cuda_test_util.h"
 
@@ -193,6 +192,23 @@ std::vector<CaseSpec> cuda_decode_cases() {
     spec.kv_lens = {4000, 0, 70};
     cases.push_back(spec);
   }
+  // fp8 KV split (the CUDA-core kernel's partials, then the merge kernel, bf16 and f16 outputs;
+  // appended last so the earlier cases keep their _c indices): one long request among an empty
+  // and a short one, and f16 q with a soft-cap.
+  for (DType q : {DType::kBF16, DType::kF16}) {
+    CaseSpec spec = base_decode();
+    spec.q_dtype = q;
+    spec.kv_dtype = DType::kFP8E4M3;
+    spec.kv_scale = 0.25f;
+    spec.num_qo_heads = 32;
+    spec.num_kv_heads = 8;
+    spec.kv_lens = {3000, 0, 40};
+    if (q == DType::kF16) {
+      spec.logits_soft_cap = 5.0f;
+      spec.value_range = 3.0f;
+    }
+    cases.push_back(spec);
+  }
   return cases;
 }
 
@@ -234,32 +250,6 @@ TEST(CudaDecode, PageSizeInvariance) {
                                       gpu_row_tolerance(DType::kBF16), "P vs P=1");
     report += compare(lses[i], lses[0], kGpuLseTolerance, "lse: P vs P=1");
     EXPECT_TRUE(report.empty()) << "seed " << seed << "\n" << report;
-  }
-}
-
-// The side-by-side switches (decode.cpp) keep bf16/f16 KV correct: the CUDA-core kernel
-// (PAGEDATTN_DECODE_KERNEL=cuda_core) and KV loads with the evict-first L2 policy
-// (PAGEDATTN_DECODE_L2=evict_first), on a split case and a soft-capped f16 case.
-TEST(CudaDecode, BenchmarkSwitchesStayCorrect) {
-  PA_REQUIRE_GPU();
-  CaseSpec split = base_decode();
-  split.num_qo_heads = 32;
-  split.num_kv_heads = 8;
-  split.kv_lens = {3000, 0, 40};
-  CaseSpec capped = base_decode();
-  capped.q_dtype = capped.kv_dtype = DType::kF16;
-  capped.logits_soft_cap = 5.0f;
-  capped.value_range = 3.0f;
-  for (const char* name :
-       {"PAGEDATTN_DECODE_KERNEL=cuda_core", "PAGEDATTN_DECODE_L2=evict_first"}) {
-    const std::string text(name);
-    const size_t eq = text.find('=');
-    const std::string variable = text.substr(0, eq);
-    const ScopedEnv env(variable, text.substr(eq + 1));
-    for (const CaseSpec& spec : {split, capped}) {
-      const std::string report = check_cuda_decode(spec, fresh_seed());
-      EXPECT_TRUE(report.empty()) << name << " " << spec.name() << "\n" << report;
-    }
   }
 }
 

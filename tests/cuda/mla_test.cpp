@@ -5,10 +5,11 @@
 // pages larger than P, padding and empty requests, speculative decoding (q_len 1..4, causal),
 // extend (longer q_len, causal and not), no lse, explicit sm_scale, no max_q_len hint (split, and
 // the unsplit fallback), the single [pages, alloc, 576] buffer and separate ckv / kpe buffers,
-// CUDA-graph replay; the mma.sync kernel (PAGEDATTN_MLA_KERNEL=mma) and the two-warpgroup wgmma
-// kernel (PAGEDATTN_MLA_SM90=split) forced where Hopper runs the warp-specialized one. Outputs are poisoned (0xFF = NaN) before each run, every element is compared,
-// and NaN never passes. Bad arguments throw an Error naming the argument and write nothing. Skips
-// where no GPU is usable.
+// CUDA-graph replay; the mma.sync kernel (the sm_80 path, PAGEDATTN_MLA_KERNEL=mma) forced where
+// Hopper runs the warp-specialized and read-bound ones; clusters of 4 and 8 CTAs
+// (PAGEDATTN_MLA_CLUSTER). Outputs are poisoned (0xFF = NaN) before each run, every element is
+// compared, and NaN never passes. Bad arguments throw an Error naming the argument and write
+// nothing. Skips where no GPU is usable.
 #include "cuda/mla.h"
 
 #include <cuda_runtime_api.h>
@@ -382,11 +383,10 @@ TEST(CudaMla, WithoutMaxQLenHint) {
   }
 }
 
-// The other kernels where the default ones run, over heads, page sizes, speculative rows, extend,
-// split and peaked logits: PAGEDATTN_MLA_KERNEL=mma, the general mma.sync kernel (the sm_80 path)
-// on the bf16 blocks that the wgmma kernels (64 rows, Hopper) and the read-bound kernel (16 rows)
-// take otherwise; PAGEDATTN_MLA_SM90=split, the two-warpgroup wgmma kernel instead of the
-// warp-specialized one; PAGEDATTN_MLA_MERGE=fused, split H <= 16 requests merged by their last CTA.
+// The other kernel where the default ones run, over heads, page sizes, speculative rows, extend,
+// split and peaked logits: PAGEDATTN_MLA_KERNEL=mma, the general mma.sync kernel (the sm_80 path,
+// which the Hopper test machine does not take on its own) on the bf16 blocks that the
+// warp-specialized wgmma kernel (64 rows) and the read-bound kernel (16 rows) take otherwise.
 struct OtherKernel {
   const char* label;
   std::vector<std::pair<const char*, const char*>> env;
@@ -416,12 +416,9 @@ TEST_P(CudaMlaOtherKernel, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Kernels, CudaMlaOtherKernel,
-    ::testing::Values(OtherKernel{"mma", {{"PAGEDATTN_MLA_KERNEL", "mma"}}},
-                      OtherKernel{"split", {{"PAGEDATTN_MLA_SM90", "split"}}},
-                      OtherKernel{"fused", {{"PAGEDATTN_MLA_MERGE", "fused"}}}),
-    [](const auto& info) { return std::string(info.param.label); });
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaMlaOtherKernel,
+                         ::testing::Values(OtherKernel{"mma", {{"PAGEDATTN_MLA_KERNEL", "mma"}}}),
+                         [](const auto& info) { return std::string(info.param.label); });
 
 // Clusters of the H <= 16 kernel (C CTAs share a request's chunk and combine in distributed shared
 // memory) with C = 2 (the default limit), 4 and 8 (PAGEDATTN_MLA_CLUSTER): the batch is chosen so
@@ -502,18 +499,14 @@ TEST(CudaMla, WorkspaceReusedAcrossSteps) {
 }
 
 // Captured into a CUDA graph on a stream and replayed twice: the same results as the reference.
-// Replays of one captured step: H 64 and H 16 with the merge kernel; H 16 with the fused merge
-// (PAGEDATTN_MLA_MERGE=fused; its arrival counters must be zero again for the next replay); H 16
-// in clusters of 2 CTAs a request (a batch of half the SMs) with the merge kernel for the long one.
-enum class GraphMode { kMergeKernel, kFusedMerge, kClusters };
+// Replays of one captured step: H 64 and H 16 with the merge kernel; H 16 in clusters of 2 CTAs a
+// request (a batch of half the SMs) with the merge kernel for the long one.
+enum class GraphMode { kMergeKernel, kClusters };
 class CudaMlaGraph : public ::testing::TestWithParam<std::pair<int32_t, GraphMode>> {};
 
 TEST_P(CudaMlaGraph, Replay) {
   PA_REQUIRE_GPU();
   const GraphMode mode = GetParam().second;
-  const ScopedEnv merge("PAGEDATTN_MLA_MERGE", mode == GraphMode::kFusedMerge
-                                                   ? std::optional<std::string>("fused")
-                                                   : std::nullopt);
   CaseSpec spec = base_mla(GetParam().first, 16);
   spec.kv_lens = {2500, 5, 300};
   if (mode == GraphMode::kClusters) {
@@ -567,16 +560,13 @@ TEST_P(CudaMlaGraph, Replay) {
 INSTANTIATE_TEST_SUITE_P(Heads, CudaMlaGraph,
                          ::testing::Values(std::pair{64, GraphMode::kMergeKernel},
                                            std::pair{16, GraphMode::kMergeKernel},
-                                           std::pair{16, GraphMode::kFusedMerge},
                                            std::pair{16, GraphMode::kClusters}),
                          [](const auto& info) {
                            const GraphMode mode = info.param.second;
                            // fmt, not string operator+: GCC 12 warns (-Wrestrict) falsely
                            // on the latter.
                            return fmt::format("h{}{}", info.param.first,
-                                              mode == GraphMode::kFusedMerge ? "_fused"
-                                              : mode == GraphMode::kClusters ? "_clusters"
-                                                                             : "");
+                                              mode == GraphMode::kClusters ? "_clusters" : "");
                          });
 
 // Bad input: an Error naming the argument, and nothing written.

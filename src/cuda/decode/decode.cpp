@@ -4,16 +4,18 @@
 // plan: the split-KV partition of kv_indptr (planner.h's rule, target = resident decode CTAs /
 // KV heads) is computed on the device into the workspace; the host never learns the item count,
 // so the decode grid is the bound batch + target_items and CTAs past info->num_items exit.
-// run: one decode kernel instantiation per (head dim, q dtype, KV dtype): tensor cores for KV of
-// q's dtype, CUDA cores for fp8 KV (decode_launch.cu); page size, layout,
-// group size, soft-cap and window are runtime values. The partials of split requests are combined
+// run: one decode kernel instantiation per (head dim, q dtype, KV dtype), chosen by the KV dtype
+// alone (decode_launch.cu): tensor cores for KV of q's dtype, CUDA cores for fp8 KV; page size,
+// layout, group size, soft-cap and window are runtime values. The partials of split requests are
+// combined
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i
 // by the last CTA of each (request, head tile) in the tensor-core kernel, and by a merge kernel
-// (one CTA per request and query head) after the CUDA-core kernel.
+// (one CTA per request and query head) after the CUDA-core kernel. No environment switch: the
+// alternatives measured against these (the CUDA-core kernel for bf16 KV, the merge kernel after
+// the tensor-core one, evict-first KV loads) are in bench/RESULTS.md, "Tried and retired".
 #include "cuda/decode/decode.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <string_view>
 
 #include "core/check.h"
@@ -34,17 +36,6 @@ void check_meta_i32(std::string_view name, const TensorView& view, int64_t min_e
 }
 
 bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
-
-// Side-by-side switches for benchmarks, read per call: PAGEDATTN_DECODE_KERNEL=cuda_core runs the
-// CUDA-core kernel for bf16/f16 KV too; PAGEDATTN_DECODE_MERGE=kernel merges split requests of
-// the tensor-core kernel with the merge kernel instead of in their last CTA;
-// PAGEDATTN_DECODE_L2=evict_first loads KV with the evict-first L2 policy (measured on the H200:
-// +7% at B = 1, where the KV is a few L2s and the L2's dirty lines are not written back inside the
-// call, but -5% at 16-64 x 8192; see bench/RESULTS.md), so the default is the normal policy.
-bool env_is(const char* name, std::string_view value) {
-  const char* env = std::getenv(name);
-  return env != nullptr && std::string_view(env) == value;
-}
 
 }  // namespace
 
@@ -199,20 +190,15 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.soft_cap_log2 = cap * kLog2e;
   params.v_scale = args.kv.v_scale;
   params.window_left = faulty_window(args.options.window_left);
-  params.kv_evict_first = env_is("PAGEDATTN_DECODE_L2", "evict_first");
   params.partition = workspace.partition();
   params.partial_out = workspace.partial_out();
   params.partial_lse = workspace.partial_lse();
   params.merge_counters = workspace.merge_counters();
-  params.fused_merge = !env_is("PAGEDATTN_DECODE_MERGE", "kernel");
   PA_CHECK(batch * hkv * params.group_tiles <= workspace.merge_counters_capacity(),
            "run_decode: {} requests x {} head tiles exceed the workspace's {} merge counters",
            batch, hkv * params.group_tiles, workspace.merge_counters_capacity());
 
-  const DecodeKernel kernel = env_is("PAGEDATTN_DECODE_KERNEL", "cuda_core")
-                                  ? DecodeKernel::kCudaCore
-                                  : DecodeKernel::kTensorCore;
-  launch_decode(params, dim, args.q.dtype, op.kv_dtype, kernel, grid_items, args.stream);
+  launch_decode(params, dim, args.q.dtype, op.kv_dtype, grid_items, args.stream);
 }
 
 }  // namespace pagedattn::cuda

@@ -25,6 +25,7 @@
 
 #include "cuda/common/device_utils.cuh"
 #include "cuda/decode/decode_params.h"
+#include "cuda/decode/decode_work.cuh"
 
 namespace pagedattn::cuda {
 
@@ -72,28 +73,17 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
   float* l_smem = m_smem + kMaxGroupPerCta;                                         // [16]
   float* alpha_smem = l_smem + kMaxGroupPerCta;                                     // [16]
 
+  // Grid: (item, head tile). The work (decode_work.cuh, shared with the tensor-core kernel).
   const int item = blockIdx.x;
-  const int num_items = p.partition.info->num_items;
-  if (item >= num_items) return;
-  const int64_t chunk_pages = p.partition.info->chunk_pages;
-  const int tid = threadIdx.x;
-  const int kv_head = blockIdx.y / p.group_tiles;
-  const int head_begin = (blockIdx.y % p.group_tiles) * kMaxGroupPerCta;
-  const int heads = min(kMaxGroupPerCta, p.group - head_begin);
-  const int qo_head0 = kv_head * p.group + head_begin;
-
-  const int request = p.partition.work_request[item];
-  const int chunk = p.partition.work_chunk[item];
-  const bool split = p.partition.merge_indptr[request + 1] - p.partition.merge_indptr[request] > 1;
+  DecodeWork work;
+  if (!decode_work(p, item, static_cast<int>(blockIdx.y), work)) return;
+  const int request = work.request;
+  const bool split = work.split;
+  const int page_begin = work.page_begin;
+  const int tok_begin = work.tok_begin, tok_end = work.tok_end;
+  const int kv_head = work.kv_head, qo_head0 = work.qo_head0, heads = work.heads;
   const int page_size = p.page_size;
-  const int page_begin = p.kv_indptr[request];
-  const int num_pages = p.kv_indptr[request + 1] - page_begin;
-  const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * page_size + p.kv_last_page_len[request];
-  const int64_t chunk_tokens = chunk_pages * page_size;
-  int tok_begin = static_cast<int>(min(static_cast<int64_t>(kv_len), chunk * chunk_tokens));
-  const int tok_end =
-      static_cast<int>(min(static_cast<int64_t>(kv_len), (chunk + 1) * chunk_tokens));
-  if (p.window_left >= 0) tok_begin = max(tok_begin, kv_len - 1 - p.window_left);
+  const int tid = threadIdx.x;
   const int num_tiles = tok_end > tok_begin ? (tok_end - tok_begin + kTile - 1) / kTile : 0;
 
   // q of this CTA's heads, pre-scaled.

@@ -3,9 +3,9 @@
 // the CUDA-core kernel for fp8 KV (decode_d*.cu). No fmt here (nvcc host passes cannot
 // compile it); errors go through throw_error.
 //
-// Merge (after the CUDA-core kernel; the tensor-core kernel merges in its last CTA per request and
-// head tile): one CTA per (request, query head), exiting at once for requests served by one item
-// (head_dim <= 256):
+// Merge (after the CUDA-core kernel, i.e. fp8 KV; the tensor-core kernel merges in its last CTA
+// per request and head tile): one CTA per (request, query head), exiting at once for requests
+// served by one item (head_dim <= 256):
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -115,33 +115,29 @@ __global__ void __launch_bounds__(kMergeThreads)
   }
 }
 
-// Returns true when the kernel merges split requests itself (the tensor-core kernel).
+// The rule: KV of q's dtype (bf16 / f16) -> the tensor-core kernel, which merges split requests
+// in its last CTA per (request, head tile); fp8 KV -> the CUDA-core kernel (it converts while it
+// reads), then the merge kernel. Returns true when the kernel merged split requests itself.
 template <int kHeadDim, class QT>
-bool launch_for_kv(DType kv_dtype, DecodeKernel kernel, const DecodeParams& params, int grid_items,
-                   void* stream) {
-  // KV of q's type: tensor cores. fp8 KV: the CUDA-core kernel (converts while it reads).
+bool launch_for_kv(DType kv_dtype, const DecodeParams& params, int grid_items, void* stream) {
   if (kv_dtype == DType::kFP8E4M3) {
     launch_decode_kernel<kHeadDim, QT, __nv_fp8_e4m3>(params, grid_items, stream);
     return false;
   }
-  if (kernel == DecodeKernel::kCudaCore) {
-    launch_decode_kernel<kHeadDim, QT, QT>(params, grid_items, stream);
-    return false;
-  }
   launch_decode_tc_kernel<kHeadDim, QT>(params, grid_items, stream);
-  return params.fused_merge;
+  return true;
 }
 
 template <class QT>
-bool launch_for_head_dim(int head_dim, DType kv_dtype, DecodeKernel kernel,
-                         const DecodeParams& params, int grid_items, void* stream) {
+bool launch_for_head_dim(int head_dim, DType kv_dtype, const DecodeParams& params, int grid_items,
+                         void* stream) {
   switch (head_dim) {
     case 64:
-      return launch_for_kv<64, QT>(kv_dtype, kernel, params, grid_items, stream);
+      return launch_for_kv<64, QT>(kv_dtype, params, grid_items, stream);
     case 128:
-      return launch_for_kv<128, QT>(kv_dtype, kernel, params, grid_items, stream);
+      return launch_for_kv<128, QT>(kv_dtype, params, grid_items, stream);
     case 256:
-      return launch_for_kv<256, QT>(kv_dtype, kernel, params, grid_items, stream);
+      return launch_for_kv<256, QT>(kv_dtype, params, grid_items, stream);
     default:
       throw_error("decode: head_dim " + std::to_string(head_dim) + " (supported: 64, 128, 256)");
   }
@@ -150,12 +146,11 @@ bool launch_for_head_dim(int head_dim, DType kv_dtype, DecodeKernel kernel,
 }  // namespace
 
 void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DType kv_dtype,
-                   DecodeKernel kernel, int grid_items, void* stream) {
+                   int grid_items, void* stream) {
   const bool merged =
       q_dtype == DType::kBF16
-          ? launch_for_head_dim<__nv_bfloat16>(head_dim, kv_dtype, kernel, params, grid_items,
-                                               stream)
-          : launch_for_head_dim<__half>(head_dim, kv_dtype, kernel, params, grid_items, stream);
+          ? launch_for_head_dim<__nv_bfloat16>(head_dim, kv_dtype, params, grid_items, stream)
+          : launch_for_head_dim<__half>(head_dim, kv_dtype, params, grid_items, stream);
   if (merged) return;
   // The merge is a programmatic dependent launch (sm_90): it is scheduled while the decode kernel
   // runs and waits for it on the device, so the launch gap between the two disappears.

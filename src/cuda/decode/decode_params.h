@@ -39,21 +39,20 @@ struct DecodeParams {
   float soft_cap_log2;  // soft_cap * log2(e)
   float v_scale;
   int32_t window_left;  // >= 0: keys at positions >= kv_len - 1 - window_left
-  bool kv_evict_first;  // tensor-core kernel: KV lines enter L2 as evict-first, else evict-normal
   PartitionView partition;
   float* partial_out;  // [items, Hq, D]
   float* partial_lse;  // [items, Hq]
   // Tensor-core kernel: [B * Hkv * group_tiles] arrival counters, zero on entry and on exit; the
   // last CTA of a split (request, head tile) merges its partials (no merge kernel).
   int32_t* merge_counters;
-  bool fused_merge;  // tensor-core kernel: merge in the last CTA (else the merge kernel runs)
 };
 
 // Query heads handled by one CTA (a group larger than this takes several CTAs per KV head).
 inline constexpr int kMaxGroupPerCta = kDecodeMaxGroupPerCta;
 
-// Launches the split-KV decode kernel for head dim kHeadDim (explicitly instantiated per head
-// dim in decode_d*.cu). QT: __nv_bfloat16 / __half; KVT: QT or __nv_fp8_e4m3.
+// Launches the CUDA-core split-KV decode kernel (decode_kernel.cuh) for head dim kHeadDim
+// (explicitly instantiated per head dim in decode_d*.cu). QT: __nv_bfloat16 / __half; KVT: the
+// fp8 e4m3 cache (the only one it serves).
 template <int kHeadDim, class QT, class KVT>
 void launch_decode_kernel(const DecodeParams& params, int grid_items, void* stream);
 
@@ -62,12 +61,9 @@ void launch_decode_kernel(const DecodeParams& params, int grid_items, void* stre
 template <int kHeadDim, class T>
 void launch_decode_tc_kernel(const DecodeParams& params, int grid_items, void* stream);
 
-// Which decode kernel serves KV of q's dtype (fp8 KV always takes the CUDA-core kernel).
-enum class DecodeKernel { kTensorCore, kCudaCore };
-
-// The decode kernel for (head_dim, q dtype, KV dtype), then the merge of split requests
-// (decode_launch.cu).
+// The decode kernel for (head_dim, q dtype, KV dtype), then, after the CUDA-core kernel, the merge
+// of split requests (decode_launch.cu).
 void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DType kv_dtype,
-                   DecodeKernel kernel, int grid_items, void* stream);
+                   int grid_items, void* stream);
 
 }  // namespace pagedattn::cuda

@@ -12,7 +12,7 @@
 //   load  cp.async 16-byte chunks, two token rows of D per warp instruction (coalesced); lane t
 //         finds the page of token t once (kv_indices read one step ahead, so its latency hides
 //         behind the compute) and the lanes exchange it by shuffle. Rows past the chunk's end are
-//         zero-filled (the L2 policy of the KV lines is a parameter: normal, or evict-first). Rows
+//         zero-filled (the KV lines enter L2 evict-normal, an explicit cache policy). Rows
 //         are XOR-swizzled by 16-byte chunk (chunk ^ row % 8): the ldmatrix reads below are free of
 //         bank conflicts. (Per-lane 64-bit row offsets, the page slot advanced by constants,
 //         issue fewer instructions but measured 10% slower at P 16 on 16-256 x 8192-32768 and 3%
@@ -33,6 +33,7 @@
 
 #include "cuda/common/device_utils.cuh"
 #include "cuda/decode/decode_params.h"
+#include "cuda/decode/decode_work.cuh"
 
 namespace pagedattn::cuda {
 
@@ -87,16 +88,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(address));
 }
 
-// The L2 policy of the KV loads: evict-normal (default), or evict-first, under which streaming
-// the cache does not evict what other kernels keep in L2 (nor write their dirty lines back
-// inside this kernel).
-__device__ __forceinline__ uint64_t kv_load_policy(bool evict_first) {
+// The L2 policy of the KV loads: evict-normal. (Evict-first gained 7% at B 1 and lost 5% at 16 and
+// 64 x 8192 on the H200: bench/RESULTS.md, "Tried and retired".)
+__device__ __forceinline__ uint64_t kv_load_policy() {
   uint64_t policy;
-  if (evict_first) {
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  } else {
-    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
-  }
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
 
@@ -158,41 +154,25 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   T* ring_base = reinterpret_cast<T*>(smem_raw);
   T* q_smem = reinterpret_cast<T*>(smem_raw + C::kRingBytes);  // [16][D], swizzled
 
-  // The metadata reads are issued together (a chain of dependent reads is a chain of latencies);
-  // entries past num_items are read but not used.
+  // Grid: items x head tiles, the head tiles of an item side by side. The work (decode_work.cuh,
+  // shared with the CUDA-core kernel): the metadata reads are issued together (a chain of
+  // dependent reads is a chain of latencies).
   const int head_tiles = p.num_kv_heads * p.group_tiles;
   const int item = blockIdx.x / head_tiles;
   const int head_tile = blockIdx.x - item * head_tiles;
-  const int num_items = p.partition.info->num_items;
-  const int request = p.partition.work_request[item];
-  const int chunk = p.partition.work_chunk[item];
-  const int64_t chunk_pages = p.partition.info->chunk_pages;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // The merge kernel (launched as a programmatic dependent) may be scheduled now; it waits for
-  // this grid's completion before it reads anything.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-  if (item >= num_items) return;
+  DecodeWork work;
+  if (!decode_work(p, item, head_tile, work)) return;
+  const int request = work.request;
+  const bool split = work.split;
+  const int merge_first = work.merge_first;  // this request's items (the merge in the last CTA)
+  const int merge_items = work.merge_items;
+  const int page_begin = work.page_begin;
+  const int tok_begin = work.tok_begin, tok_end = work.tok_end;
+  const int kv_head = work.kv_head, qo_head0 = work.qo_head0, heads = work.heads;
+  const int page_size = p.page_size;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int kv_head = head_tile / p.group_tiles;
-  const int head_begin = (head_tile % p.group_tiles) * kMaxGroupPerCta;
-  const int heads = min(kMaxGroupPerCta, p.group - head_begin);
-  const int qo_head0 = kv_head * p.group + head_begin;
-
-  const int merge_first = p.partition.merge_indptr[request];  // this request's items
-  const int merge_items = p.partition.merge_indptr[request + 1] - merge_first;
-  const bool split = merge_items > 1;
-  const int page_size = p.page_size;
-  const int page_begin = p.kv_indptr[request];
-  const int num_pages = p.kv_indptr[request + 1] - page_begin;
-  const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * page_size + p.kv_last_page_len[request];
-  const int64_t chunk_tokens = chunk_pages * page_size;
-  int tok_begin = static_cast<int>(min(static_cast<int64_t>(kv_len), chunk * chunk_tokens));
-  const int tok_end =
-      static_cast<int>(min(static_cast<int64_t>(kv_len), (chunk + 1) * chunk_tokens));
-  if (p.window_left >= 0) tok_begin = max(tok_begin, kv_len - 1 - p.window_left);
   const int num_steps = tok_end > tok_begin ? (tok_end - tok_begin + kStep - 1) / kStep : 0;
   const int my_steps = num_steps > warp ? (num_steps - warp + C::kWarps - 1) / C::kWarps : 0;
 
@@ -201,7 +181,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   T* v_ring = k_ring + C::kStages * C::kStepElems;
   const T* k_cache = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
   const T* v_cache = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
-  const uint64_t stream_policy = tc::kv_load_policy(p.kv_evict_first);
+  const uint64_t stream_policy = tc::kv_load_policy();
   // Lane l owns token (l % kStep) of a step: its page id, read one step ahead (-1: past the end).
   auto fetch_page = [&](int j) {
     const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
@@ -450,7 +430,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
       if (d == 0) p.partial_lse[int64_t{item} * p.num_qo_heads + qo_head] = lse;
     }
   }
-  if (!split || !p.fused_merge) return;
+  if (!split) return;
 
   // ---- split request: the last of its items to finish (for this head tile) merges them ----
   //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.

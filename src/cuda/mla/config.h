@@ -66,11 +66,6 @@ struct MlaParams {
   float* partial_out = nullptr;
   float* partial_lse = nullptr;
   int32_t partial_rows = 0;  // rows per item in the partials
-  // Fused merge (opt-in, the H <= 16 kernel, one row block per request): the last CTA of a split
-  // request to finish merges its partials; arrival counts per request in the workspace, zero between
-  // calls (the merging CTA resets its request's).
-  int32_t* merge_counters = nullptr;
-  bool fused_merge = false;
   // CTAs per work item (the H <= 16 kernel, kSmallBlockM rows): a cluster of `cluster` CTAs
   // shares an item's chunk, each a run of whole tiles, and combines their results in distributed
   // shared memory; item = blockIdx.y / cluster. 1 everywhere else.
@@ -79,7 +74,8 @@ struct MlaParams {
 
 // The largest cluster of CTAs per work item the H <= 16 kernel takes for this process and cache
 // dtype (launch.cu): where that kernel runs (a bf16 cache on a 9.x device with its code), 2, or
-// PAGEDATTN_MLA_CLUSTER=N (1 .. 8; 1: none); else 1.
+// PAGEDATTN_MLA_CLUSTER=N (1 .. 8; 1: none; tests force 4 and 8, ARCHITECTURE.md "Switches");
+// else 1.
 int mla_cluster_limit(bool fp8_kv);
 
 // (C, n) for C = 2, 4, 8: n clusters of C CTAs of the H <= 16 kernel (a CTA per SM) run on the
@@ -87,10 +83,10 @@ int mla_cluster_limit(bool fp8_kv);
 std::vector<std::pair<int, int>> small_cluster_occupancy();
 
 // Enqueues the partition-driven MLA kernel for blocks of `block_rows` (kBlockM or kSmallBlockM)
-// rows on a grid of (row blocks, grid_items <= 65535) CTAs (past 65535 row blocks a CTA loops over
-// blockIdx.x, + 65535, ...), then, when `merge` is set and the kernel did not merge them itself
-// (MlaParams::fused_merge), the merge of split requests over (batch, merge_rows) CTAs. bf16
-// queries; the cache bf16, or fp8 e4m3 when `fp8_kv` (launch.cu).
+// rows on a grid of (row blocks, grid_items <= 65535) CTAs (past 65535 row blocks a CTA of the
+// looping kernels takes blockIdx.x, + 65535, ...), then, when `merge` is set, the merge of split
+// requests over (batch, merge_rows) CTAs. bf16 queries; the cache bf16, or fp8 e4m3 when `fp8_kv`
+// (launch.cu: which kernel, by the rule written there).
 void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_items,
                 int row_blocks, bool merge, int merge_rows, void* stream);
 

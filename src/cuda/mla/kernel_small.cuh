@@ -23,8 +23,8 @@
 // Each thread gathers 4 token rows of its pair's tiles; their attention pages are loaded one tile
 // of the pair ahead. Tokens past the range re-read the last one (real data, masked). Every pair
 // runs every round's barriers, idle or not, so all threads pass the same barrier sequence.
-// Split requests: partials, merged by the merge kernel, or with MlaParams::fused_merge
-// (PAGEDATTN_MLA_MERGE=fused) by the last CTA of the request to finish.
+// Split requests: partials, merged by the merge kernel (a merge by the last CTA of the request
+// lost to it: bench/RESULTS.md, "Tried and retired").
 // Clusters (MlaParams::cluster = C > 1, sm_90): the C CTAs of a cluster share a work item, rank k
 // taking the k-th run of whole tiles of its chunk; after the pairs are combined, each CTA's
 // (O, lse) is combined across the cluster through distributed shared memory, rank k writing
@@ -482,87 +482,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       cluster_sync();  // the others are done reading this CTA's shared memory
     }
 
-    // ---- fused merge (opt-in): the last item of a split request to finish merges them ----
-    //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
-    if (split && p.fused_merge) {
-      __shared__ int last_arrival;
-      const int merge_first = p.partition.merge_indptr[request];
-      const int merge_items = p.partition.merge_indptr[request + 1] - merge_first;
-      __threadfence();  // this CTA's partials are visible device-wide before it is counted
-      __syncthreads();
-      if (tid == 0) {
-        int* counter = p.merge_counters + request;
-        const int arrived = atomicAdd(counter, 1) + 1;
-        last_arrival = arrived == merge_items;
-        if (arrived == merge_items) *counter = 0;  // zero again for the next call (graph replays)
-      }
-      __syncthreads();
-      if (last_arrival) {
-        __threadfence();  // the other CTAs' partials: read with ld.cg (L2, never a stale L1)
-        const int rows = min(num_rows, p.partial_rows);
-        for (int r = warp; r < rows; r += kWarps) {  // a warp per row
-          const float* lse_of = p.partial_lse + int64_t{merge_first} * p.partial_rows + r;
-          const float total = warp_logsumexp_cg(lse_of, merge_items, p.partial_rows, lane);
-          if (lane == 0) {
-            s_lse[r] = total;
-            const int tok = (row0 + r) / H;
-            const int head = row0 + r - tok * H;
-            if (p.lse != nullptr) {
-              p.lse[(q_begin + tok) * p.lse_stride_token + head * p.lse_stride_head] = total;
-            }
-          }
-        }
-        __syncthreads();
-        // Thread t: float4 t + 256 v (v < 8) of the [16 rows][512] block.
-        constexpr int kPerThread = T::kRows * kRank / 4 / kThreads;
-        float4 acc[kPerThread];
-        float total[kPerThread];
-#pragma unroll
-        for (int v = 0; v < kPerThread; ++v) {
-          acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          const int r = (v * kThreads + tid) / (kRank / 4);
-          total[v] = r < rows ? s_lse[r] : -INFINITY;
-        }
-        // Each item's reads are all issued before any is used (rows past the request re-read
-        // its last row and are dropped), so one L2 round trip per item, not one per read.
-        for (int i = 0; i < merge_items; ++i) {
-          const int64_t base = int64_t{merge_first + i} * p.partial_rows;
-          float lse_i[kPerThread];
-          float4 part[kPerThread];
-#pragma unroll
-          for (int v = 0; v < kPerThread; ++v) {
-            const int idx = v * kThreads + tid;
-            const int r = max(0, min(idx / (kRank / 4), rows - 1));
-            const int col = (idx % (kRank / 4)) * 4;
-            lse_i[v] = __ldcg(p.partial_lse + base + r);
-            part[v] =
-                __ldcg(reinterpret_cast<const float4*>(p.partial_out + (base + r) * kRank + col));
-          }
-#pragma unroll
-          for (int v = 0; v < kPerThread; ++v) {
-            if (total[v] == -INFINITY) continue;  // rows past the request, or nothing seen
-            const float w = __expf(lse_i[v] - total[v]);
-            acc[v].x += w * part[v].x;
-            acc[v].y += w * part[v].y;
-            acc[v].z += w * part[v].z;
-            acc[v].w += w * part[v].w;
-          }
-        }
-#pragma unroll
-        for (int v = 0; v < kPerThread; ++v) {
-          const int idx = v * kThreads + tid;
-          const int r = idx / (kRank / 4);
-          const int col = (idx % (kRank / 4)) * 4;
-          if (r >= rows) continue;
-          const int tok = (row0 + r) / H;
-          const int head = row0 + r - tok * H;
-          __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) +
-                               (q_begin + tok) * p.out_stride_token + head * p.out_stride_head + col;
-          *reinterpret_cast<uint2*>(dst) =
-              make_uint2(Bf16Mma::pack(acc[v].x, acc[v].y), Bf16Mma::pack(acc[v].z, acc[v].w));
-        }
-      }
-    }
     __syncthreads();  // shared memory is reused by the next row block
   }
 }

@@ -2,11 +2,16 @@
 // partition, then the merge of split requests. No fmt here (nvcc host passes cannot compile it);
 // launch failures become pagedattn::Error through check_launch.
 //
-// Kernel choice (bf16 cache): blocks of 64 rows run the wgmma kernel (kernel_sm90.cuh) on a
-// compute capability 9.x device when the binary holds its sm_90a code, blocks of 16 rows the
-// read-bound kernel (kernel_small.cuh); the general mma.sync kernel (kernel.cuh, templated on the
-// row block) serves the rest: fp8 caches and sm_80. PAGEDATTN_MLA_KERNEL=mma forces the general
-// kernel everywhere (tests and benchmarks compare them).
+// Kernel choice (the rule; launch_mla applies it, bench/RESULTS.md has the figures):
+//   bf16 cache, 64-row blocks, a 9.x device with the binary's sm_90a code: the warp-specialized
+//     wgmma kernel (kernel_sm90_ws.cuh);
+//   bf16 cache, 16-row blocks (requests of <= 16 rows): the read-bound kernel (kernel_small.cuh),
+//     on 9.x devices in clusters of CTAs where mla_cluster_limit allows and the batch leaves SMs;
+//   everything else (fp8 caches, sm_80): the general mma.sync kernel (kernel.cuh, templated on the
+//     row block).
+// PAGEDATTN_MLA_KERNEL=mma forces the general kernel on bf16 too: the sm_80 path, tested on the
+// Hopper test machine (tests/cuda/mla_test.cpp, CudaMlaOtherKernel). Every PAGEDATTN_* switch is
+// listed in ARCHITECTURE.md ("Switches").
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,7 +21,6 @@
 #include "cuda/cuda_check.h"
 #include "cuda/mla/config.h"
 #include "cuda/mla/kernel.cuh"
-#include "cuda/mla/kernel_sm90.cuh"
 #include "cuda/mla/kernel_sm90_ws.cuh"
 #include "cuda/mla/kernel_small.cuh"
 
@@ -34,8 +38,9 @@ void launch_mma(const MlaParams& params, int grid_items, int row_blocks, cudaStr
   check_launch("mla_kernel");
 }
 
+// PAGEDATTN_MLA_KERNEL=mma (ARCHITECTURE.md, "Switches"): read per call, so tests can switch.
 bool mma_forced() {
-  const char* env = std::getenv("PAGEDATTN_MLA_KERNEL");  // read per call, so tests can switch
+  const char* env = std::getenv("PAGEDATTN_MLA_KERNEL");
   return env != nullptr && std::strcmp(env, "mma") == 0;
 }
 
@@ -52,10 +57,10 @@ bool hopper_code(const void* kernel) {
   cudaGetLastError();  // a failed query leaves nothing behind
   return available;
 }
-// The wgmma kernels (sm_90a code), checked once.
+// The warp-specialized kernel (sm_90a code), checked once.
 bool sm90_available() {
   static const bool available =
-      hopper_code(reinterpret_cast<const void*>(sm90::mla_kernel_sm90));
+      hopper_code(reinterpret_cast<const void*>(sm90ws::mla_kernel_sm90_ws));
   return available;
 }
 // Clusters for the H <= 16 kernel: its sm_90 code on a 9.x device, checked once.
@@ -108,22 +113,6 @@ void launch_sm90_ws(const MlaParams& params, int grid_items, int row_blocks,
   check_launch("mla_kernel_sm90_ws");
 }
 
-// PAGEDATTN_MLA_SM90=split: the two-warpgroup kernel (kernel_sm90.cuh) instead of the
-// warp-specialized one (read per call, so tests and benchmarks can compare them).
-bool sm90_split_forced() {
-  const char* env = std::getenv("PAGEDATTN_MLA_SM90");
-  return env != nullptr && std::strcmp(env, "split") == 0;
-}
-
-void launch_sm90(const MlaParams& params, int grid_items, int row_blocks, cudaStream_t stream) {
-  static const cudaError_t attribute_status = cudaFuncSetAttribute(
-      sm90::mla_kernel_sm90, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::Tile::kSmemBytes);
-  PA_CUDA_CHECK(attribute_status);
-  sm90::mla_kernel_sm90<<<dim3(row_blocks, grid_items), sm90::Tile::kThreads,
-                          sm90::Tile::kSmemBytes, stream>>>(params);
-  check_launch("mla_kernel_sm90");
-}
-
 }  // namespace
 
 // Clusters of 2 by default: on the H200, H 16 64 x 16384 (2 CTAs a request) took 290.9 us in
@@ -134,7 +123,8 @@ constexpr int kDefaultClusterLimit = 2;
 
 int mla_cluster_limit(bool fp8_kv) {
   if (fp8_kv || mma_forced() || !small_clusters_available()) return 1;
-  const char* env = std::getenv("PAGEDATTN_MLA_CLUSTER");  // read per call, so tests can switch
+  // PAGEDATTN_MLA_CLUSTER=N (ARCHITECTURE.md, "Switches"): read per call, so tests can switch.
+  const char* env = std::getenv("PAGEDATTN_MLA_CLUSTER");
   if (env == nullptr || *env == '\0') return kDefaultClusterLimit;
   const int limit = std::atoi(env);
   return std::clamp(limit, 1, small::kMaxCluster);
@@ -160,8 +150,10 @@ void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_i
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   // The looping kernels take up to 65535 row blocks in grid.x (a CTA loops over the rest).
   const int grid_rows = std::min(row_blocks, 65535);
+  // The rule (see the file comment): fp8 or PAGEDATTN_MLA_KERNEL=mma -> mma.sync; else 16-row
+  // blocks -> the read-bound kernel, 64-row blocks -> the warp-specialized kernel where its sm_90a
+  // code runs, mma.sync elsewhere (sm_80).
   const bool general = fp8_kv || mma_forced();
-  bool merged = false;  // the kernel merged split requests itself
   if (block_rows == 16) {
     if (params.cluster > 1) {  // planned for the H <= 16 kernel (mla_cluster_limit)
       launch_small(params, grid_items, grid_rows, cuda_stream);
@@ -171,21 +163,18 @@ void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_i
       launch_mma<__nv_bfloat16, 16>(params, grid_items, grid_rows, cuda_stream);
     } else {
       launch_small(params, grid_items, grid_rows, cuda_stream);
-      merged = params.fused_merge;
     }
   } else if (fp8_kv) {
     launch_mma<__nv_fp8_e4m3, 64>(params, grid_items, grid_rows, cuda_stream);
   } else if (!general && sm90_available()) {
-    // The warp-specialized kernel takes one row block per CTA (grid.x covers them all).
-    if (row_blocks <= 65535 && !sm90_split_forced()) {
-      launch_sm90_ws(params, grid_items, row_blocks, cuda_stream);
-    } else {
-      launch_sm90(params, grid_items, grid_rows, cuda_stream);
-    }
+    // One row block per CTA, all of them in grid.x (up to 2^31 - 1 blocks: no loop needed). The
+    // two-warpgroup kernel that took grids past 65535 row blocks lost to this one 1.22-1.25x
+    // everywhere measured and is retired (bench/RESULTS.md, "Tried and retired").
+    launch_sm90_ws(params, grid_items, row_blocks, cuda_stream);
   } else {
     launch_mma<__nv_bfloat16, 64>(params, grid_items, grid_rows, cuda_stream);
   }
-  if (merge && !merged) {
+  if (merge) {
     mla_merge_kernel<<<dim3(params.batch_size, merge_rows), kMergeThreads, 0, cuda_stream>>>(
         params);
     check_launch("mla_merge_kernel");

@@ -1,7 +1,8 @@
-// The wgmma (sm_90a) shapes the Hopper MLA kernels need beyond src/cuda/prefill/wgmma.cuh, and
-// the mbarrier / register-reallocation primitives of the warp-specialized one. First
-// D[64 x 32] (+)= A[64 x 16] * B[32 x 16]^T with A and B K-major in shared memory (bf16), the
-// half-width QK^T product of one warpgroup (kernel_sm90.cuh). Accumulator layout as in
+// The wgmma (sm_90a) shapes the warp-specialized Hopper MLA kernel (kernel_sm90_ws.cuh) and the
+// tensor-core probe (wgmma_probe.cu) need beyond src/cuda/prefill/wgmma.cuh, and the mbarrier /
+// register-reallocation primitives of that kernel. First D[64 x 32] (+)= A[64 x 16] *
+// B[32 x 16]^T with A and B K-major in shared memory (bf16): the QK^T steps whose A is read from
+// shared memory (Q's last latent block and its rope block). Accumulator layout as in
 // prefill/wgmma.cuh: register 4 * j + e holds row 16 * warp + lane / 4 + 8 * (e / 2), column
 // 8 * j + 2 * (lane % 4) + e % 2.
 #pragma once
@@ -12,11 +13,10 @@
 
 namespace pagedattn::cuda::mla::sm90 {
 
-// The Hopper helpers of the prefill kernel that both MLA kernels use.
+// The Hopper helpers of the prefill kernel that the MLA kernel uses.
 using prefill::sm90::descriptor;
 using prefill::sm90::fence_proxy_async;
 using prefill::sm90::fence_registers;
-using prefill::sm90::rs_m64n256k16_bf16;
 using prefill::sm90::tile_offset;
 using prefill::sm90::wgmma_commit;
 using prefill::sm90::wgmma_fence;

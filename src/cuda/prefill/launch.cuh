@@ -2,9 +2,12 @@
 // grid bound, shared-memory opt-in, launch check, and the merge of split-KV partials. Included by
 // the per-dtype instantiation files (one per dtype keeps each nvcc job small).
 //
-// Kernel choice: the wgmma kernel (kernel_sm90.cuh) on a compute capability 9.x device when the
-// binary holds its sm_90a code, else the mma.sync kernel (kernel.cuh), which also serves sm_80.
-// PAGEDATTN_PREFILL_KERNEL=mma forces the mma.sync kernel (tests and benchmarks compare the two).
+// Kernel choice (the rule, in launch_config): the wgmma kernel (kernel_sm90.cuh) on a compute
+// capability 9.x device when the binary holds its sm_90a code, else the mma.sync kernel
+// (kernel.cuh), which serves sm_80. PAGEDATTN_PREFILL_KERNEL=mma forces the mma.sync kernel on
+// Hopper too: the sm_80 path, tested on the Hopper test machine (tests/cuda/prefill_test.cpp) and
+// timed beside wgmma (tools/bench/cuda/bench_prefill_cuda_main.cpp); ARCHITECTURE.md lists every
+// switch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +23,7 @@
 
 namespace pagedattn::cuda::prefill {
 
+// PAGEDATTN_PREFILL_KERNEL=mma (ARCHITECTURE.md, "Switches"): read per launch.
 inline bool mma_forced() {
   const char* env = std::getenv("PAGEDATTN_PREFILL_KERNEL");
   return env != nullptr && std::strcmp(env, "mma") == 0;
@@ -102,6 +106,7 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
   int device = 0, major = 0;
   PA_CUDA_CHECK(cudaGetDevice(&device));
   PA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  // The rule: wgmma where its sm_90a code runs (a 9.x device), unless forced; mma.sync elsewhere.
   if (major == 9 && has_sm90 && !mma_forced()) {
     using C = sm90::Config<kHeadDimQk, kHeadDimVo>;
     return launch_kernel<T>(sm90, params, C::kBlockM, C::kThreads, C::kSmemBytes, kHeadDimVo,
