@@ -230,6 +230,7 @@ void add_serve_command(CLI::App& app) {
                   "when a request has tools (tool_choice \"auto\"): hermes (Qwen2.5 / Qwen3: "
                   "<tool_call> blocks), llama3_json (Llama 3.1+ JSON), deepseek_v3, none, or "
                   "auto: from the chat template's markers, else the model family")
+      ->check(CLI::IsMember({"auto", "none", "hermes", "llama3_json", "deepseek_v3"}))
       ->capture_default_str();
   cmd->add_flag("--enable-auto-tool-choice", options->enable_auto_tool_choice,
                 "vLLM's switch for tool_choice \"auto\"; here it is on whenever a parser is "
