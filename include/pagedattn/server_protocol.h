@@ -27,7 +27,7 @@ namespace pagedattn::server {
 
 // A call an assistant message made, as the client sends it back in the conversation.
 struct ChatToolCall {
-  std::string id;         // may be empty
+  std::string id;  // may be empty
   std::string name;
   std::string arguments;  // a JSON object as text (OpenAI's `function.arguments`)
 };

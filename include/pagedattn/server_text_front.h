@@ -39,8 +39,7 @@ enum class ToolCallForm { kMapping, kString, kVllm };
 
 // The messages as the template sees them: {role, content, name?, tool_calls?: [{id?, type,
 // function: {name, arguments}}], tool_call_id (tool)}, in `form`.
-nlohmann::ordered_json template_messages(std::span<const ChatMessage> messages,
-                                         ToolCallForm form);
+nlohmann::ordered_json template_messages(std::span<const ChatMessage> messages, ToolCallForm form);
 
 // render_chat (chat_template.h) of `messages` in the first form that renders; throws the first
 // form's ChatTemplateError when none does.

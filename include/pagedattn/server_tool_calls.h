@@ -2,7 +2,8 @@
 // splits generated text into content and calls, fed piece by piece as the text streams.
 //
 // Formats (vLLM's --tool-call-parser names):
-//   hermes       Qwen2.5 / Qwen3 / Hermes: <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>,
+//   hermes       Qwen2.5 / Qwen3 / Hermes: <tool_call>\n{"name": ..., "arguments":
+//   {...}}\n</tool_call>,
 //                one block per call, text around the blocks is content.
 //   llama3_json  Llama 3.1 / 3.2 / 3.3: the whole reply is JSON, {"name": ..., "parameters": {...}}
 //                (or "arguments"), calls separated by ';' (<|python_tag|> before them, a special
@@ -47,7 +48,7 @@ struct ParsedToolCall {
 
 // One piece of parsed output, in the order the model wrote it: content text or one whole call.
 struct ToolCallPiece {
-  std::string content;                // when !call
+  std::string content;  // when !call
   std::optional<ParsedToolCall> call;
 };
 
@@ -77,11 +78,11 @@ class ToolCallParser {
 
   ToolCallFormat format_;
   State state_;
-  std::string buffer_;          // text not yet decided
-  std::string separator_;       // whitespace held before a marker (content if no call follows)
-  std::string section_raw_;     // deepseek_v3: the section's text so far (content if no call)
-  std::string section_pending_;  // deepseek_v3: invalid calls before the section's first valid one
-  int section_calls_ = 0;       // deepseek_v3: valid calls in the open section
+  std::string buffer_;            // text not yet decided
+  std::string separator_;         // whitespace held before a marker (content if no call follows)
+  std::string section_raw_;       // deepseek_v3: the section's text so far (content if no call)
+  std::string section_pending_;   // deepseek_v3: invalid calls before the section's first valid one
+  int section_calls_ = 0;         // deepseek_v3: valid calls in the open section
   bool skip_whitespace_ = false;  // after a call: whitespace that only separates is dropped
 };
 

@@ -61,8 +61,9 @@ const std::string& string_field(const Json& object, const char* key, const std::
                                 bool non_empty) {
   const auto it = object.find(key);
   if (it == object.end() || !it->is_string()) {
-    fail(param, fmt::format("'{}': expected a string, got {}", param,
-                            it == object.end() ? "none" : type_name(*it)),
+    fail(param,
+         fmt::format("'{}': expected a string, got {}", param,
+                     it == object.end() ? "none" : type_name(*it)),
          it == object.end() ? "missing_required_parameter" : "invalid_type");
   }
   if (non_empty && it->get_ref<const std::string&>().empty()) {
@@ -82,8 +83,7 @@ std::vector<ChatToolCall> read_tool_calls(const Json& calls, const OrderedJson* 
     const Json& call = calls[j];
     const std::string call_param = fmt::format("{}[{}]", param, j);
     if (!call.is_object()) {
-      fail(call_param, fmt::format("'{}': expected an object, got {}", call_param,
-                                   type_name(call)),
+      fail(call_param, fmt::format("'{}': expected an object, got {}", call_param, type_name(call)),
            "invalid_type");
     }
     ChatToolCall parsed;
@@ -117,9 +117,8 @@ std::vector<ChatToolCall> read_tool_calls(const Json& calls, const OrderedJson* 
       const std::string& text = arguments->get_ref<const std::string&>();
       const OrderedJson value = OrderedJson::parse(text, nullptr, false);
       if (!text.empty() && (value.is_discarded() || !value.is_object())) {
-        fail(arguments_param,
-             fmt::format("'{}': expected a JSON object as a string, got {}", arguments_param,
-                         spelled(*arguments)));
+        fail(arguments_param, fmt::format("'{}': expected a JSON object as a string, got {}",
+                                          arguments_param, spelled(*arguments)));
       }
       parsed.arguments = text.empty() ? "{}" : text;
     } else {
@@ -171,7 +170,9 @@ std::vector<ChatMessage> read_messages(const Json& request, const OrderedJson* o
         fail(param + "." + key,
              fmt::format("'{}': unrecognized field '{}' (supported: role, content, name{})", param,
                          key,
-                         assistant ? ", tool_calls" : tool ? ", tool_call_id" : ""),
+                         assistant ? ", tool_calls"
+                         : tool    ? ", tool_call_id"
+                                   : ""),
              "unknown_parameter");
       }
     }
@@ -239,9 +240,8 @@ void validate_tools(const Json& tools) {
     }
     if (const Json* strict = find(*function, "strict");
         strict != nullptr && !strict->is_boolean()) {
-      fail(param + ".function.strict", fmt::format("'{}.function.strict': expected a boolean",
-                                                   param),
-           "invalid_type");
+      fail(param + ".function.strict",
+           fmt::format("'{}.function.strict': expected a boolean", param), "invalid_type");
     }
   }
 }
@@ -269,10 +269,10 @@ bool read_tool_choice(const Json& request, const Json* tools, const ParseContext
     } else if (choice->is_object()) {
       const Json* type = find(*choice, "type");
       const Json* function = find(*choice, "function");
-      if (type == nullptr || *type != "function" || function == nullptr ||
-          !function->is_object()) {
-        fail("tool_choice", "'tool_choice': expected {\"type\": \"function\", \"function\": "
-                            "{\"name\": ...}}");
+      if (type == nullptr || *type != "function" || function == nullptr || !function->is_object()) {
+        fail("tool_choice",
+             "'tool_choice': expected {\"type\": \"function\", \"function\": "
+             "{\"name\": ...}}");
       }
       const std::string& name = string_field(*function, "name", "tool_choice.function.name", true);
       if (!have_tools || !names_tool(*tools, name)) {
@@ -286,8 +286,7 @@ bool read_tool_choice(const Json& request, const Json* tools, const ParseContext
                        name));
     } else {
       fail("tool_choice",
-           fmt::format("'tool_choice': expected a string or an object, got {}",
-                       type_name(*choice)),
+           fmt::format("'tool_choice': expected a string or an object, got {}", type_name(*choice)),
            "invalid_type");
     }
   }
@@ -296,8 +295,9 @@ bool read_tool_choice(const Json& request, const Json* tools, const ParseContext
     fail("tool_choice", fmt::format("'tool_choice': \"{}\" requires 'tools'", mode));
   }
   if (mode == "required") {
-    fail("tool_choice", "'tool_choice': \"required\" needs guided decoding, which this server "
-                        "does not have; use \"auto\" (the model chooses) or \"none\"");
+    fail("tool_choice",
+         "'tool_choice': \"required\" needs guided decoding, which this server "
+         "does not have; use \"auto\" (the model chooses) or \"none\"");
   }
   if (context.tool_call_format == ToolCallFormat::kNone) {
     fail(choice != nullptr ? "tool_choice" : "tools",
@@ -310,15 +310,15 @@ bool read_tool_choice(const Json& request, const Json* tools, const ParseContext
 
 }  // namespace
 
-ChatInput read_chat_input(const Json& request, std::string_view body,
-                          const ParseContext& context) {
+ChatInput read_chat_input(const Json& request, std::string_view body, const ParseContext& context) {
   const Json* tools = find(request, "tools");
   if (tools != nullptr) validate_tools(*tools);
   const std::optional<bool> parallel = read_bool(request, "parallel_tool_calls");
   const bool parse_calls = read_tool_choice(request, tools, context);
 
   bool has_calls = false;
-  if (const Json* messages = find(request, "messages"); messages != nullptr && messages->is_array()) {
+  if (const Json* messages = find(request, "messages");
+      messages != nullptr && messages->is_array()) {
     for (const Json& message : *messages) {
       has_calls = has_calls || (message.is_object() && message.contains("tool_calls"));
     }

@@ -284,7 +284,8 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
     prepared.tool_call_format = chat.tool_call_format;
     prepared.parallel_tool_calls = chat.parallel_tool_calls;
     try {
-      prepared.prompt = context.front->encode(context.front->render_chat(chat.messages, chat.tools));
+      prepared.prompt =
+          context.front->encode(context.front->render_chat(chat.messages, chat.tools));
     } catch (const Error& error) {
       fail("messages",
            fmt::format("'messages': cannot be rendered or tokenized: {}", error.what()));

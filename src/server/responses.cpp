@@ -141,10 +141,9 @@ std::string completion_body(const ResponseHead& head, const std::vector<ChoiceOu
       if (!choice.tool_calls.empty()) {
         Json calls = Json::array();
         for (const ToolCallOutput& call : choice.tool_calls) {
-          calls.push_back(
-              {{"id", call.id},
-               {"type", "function"},
-               {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+          calls.push_back({{"id", call.id},
+                           {"type", "function"},
+                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
         }
         item["message"]["tool_calls"] = std::move(calls);
       }

@@ -7,8 +7,6 @@
 // sample but the tokenizer does not know (a vocabulary padded past the tokenizer's).
 // render_chat: the conversation in one of the ToolCallForms, the first the template renders
 // (render_chat_forms).
-#include "pagedattn/server_text_front.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +16,7 @@
 
 #include "pagedattn/chat_template.h"
 #include "pagedattn/error.h"
+#include "pagedattn/server_text_front.h"
 
 namespace pagedattn::server {
 namespace {
@@ -63,13 +62,12 @@ class TokenizerTextFront final : public TextFront {
 
 }  // namespace
 
-nlohmann::ordered_json template_messages(std::span<const ChatMessage> messages,
-                                         ToolCallForm form) {
+nlohmann::ordered_json template_messages(std::span<const ChatMessage> messages, ToolCallForm form) {
   using OrderedJson = nlohmann::ordered_json;
   OrderedJson list = OrderedJson::array();
   for (const ChatMessage& message : messages) {
     OrderedJson item = {{"role", message.role}};
-    item["content"] = !message.content_null        ? OrderedJson(message.content)
+    item["content"] = !message.content_null         ? OrderedJson(message.content)
                       : form == ToolCallForm::kVllm ? OrderedJson("")
                                                     : OrderedJson(nullptr);
     if (!message.name.empty()) item["name"] = message.name;

@@ -12,11 +12,11 @@
 //
 // Every decision depends only on text already received plus whether the generation ended, never
 // on where the pieces were cut, which is what makes a streamed reply equal a whole one.
-#include "pagedattn/server_tool_calls.h"
-
 #include <algorithm>
 #include <array>
 #include <nlohmann/json.hpp>
+
+#include "pagedattn/server_tool_calls.h"
 
 namespace pagedattn::server {
 namespace {
@@ -216,9 +216,8 @@ void ToolCallParser::emit_content(std::string text, std::vector<ToolCallPiece>& 
 
 bool ToolCallParser::close_call(const std::string& body, const std::string& raw,
                                 std::vector<ToolCallPiece>& out) {
-  std::optional<ParsedToolCall> call = format_ == ToolCallFormat::kDeepSeekV3
-                                           ? parse_deepseek_call(body)
-                                           : parse_json_call(body);
+  std::optional<ParsedToolCall> call =
+      format_ == ToolCallFormat::kDeepSeekV3 ? parse_deepseek_call(body) : parse_json_call(body);
   separator_.clear();
   if (format_ == ToolCallFormat::kDeepSeekV3) {
     section_raw_ += raw;
@@ -303,8 +302,8 @@ bool ToolCallParser::run_markers(bool at_end, std::vector<ToolCallPiece>& out) {
         return true;
       }
       if (end == std::string::npos && !at_end) return false;
-      const size_t used = end == std::string::npos ? buffer_.size()
-                                                   : end + kDeepSeekSectionEnd.size();
+      const size_t used =
+          end == std::string::npos ? buffer_.size() : end + kDeepSeekSectionEnd.size();
       if (section_calls_ == 0) {
         // A section with no valid call in it was not a tool call: the model's text as it was.
         emit_content(section_raw_ + buffer_.substr(0, used), out);
@@ -326,8 +325,8 @@ bool ToolCallParser::run_markers(bool at_end, std::vector<ToolCallPiece>& out) {
       const size_t body_size = end == std::string::npos ? buffer_.size() : end;
       const size_t raw_size = end == std::string::npos ? buffer_.size() : end + call_end.size();
       const std::string body = buffer_.substr(0, body_size);
-      const std::string raw =
-          (deepseek ? std::string() : separator_) + std::string(call_start) + buffer_.substr(0, raw_size);
+      const std::string raw = (deepseek ? std::string() : separator_) + std::string(call_start) +
+                              buffer_.substr(0, raw_size);
       buffer_.erase(0, raw_size);
       close_call(body, raw, out);
       state_ = deepseek ? State::kSection : State::kContent;

@@ -1,9 +1,10 @@
 // A byte-level text front for the server tests, standing in for the real tokenizer (issue 15):
 // token t < 256 is the byte t, token 256 is EOS, tokens 257 .. kVocab-1 are specials that
 // decode to no text. The chat "template" is "<role>: <content>\n" per message, then
-// "assistant: " (tools and tool calls: see render_chat). The incremental detokenizer emits every complete, valid UTF-8 character as soon
-// as its last byte arrives; a byte that cannot start or continue a valid character becomes
-// U+FFFD on its own (the rule naive_decode() in server_support.h applies to a whole buffer).
+// "assistant: " (tools and tool calls: see render_chat). The incremental detokenizer emits every
+// complete, valid UTF-8 character as soon as its last byte arrives; a byte that cannot start or
+// continue a valid character becomes U+FFFD on its own (the rule naive_decode() in server_support.h
+// applies to a whole buffer).
 #pragma once
 
 #include <cstdint>

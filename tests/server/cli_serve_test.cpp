@@ -112,15 +112,14 @@ TEST(CliServe, ToolCallParserFlags) {
   ASSERT_GT(port, 0) << serve.output();
   EXPECT_NE(serve.output().find("tool calls parsed as hermes"), std::string::npos)
       << serve.output();
-  const Json chat = {
-      {"model", "austen-3m"},
-      {"messages", {{{"role", "user"}, {"content", "Who is Mr. Darcy?"}}}},
-      {"tools",
-       {{{"type", "function"},
-         {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}}}}}}}},
-      {"temperature", 0},
-      {"max_tokens", 16},
-      {"ignore_eos", true}};
+  const Json chat = {{"model", "austen-3m"},
+                     {"messages", {{{"role", "user"}, {"content", "Who is Mr. Darcy?"}}}},
+                     {"tools",
+                      {{{"type", "function"},
+                        {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}}}}}}}},
+                     {"temperature", 0},
+                     {"max_tokens", 16},
+                     {"ignore_eos", true}};
   const HttpResponse response = http_request(port, "POST", "/v1/chat/completions", chat.dump());
   ASSERT_EQ(response.status, 200) << response.body;
   const Json body = Json::parse(response.body);

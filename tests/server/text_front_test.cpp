@@ -42,7 +42,7 @@ OrderedJson conversation(const OrderedJson& all, const std::string& id) {
 }
 
 const char* form_name(ToolCallForm form) {
-  return form == ToolCallForm::kMapping ? "mapping"
+  return form == ToolCallForm::kMapping  ? "mapping"
          : form == ToolCallForm::kString ? "string"
                                          : "vllm";
 }
@@ -119,15 +119,13 @@ TEST_P(TextFrontRealTemplates, FirstFormThatRenders) {
   if (param.name != "llama3") EXPECT_NE(expected.find("get_weather"), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Templates, TextFrontRealTemplates,
-                         ::testing::Values(RealTemplate{"qwen3", ToolCallForm::kVllm},
-                                           RealTemplate{"deepseek_v3", ToolCallForm::kString},
-                                           RealTemplate{"llama3", ToolCallForm::kMapping},
-                                           RealTemplate{"llama31_tools_style",
-                                                        ToolCallForm::kMapping}),
-                         [](const ::testing::TestParamInfo<RealTemplate>& info) {
-                           return info.param.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Templates, TextFrontRealTemplates,
+    ::testing::Values(RealTemplate{"qwen3", ToolCallForm::kVllm},
+                      RealTemplate{"deepseek_v3", ToolCallForm::kString},
+                      RealTemplate{"llama3", ToolCallForm::kMapping},
+                      RealTemplate{"llama31_tools_style", ToolCallForm::kMapping}),
+    [](const ::testing::TestParamInfo<RealTemplate>& info) { return info.param.name; });
 
 TEST(TextFrontForms, TemplateRefusalIsFinal) {
   // raise_exception in the first form is the answer; no other form is tried.

@@ -67,8 +67,7 @@ struct Assembled {
 };
 
 Assembled stream(TestServer& server, const Json& request) {
-  const StreamResult result =
-      stream_request(server.port(), "/v1/chat/completions", request.dump());
+  const StreamResult result = stream_request(server.port(), "/v1/chat/completions", request.dump());
   EXPECT_EQ(result.status, 200);
   Assembled assembled;
   std::map<int, int> deltas_per_call;
@@ -93,10 +92,10 @@ Assembled stream(TestServer& server, const Json& request) {
         EXPECT_TRUE(call["id"].is_string()) << event;
         EXPECT_EQ(call["type"], "function") << event;
         EXPECT_EQ(call["function"]["arguments"], "") << event;
-        assembled.calls.push_back({{"id", call["id"]},
-                                   {"type", "function"},
-                                   {"function", {{"name", call["function"]["name"]},
-                                                 {"arguments", ""}}}});
+        assembled.calls.push_back(
+            {{"id", call["id"]},
+             {"type", "function"},
+             {"function", {{"name", call["function"]["name"]}, {"arguments", ""}}}});
       } else {
         EXPECT_FALSE(call.contains("id")) << event;
         EXPECT_FALSE(call["function"].contains("name")) << event;
@@ -136,8 +135,8 @@ TEST(ToolCallsServer, NonStreamingCarriesCallsAndContent) {
   expect_two_calls(choice["message"]["tool_calls"]);
   EXPECT_EQ(choice["finish_reason"], "tool_calls");
   // The prompt: the tools as the client sent them, then the conversation (byte-level front).
-  const std::string prompt = "tools: " + kTools.dump() +
-                             "\nuser: Weather in Paris? And Tokyo?\nassistant: ";
+  const std::string prompt =
+      "tools: " + kTools.dump() + "\nuser: Weather in Paris? And Tokyo?\nassistant: ";
   EXPECT_EQ(body["usage"]["prompt_tokens"], prompt.size());
   EXPECT_EQ(body["usage"]["completion_tokens"], kTwoCalls.size() + 1);  // + EOS
 }
@@ -202,8 +201,9 @@ TEST(ToolCallsServer, WithoutToolsOrWithToolChoiceNoneTheTextIsContent) {
   EXPECT_EQ(body["choices"][0]["message"]["content"], kTwoCalls);
   EXPECT_FALSE(body["choices"][0]["message"].contains("tool_calls"));
   // The tools still reach the template (vLLM's default for "none").
-  EXPECT_EQ(body["usage"]["prompt_tokens"],
-            ("tools: " + kTools.dump() + "\nuser: Weather in Paris? And Tokyo?\nassistant: ").size());
+  EXPECT_EQ(
+      body["usage"]["prompt_tokens"],
+      ("tools: " + kTools.dump() + "\nuser: Weather in Paris? And Tokyo?\nassistant: ").size());
 
   const Assembled streamed = stream(server, chat_request(true, {{"tool_choice", "none"}}));
   EXPECT_EQ(streamed.content, kTwoCalls);
@@ -329,10 +329,12 @@ TEST(ToolCallsProtocol, ToolsAreValidatedFieldByField) {
                  "tools[2].function.name");
   expect_refused(R"(, "tools": [{"type": "function", "function": {"name": ""}}])",
                  "tools[0].function.name");
-  expect_refused(R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}])",
-                 "tools[0].function.parameters");
-  expect_refused(R"(, "tools": [{"type": "function", "function": {"name": "f", "description": 1}}])",
-                 "tools[0].function.description");
+  expect_refused(
+      R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}])",
+      "tools[0].function.parameters");
+  expect_refused(
+      R"(, "tools": [{"type": "function", "function": {"name": "f", "description": 1}}])",
+      "tools[0].function.description");
 }
 
 TEST(ToolCallsProtocol, ToolChoice) {
@@ -347,10 +349,10 @@ TEST(ToolCallsProtocol, ToolChoice) {
   ASSERT_TRUE(std::holds_alternative<PreparedRequest>(ok));
   EXPECT_EQ(std::get<PreparedRequest>(ok).tool_call_format, ToolCallFormat::kNone);
   // The tools reach the template whatever tool_choice says.
-  EXPECT_EQ(std::get<PreparedRequest>(ok).prompt.size(),
-            ("tools: " + OrderedJson::parse(kToolList.substr(11)).dump() +
-             "\nuser: hi\nassistant: ")
-                .size());
+  EXPECT_EQ(
+      std::get<PreparedRequest>(ok).prompt.size(),
+      ("tools: " + OrderedJson::parse(kToolList.substr(11)).dump() + "\nuser: hi\nassistant: ")
+          .size());
   ok = prepare(R"(, "tool_choice": "none")");  // no tools: nothing to refuse
   ASSERT_TRUE(std::holds_alternative<PreparedRequest>(ok));
 

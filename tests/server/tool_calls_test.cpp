@@ -4,13 +4,13 @@
 // in random pieces; each way must give exactly the same content and calls, which is what keeps
 // a marker fragment out of streamed content (content, once sent, cannot be taken back). Plus
 // the format names and `auto`'s choice over the real templates' markers and model types.
-#include "pagedattn/server_tool_calls.h"
-
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
 #include <vector>
+
+#include "pagedattn/server_tool_calls.h"
 
 namespace pagedattn::server {
 namespace {
@@ -45,7 +45,8 @@ void collect(const std::vector<ToolCallPiece>& pieces, Parsed& parsed) {
 }
 
 // Feeds `text` cut at `cuts` (increasing offsets).
-Parsed parse_pieces(ToolCallFormat format, const std::string& text, const std::vector<size_t>& cuts) {
+Parsed parse_pieces(ToolCallFormat format, const std::string& text,
+                    const std::vector<size_t>& cuts) {
   ToolCallParser parser(format);
   Parsed parsed;
   size_t from = 0;
@@ -87,64 +88,97 @@ std::vector<Case> cases() {
   };
   return {
       {"hermes plain text", hermes, "Hello there, how are you?", {"Hello there, how are you?", {}}},
-      {"hermes text with angle brackets", hermes, "a < b and <tool> or <tool_cal x",
+      {"hermes text with angle brackets",
+       hermes,
+       "a < b and <tool> or <tool_cal x",
        {"a < b and <tool> or <tool_cal x", {}}},
       {"hermes trailing whitespace kept", hermes, "Hi \n", {"Hi \n", {}}},
       {"hermes text ends inside a marker", hermes, "see <tool_ca", {"see <tool_ca", {}}},
       {"hermes one call", hermes, paris_call, {"", {{"get_weather", kWeatherParis}}}},
-      {"hermes content then two calls", hermes, "Let me check both.\n" + paris_call + "\n" + tokyo_call,
+      {"hermes content then two calls",
+       hermes,
+       "Let me check both.\n" + paris_call + "\n" + tokyo_call,
        {"Let me check both.", {{"get_weather", kWeatherParis}, {"get_weather", kWeatherTokyo}}}},
-      {"hermes text after the call", hermes, paris_call + "\n\nDone.",
+      {"hermes text after the call",
+       hermes,
+       paris_call + "\n\nDone.",
        {"Done.", {{"get_weather", kWeatherParis}}}},
       {"hermes invalid JSON stays text", hermes, "Try: " + bad_call, {"Try: " + bad_call, {}}},
-      {"hermes invalid then valid", hermes, bad_call + "\n" + paris_call,
+      {"hermes invalid then valid",
+       hermes,
+       bad_call + "\n" + paris_call,
        {bad_call, {{"get_weather", kWeatherParis}}}},
-      {"hermes no name", hermes, "<tool_call>{\"arguments\": {}}</tool_call>",
+      {"hermes no name",
+       hermes,
+       "<tool_call>{\"arguments\": {}}</tool_call>",
        {"<tool_call>{\"arguments\": {}}</tool_call>", {}}},
-      {"hermes arguments as a string", hermes,
+      {"hermes arguments as a string",
+       hermes,
        "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": [1, 2]}\"}</tool_call>",
        {"", {{"f", R"({"x":[1,2]})"}}}},
-      {"hermes parameters key, no arguments", hermes,
+      {"hermes parameters key, no arguments",
+       hermes,
        "<tool_call>{\"name\": \"f\", \"parameters\": {\"a\": \"}\"}}</tool_call>"
        "<tool_call>{\"name\": \"g\"}</tool_call>",
        {"", {{"f", R"({"a":"}"})"}, {"g", "{}"}}}},
-      {"hermes key order kept", hermes,
+      {"hermes key order kept",
+       hermes,
        "<tool_call>{\"name\": \"f\", \"arguments\": {\"z\": 1, \"a\": 2}}</tool_call>",
        {"", {{"f", R"({"z":1,"a":2})"}}}},
-      {"hermes unterminated valid call", hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}",
+      {"hermes unterminated valid call",
+       hermes,
+       "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}",
        {"", {{"f", "{}"}}}},
-      {"hermes unterminated invalid call", hermes, "ok <tool_call>\n{\"name\": \"f\", \"argu",
+      {"hermes unterminated invalid call",
+       hermes,
+       "ok <tool_call>\n{\"name\": \"f\", \"argu",
        {"ok <tool_call>\n{\"name\": \"f\", \"argu", {}}},
-      {"llama3_json one call", llama,
+      {"llama3_json one call",
+       llama,
        R"({"name": "get_weather", "parameters": {"location": "Paris", "unit": "celsius"}})",
        {"", {{"get_weather", kWeatherParis}}}},
-      {"llama3_json two calls and whitespace", llama,
+      {"llama3_json two calls and whitespace",
+       llama,
        " \n{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Paris\", \"unit\": "
        "\"celsius\"}}; {\"name\": \"search\", \"arguments\": {\"query\": \"a;b {c}\"}}",
        {"", {{"get_weather", kWeatherParis}, {"search", R"({"query":"a;b {c}"})"}}}},
       {"llama3_json text", llama, "The weather is {nice}.", {"The weather is {nice}.", {}}},
       {"llama3_json JSON that is no call", llama, R"({"answer": 42})", {R"({"answer": 42})", {}}},
-      {"llama3_json invalid JSON", llama, R"({"name": "f", "parameters": {oops}})",
+      {"llama3_json invalid JSON",
+       llama,
+       R"({"name": "f", "parameters": {oops}})",
        {R"({"name": "f", "parameters": {oops}})", {}}},
-      {"llama3_json call then text", llama, R"({"name": "f", "parameters": {}}; and then)",
+      {"llama3_json call then text",
+       llama,
+       R"({"name": "f", "parameters": {}}; and then)",
        {"and then", {{"f", "{}"}}}},
-      {"llama3_json unterminated", llama, R"({"name": "f", "param)", {R"({"name": "f", "param)", {}}},
-      {"deepseek_v3 one call", deepseek,
+      {"llama3_json unterminated",
+       llama,
+       R"({"name": "f", "param)",
+       {R"({"name": "f", "param)", {}}},
+      {"deepseek_v3 one call",
+       deepseek,
        ds_begin + ds_call("get_weather", R"({"location": "Paris", "unit": "celsius"})") + ds_end,
        {"", {{"get_weather", kWeatherParis}}}},
-      {"deepseek_v3 content and two calls", deepseek,
-       "Checking.\n" + ds_begin + ds_call("get_weather", R"({"location": "Paris", "unit": "celsius"})") +
-           "\n" + ds_call("search", R"({"query": "x"})") + ds_end,
+      {"deepseek_v3 content and two calls",
+       deepseek,
+       "Checking.\n" + ds_begin +
+           ds_call("get_weather", R"({"location": "Paris", "unit": "celsius"})") + "\n" +
+           ds_call("search", R"({"query": "x"})") + ds_end,
        {"Checking.", {{"get_weather", kWeatherParis}, {"search", R"({"query":"x"})"}}}},
-      {"deepseek_v3 invalid call before a valid one", deepseek,
+      {"deepseek_v3 invalid call before a valid one",
+       deepseek,
        ds_begin + ds_call("f", "{oops") + "\n" + ds_call("g", "{}") + ds_end,
        {ds_call("f", "{oops"), {{"g", "{}"}}}},
-      {"deepseek_v3 section without a valid call", deepseek,
+      {"deepseek_v3 section without a valid call",
+       deepseek,
        "A" + ds_begin + ds_call("f", "{oops") + ds_end + "B",
        {"A" + ds_begin + ds_call("f", "{oops") + ds_end + "B", {}}},
       {"deepseek_v3 plain text", deepseek, "Just text <｜tool▁", {"Just text <｜tool▁", {}}},
   };
 }
+
+void PrintTo(const Case& c, std::ostream* out) { *out << c.label; }
 
 class ToolCallParserCases : public ::testing::TestWithParam<Case> {};
 
@@ -225,8 +259,8 @@ TEST(ToolCallFormat, AutoDetection) {
             ToolCallFormat::kHermes);
   EXPECT_EQ(detect_tool_call_format("{{'<｜Assistant｜><｜tool▁calls▁begin｜>'}}", ""),
             ToolCallFormat::kDeepSeekV3);
-  EXPECT_EQ(detect_tool_call_format(
-                "{{- \"Environment: ipython\\n\" }}{{- '\"parameters\": ' }}", "llama"),
+  EXPECT_EQ(detect_tool_call_format("{{- \"Environment: ipython\\n\" }}{{- '\"parameters\": ' }}",
+                                    "llama"),
             ToolCallFormat::kLlama3Json);
   // No markers: the family decides; a family without a format gets none.
   EXPECT_EQ(detect_tool_call_format("{{ messages }}", "qwen2"), ToolCallFormat::kHermes);

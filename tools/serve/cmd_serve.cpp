@@ -48,9 +48,9 @@ struct ServeOptions {
   size_t max_body_bytes = size_t{4} << 20;
   double grace_seconds = 30.0;
   bool quiet = false;
-  std::string chat_template;             // a file replacing the tokenizer's template
+  std::string chat_template;              // a file replacing the tokenizer's template
   std::string tool_call_parser = "auto";  // a ToolCallFormat name or auto
-  bool enable_auto_tool_choice = false;  // require a parser at start-up
+  bool enable_auto_tool_choice = false;   // require a parser at start-up
 };
 
 // What serving a model needs besides the engine's own settings.
@@ -124,12 +124,12 @@ ServedModel load_served_model(const ServeOptions& options) {
       chat_template ? *chat_template : std::string(tokenizer->chat_template().value_or(""));
   model.tool_call_format =
       choose_tool_call_format(options, template_source, runtime->config().model_type);
-  fmt::print(stderr, "serve: tool calls {}{}\n",
-             model.tool_call_format == server::ToolCallFormat::kNone
-                 ? "not parsed (requests with tools need tool_choice \"none\")"
-                 : fmt::format("parsed as {}",
-                               server::tool_call_format_name(model.tool_call_format)),
-             options.tool_call_parser == "auto" ? " (--tool-call-parser auto)" : "");
+  fmt::print(
+      stderr, "serve: tool calls {}{}\n",
+      model.tool_call_format == server::ToolCallFormat::kNone
+          ? "not parsed (requests with tools need tool_choice \"none\")"
+          : fmt::format("parsed as {}", server::tool_call_format_name(model.tool_call_format)),
+      options.tool_call_parser == "auto" ? " (--tool-call-parser auto)" : "");
   model.front = server::make_text_front(*tokenizer, directory, std::move(chat_template));
   model.detokenizer = engine::make_detokenizer_factory(*tokenizer);
   model.eos_token_ids = engine_config.eos_token_ids;
