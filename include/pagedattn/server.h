@@ -40,6 +40,9 @@ struct ServerConfig {
   std::chrono::milliseconds keep_alive_interval{500};  // SSE comment after this much silence
   int read_timeout_seconds = 10;  // a client silent this long while sending is dropped
   bool log_requests = true;
+  // How the model writes tool calls (server_tool_calls.h; `serve --tool-call-parser`). kNone: a
+  // chat request with tools is served only with tool_choice "none".
+  ToolCallFormat tool_call_format = ToolCallFormat::kNone;
   // Where log lines go (one line each, no newline); default: stderr.
   std::function<void(const std::string& line)> log;
 };

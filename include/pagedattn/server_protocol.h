@@ -6,11 +6,13 @@
 // Validation order (the first failure is the answer): JSON syntax (and UTF-8, which the JSON
 // parser checks) -> top-level object -> unknown fields (OpenAI rejects an unrecognized argument
 // with 400; the extensions vLLM accepts are known here) -> each field's type and range -> the
-// model name (404) -> messages / prompt -> tokenization -> context length -> the engine's own
-// validate(). Every ApiError names the parameter in `param` and says what was expected.
+// model name (404) -> tools, tool_choice, messages / prompt -> tokenization -> context length ->
+// the engine's own validate(). Every ApiError names the parameter in `param` and says what was
+// expected.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,12 +21,25 @@
 
 #include "pagedattn/engine_request.h"
 #include "pagedattn/engine_stop.h"
+#include "pagedattn/server_tool_calls.h"
 
 namespace pagedattn::server {
 
+// A call an assistant message made, as the client sends it back in the conversation.
+struct ChatToolCall {
+  std::string id;  // may be empty
+  std::string name;
+  std::string arguments;  // a JSON object as text (OpenAI's `function.arguments`)
+};
+
 struct ChatMessage {
-  std::string role;     // system | developer | user | assistant
+  std::string role;     // system | developer | user | assistant | tool
   std::string content;  // text parts joined
+  // content was null or absent (allowed for an assistant message with tool_calls).
+  bool content_null = false;
+  std::vector<ChatToolCall> tool_calls;  // assistant
+  std::string tool_call_id;              // tool: the call it answers (may be empty)
+  std::string name;                      // optional participant name
 };
 
 // What the server needs of a tokenizer and its chat template. The engine is built with the
@@ -37,7 +52,11 @@ class TextFront {
   // output needs).
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   // The model's chat template applied to `messages`, with the generation prompt appended.
-  virtual std::string render_chat(std::span<const ChatMessage> messages) const = 0;
+  // `tools`: the request's tool list in OpenAI's shape ([{"type": "function", "function":
+  // {name, description, parameters}}], validated), or null, passed to the template as
+  // apply_chat_template's `tools`.
+  virtual std::string render_chat(std::span<const ChatMessage> messages,
+                                  const nlohmann::ordered_json& tools) const = 0;
   // The raw bytes of one token as it stands in a text (not necessarily valid UTF-8: a token
   // that is part of a multi-byte character gives those bytes), for logprobs' `bytes`; the
   // server spells `token` from them. Empty for an id the front does not know.
@@ -66,12 +85,19 @@ struct PreparedRequest {
   bool include_usage = false;  // stream_options.include_usage
   // Chat: logprobs true (top_logprobs in params.logprobs); completions: logprobs = k.
   bool logprobs = false;
+  // Chat with tools and tool_choice "auto": the output is parsed into tool calls in this format
+  // (kNone: not parsed). parallel_tool_calls false keeps the first call only.
+  ToolCallFormat tool_call_format = ToolCallFormat::kNone;
+  bool parallel_tool_calls = true;
 };
 
 struct ParseContext {
   std::string model_name;  // the one model served
   engine::ModelLimits limits;
   const TextFront* front = nullptr;
+  // How the served model writes tool calls (ServerConfig::tool_call_format); kNone: a request
+  // with tools and tool_choice "auto" is refused (400), as vLLM does without a parser.
+  ToolCallFormat tool_call_format = ToolCallFormat::kNone;
 };
 
 // Parses and validates a request body; never throws (any failure is an ApiError).

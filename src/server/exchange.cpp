@@ -96,7 +96,9 @@ std::string Exchange::stream_text(const engine::RequestEvent& event) {
     choice.sent_first = true;
   }
   choice.sent_first = true;
-  if (has_content) {
+  if (choice.tools) {
+    text += stream_tool_pieces(choice, piece, event.finished());
+  } else if (has_content) {
     text += detail::chunk_event(head, piece, false, request.logprobs, request.include_usage,
                                 server->front, choice.offset);
   }
@@ -104,6 +106,7 @@ std::string Exchange::stream_text(const engine::RequestEvent& event) {
     detail::ChoiceOutput last;
     last.index = event.index;
     last.finish_reason = event.finish_reason;
+    last.called_tools = choice.num_tool_calls > 0;
     text += detail::chunk_event(head, last, false, false, request.include_usage, server->front,
                                 choice.offset);
   }
@@ -152,6 +155,7 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
   for (size_t i = 0; i < exchange->choices.size(); ++i) {
     exchange->choices[i].output.index = static_cast<int32_t>(i);
   }
+  exchange->start_tool_parsers();
   try {
     exchange->handle = engine.add_request(exchange->request.prompt, exchange->request.params);
   } catch (const Error& error) {
@@ -186,6 +190,7 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
       send_error(response, {500, exchange->error, "server_error", "", "engine_error"});
       return;
     }
+    exchange->parse_tool_calls();
     std::vector<detail::ChoiceOutput> outputs;
     for (const Exchange::ChoiceState& choice : exchange->choices) outputs.push_back(choice.output);
     response.set_header("X-Request-Id", exchange->head.id);

@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <array>
-#include <set>
 #include <string>
 
+#include "chat_request.h"
 #include "fields.h"
 #include "pagedattn/error.h"
 
@@ -69,82 +69,6 @@ Json parse_body(std::string_view body) {
   } catch (const Json::parse_error& error) {
     fail("", fmt::format("malformed JSON body: {}", error.what()), "invalid_json");
   }
-}
-
-std::string message_text(const Json& message, size_t index) {
-  const std::string param = fmt::format("messages[{}].content", index);
-  const auto it = message.find("content");
-  if (it == message.end() || it->is_null()) {
-    fail(param, fmt::format("'{}': missing (expected a string or an array of text parts)", param),
-         "invalid_type");
-  }
-  if (it->is_string()) return it->get<std::string>();
-  if (!it->is_array()) {
-    fail(param,
-         fmt::format("'{}': expected a string or an array of text parts, got {}", param,
-                     type_name(*it)),
-         "invalid_type");
-  }
-  std::string text;
-  for (size_t part = 0; part < it->size(); ++part) {
-    const Json& item = (*it)[part];
-    const std::string part_param = fmt::format("{}[{}]", param, part);
-    if (!item.is_object()) fail(part_param, fmt::format("'{}': expected an object", part_param));
-    const Json* type = find(item, "type");
-    if (type == nullptr || !type->is_string() || *type != "text") {
-      fail(part_param,
-           fmt::format("'{}': only parts of type \"text\" are supported, got {}", part_param,
-                       type == nullptr
-                           ? "none"
-                           : type->dump(-1, ' ', false, Json::error_handler_t::replace)));
-    }
-    const Json* part_text = find(item, "text");
-    if (part_text == nullptr || !part_text->is_string()) {
-      fail(part_param + ".text", fmt::format("'{}.text': expected a string", part_param),
-           "invalid_type");
-    }
-    text += part_text->get<std::string>();
-  }
-  return text;
-}
-
-std::vector<ChatMessage> read_messages(const Json& request) {
-  const Json* messages = find(request, "messages");
-  if (messages == nullptr) fail("messages", "'messages': required", "missing_required_parameter");
-  if (!messages->is_array()) {
-    fail("messages", fmt::format("'messages': expected an array, got {}", type_name(*messages)),
-         "invalid_type");
-  }
-  if (messages->empty()) fail("messages", "'messages': must contain at least one message");
-  static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant"};
-  std::vector<ChatMessage> result;
-  for (size_t i = 0; i < messages->size(); ++i) {
-    const Json& message = (*messages)[i];
-    const std::string param = fmt::format("messages[{}]", i);
-    if (!message.is_object()) {
-      fail(param, fmt::format("'{}': expected an object, got {}", param, type_name(message)),
-           "invalid_type");
-    }
-    for (const auto& [key, value] : message.items()) {
-      if (key != "role" && key != "content" && key != "name") {
-        fail(param + "." + key,
-             fmt::format("'{}': unrecognized field '{}' (supported: role, "
-                         "content, name)",
-                         param, key),
-             "unknown_parameter");
-      }
-    }
-    const Json* role = find(message, "role");
-    if (role == nullptr || !role->is_string() || !kRoles.contains(role->get<std::string>())) {
-      fail(param + ".role",
-           fmt::format(
-               "'{}.role': expected one of system, developer, user, assistant, got {}", param,
-               role == nullptr ? "none"
-                               : role->dump(-1, ' ', false, Json::error_handler_t::replace)));
-    }
-    result.push_back({role->get<std::string>(), message_text(message, i)});
-  }
-  return result;
 }
 
 std::vector<int32_t> read_prompt(const Json& request, const ParseContext& context) {
@@ -244,9 +168,6 @@ void read_logit_bias(const Json& request, int32_t vocab, engine::SamplingParams&
 // what it does not do.
 void read_unsupported(const Json& request, Endpoint endpoint) {
   if (endpoint == Endpoint::kChat) {
-    if (const Json* tools = find(request, "tools"); tools != nullptr && !tools->empty()) {
-      fail("tools", "'tools': tool calling is not supported by this server");
-    }
     if (const Json* format = find(request, "response_format")) {
       if (!format->is_object() || find(*format, "type") == nullptr ||
           *find(*format, "type") != "text") {
@@ -254,7 +175,6 @@ void read_unsupported(const Json& request, Endpoint endpoint) {
       }
     }
     read_bool(request, "store");
-    read_bool(request, "parallel_tool_calls");
     read_string(request, "service_tier");
   } else {
     if (read_bool(request, "echo").value_or(false)) {
@@ -360,9 +280,12 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
   }
 
   if (endpoint == Endpoint::kChat) {
-    const std::vector<ChatMessage> messages = read_messages(request);
+    const detail::ChatInput chat = detail::read_chat_input(request, body, context);
+    prepared.tool_call_format = chat.tool_call_format;
+    prepared.parallel_tool_calls = chat.parallel_tool_calls;
     try {
-      prepared.prompt = context.front->encode(context.front->render_chat(messages));
+      prepared.prompt =
+          context.front->encode(context.front->render_chat(chat.messages, chat.tools));
     } catch (const Error& error) {
       fail("messages",
            fmt::format("'messages': cannot be rendered or tokenized: {}", error.what()));

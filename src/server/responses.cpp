@@ -112,8 +112,11 @@ Json usage_json(const Usage& usage) {
           {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
 }
 
-Json finish_json(engine::FinishReason reason) {
-  const char* name = finish_reason_name(reason);
+Json finish_json(const ChoiceOutput& choice) {
+  if (choice.called_tools && choice.finish_reason == engine::FinishReason::kStop) {
+    return "tool_calls";
+  }
+  const char* name = finish_reason_name(choice.finish_reason);
   return name == nullptr ? Json(nullptr) : Json(name);
 }
 
@@ -131,9 +134,19 @@ std::string completion_body(const ResponseHead& head, const std::vector<ChoiceOu
   Json body = head_json(head, false);
   Json list = Json::array();
   for (const ChoiceOutput& choice : choices) {
-    Json item = {{"index", choice.index}, {"finish_reason", finish_json(choice.finish_reason)}};
+    Json item = {{"index", choice.index}, {"finish_reason", finish_json(choice)}};
     if (head.endpoint == Endpoint::kChat) {
       item["message"] = {{"role", "assistant"}, {"content", choice.text}};
+      if (choice.parsed_tools && choice.text.empty()) item["message"]["content"] = nullptr;
+      if (!choice.tool_calls.empty()) {
+        Json calls = Json::array();
+        for (const ToolCallOutput& call : choice.tool_calls) {
+          calls.push_back({{"id", call.id},
+                           {"type", "function"},
+                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        }
+        item["message"]["tool_calls"] = std::move(calls);
+      }
       item["logprobs"] = logprobs ? chat_logprobs(choice.logprobs, front) : Json(nullptr);
     } else {
       item["text"] = choice.text;
@@ -153,7 +166,7 @@ std::string chunk_event(const ResponseHead& head, const ChoiceOutput& choice, bo
                         bool logprobs, bool include_usage, const TextFront& front,
                         TextOffset& offset) {
   Json body = head_json(head, true);
-  Json item = {{"index", choice.index}, {"finish_reason", finish_json(choice.finish_reason)}};
+  Json item = {{"index", choice.index}, {"finish_reason", finish_json(choice)}};
   if (head.endpoint == Endpoint::kChat) {
     Json delta = Json::object();
     if (first) delta["role"] = "assistant";
@@ -180,5 +193,25 @@ std::string usage_event(const ResponseHead& head, const Usage& usage) {
 }
 
 std::string error_event(const ApiError& error) { return "data: " + error_body(error) + "\n\n"; }
+
+std::string tool_call_events(const ResponseHead& head, int32_t choice_index, int32_t call_index,
+                             const ToolCallOutput& call, bool include_usage) {
+  std::string text;
+  const auto event = [&](Json entry) {
+    Json body = head_json(head, true);
+    body["choices"] = Json::array({{{"index", choice_index},
+                                    {"delta", {{"tool_calls", Json::array({std::move(entry)})}}},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", nullptr}}});
+    if (include_usage) body["usage"] = nullptr;
+    text += "data: " + dump(body) + "\n\n";
+  };
+  event({{"index", call_index},
+         {"id", call.id},
+         {"type", "function"},
+         {"function", {{"name", call.name}, {"arguments", ""}}}});
+  event({{"index", call_index}, {"function", {{"arguments", call.arguments}}}});
+  return text;
+}
 
 }  // namespace pagedattn::server::detail

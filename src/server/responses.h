@@ -30,12 +30,24 @@ struct Usage {
   int64_t cached_tokens = 0;
 };
 
+// A tool call as the response carries it.
+struct ToolCallOutput {
+  std::string id;  // call_...
+  std::string name;
+  std::string arguments;  // a JSON object as text
+};
+
 // One choice's output so far (non-streaming) or of one event (streaming).
 struct ChoiceOutput {
   int32_t index = 0;
   std::string text;
   std::vector<engine::TokenLogprob> logprobs;
   engine::FinishReason finish_reason = engine::FinishReason::kNone;
+  // Chat whose output was parsed for tool calls: the message's content is null when empty, and
+  // a choice that called tools and stopped finishes with "tool_calls".
+  bool parsed_tools = false;
+  bool called_tools = false;
+  std::vector<ToolCallOutput> tool_calls;  // non-streaming: every call of the choice
 };
 
 std::string dump(const nlohmann::json& value);
@@ -69,6 +81,10 @@ std::string completion_body(const ResponseHead& head, const std::vector<ChoiceOu
 std::string chunk_event(const ResponseHead& head, const ChoiceOutput& choice, bool first,
                         bool logprobs, bool include_usage, const TextFront& front,
                         TextOffset& offset);
+// The chat chunks of one tool call, as OpenAI streams one: the first delta carries index, id,
+// type and function.name with empty arguments, the next appends function.arguments.
+std::string tool_call_events(const ResponseHead& head, int32_t choice_index, int32_t call_index,
+                             const ToolCallOutput& call, bool include_usage);
 // The usage chunk (choices: []) sent last when stream_options.include_usage.
 std::string usage_event(const ResponseHead& head, const Usage& usage);
 // An error inside a stream: "data: {"error": ...}\n\n".

@@ -28,6 +28,7 @@ Server::Impl::Impl(ServerConfig config_in, engine::Engine& engine_in, const Text
   context.model_name = config.model_name;
   context.limits = engine.limits();
   context.front = &front;
+  context.tool_call_format = config.tool_call_format;
 }
 
 void Server::Impl::log(const std::string& line) const {

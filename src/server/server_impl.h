@@ -15,6 +15,7 @@
 
 #include "metrics.h"
 #include "pagedattn/server.h"
+#include "pagedattn/server_tool_calls.h"
 #include "responses.h"
 
 namespace pagedattn::server {
@@ -65,6 +66,8 @@ struct Exchange {
     detail::TextOffset offset;    // streamed completions logprobs: text_offset so far
     bool sent_first = false;
     bool finished = false;
+    std::optional<ToolCallParser> tools;  // chat with tool calls parsed (exchange_tools.cpp)
+    int32_t num_tool_calls = 0;           // streamed so far
   };
 
   Server::Impl* server = nullptr;
@@ -89,6 +92,15 @@ struct Exchange {
   std::string stream_text(const engine::RequestEvent& event);
   // The SSE text after the last choice finished: usage (if asked) and [DONE].
   std::string stream_tail() const;
+
+  // Tool calls (exchange_tools.cpp). A parser per choice when the request's output is parsed.
+  void start_tool_parsers();
+  // Non-streaming: each choice's whole text split into content and tool_calls.
+  void parse_tool_calls();
+  // Streaming: the chunks of `piece` (the event's text and logprobs) through the choice's parser;
+  // `finished`: the choice's last event (what the parser held back comes out).
+  std::string stream_tool_pieces(ChoiceState& choice, const detail::ChoiceOutput& piece,
+                                 bool finished);
 };
 
 }  // namespace pagedattn::server

@@ -5,16 +5,18 @@
 // token_bytes: the tokenizer's raw bytes of the token (Tokenizer::token_bytes: a token that is
 // part of a multi-byte character gives those bytes, not U+FFFD); empty for an id the model can
 // sample but the tokenizer does not know (a vocabulary padded past the tokenizer's).
-#include "pagedattn/server_text_front.h"
-
+// render_chat: the conversation in one of the ToolCallForms, the first the template renders
+// (render_chat_forms).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "pagedattn/chat_template.h"
 #include "pagedattn/error.h"
+#include "pagedattn/server_text_front.h"
 
 namespace pagedattn::server {
 namespace {
@@ -39,13 +41,12 @@ class TokenizerTextFront final : public TextFront {
     return ids;
   }
 
-  std::string render_chat(std::span<const ChatMessage> messages) const override {
+  std::string render_chat(std::span<const ChatMessage> messages,
+                          const nlohmann::ordered_json& tools) const override {
     if (!chat_) throw Error(fmt::format("model {} has no chat template: use /v1/completions", name_));
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const ChatMessage& message : messages) {
-      list.push_back({{"role", message.role}, {"content", message.content}});
-    }
-    return pagedattn::render_chat(*chat_, list, options_);
+    ChatOptions options = options_;
+    options.tools = tools;
+    return render_chat_forms(*chat_, messages, options);
   }
 
   std::string token_bytes(int32_t token) const override {
@@ -61,8 +62,64 @@ class TokenizerTextFront final : public TextFront {
 
 }  // namespace
 
+nlohmann::ordered_json template_messages(std::span<const ChatMessage> messages, ToolCallForm form) {
+  using OrderedJson = nlohmann::ordered_json;
+  OrderedJson list = OrderedJson::array();
+  for (const ChatMessage& message : messages) {
+    OrderedJson item = {{"role", message.role}};
+    item["content"] = !message.content_null         ? OrderedJson(message.content)
+                      : form == ToolCallForm::kVllm ? OrderedJson("")
+                                                    : OrderedJson(nullptr);
+    if (!message.name.empty()) item["name"] = message.name;
+    if (!message.tool_calls.empty()) {
+      OrderedJson calls = OrderedJson::array();
+      for (const ChatToolCall& call : message.tool_calls) {
+        OrderedJson entry = OrderedJson::object();
+        if (!call.id.empty()) entry["id"] = call.id;
+        entry["type"] = "function";
+        OrderedJson arguments(call.arguments);
+        if (form != ToolCallForm::kString) {
+          // Validated as a JSON object when the request was read.
+          arguments = OrderedJson::parse(call.arguments, nullptr, false);
+          if (arguments.is_discarded()) arguments = OrderedJson::object();
+        }
+        entry["function"] = {{"name", call.name}, {"arguments", std::move(arguments)}};
+        calls.push_back(std::move(entry));
+      }
+      item["tool_calls"] = std::move(calls);
+    }
+    if (message.role == "tool") item["tool_call_id"] = message.tool_call_id;
+    list.push_back(std::move(item));
+  }
+  return list;
+}
+
+std::string render_chat_forms(const ChatTemplate& chat_template,
+                              std::span<const ChatMessage> messages, const ChatOptions& options) {
+  const bool varies = std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
+    return m.content_null || !m.tool_calls.empty();
+  });
+  if (!varies) {
+    return pagedattn::render_chat(chat_template,
+                                  template_messages(messages, ToolCallForm::kMapping), options);
+  }
+  std::optional<ChatTemplateError> first_error;
+  for (const ToolCallForm form :
+       {ToolCallForm::kMapping, ToolCallForm::kString, ToolCallForm::kVllm}) {
+    try {
+      return pagedattn::render_chat(chat_template, template_messages(messages, form), options);
+    } catch (const ChatTemplateError& error) {
+      // The template refusing the conversation is its answer whatever the form.
+      if (error.raised_by_template()) throw;
+      if (!first_error) first_error = error;
+    }
+  }
+  throw *first_error;
+}
+
 std::unique_ptr<TextFront> make_text_front(const tokenizer::Tokenizer& tokenizer,
-                                           const std::filesystem::path& model_directory) {
+                                           const std::filesystem::path& model_directory,
+                                           std::optional<std::string> chat_template) {
   nlohmann::json config = nlohmann::json::object();
   const std::filesystem::path config_path = model_directory / "tokenizer_config.json";
   if (std::ifstream in(config_path); in) {
@@ -72,7 +129,9 @@ std::unique_ptr<TextFront> make_text_front(const tokenizer::Tokenizer& tokenizer
     }
   }
   std::optional<ChatTemplate> chat;
-  if (const std::optional<std::string_view> source = tokenizer.chat_template()) {
+  if (chat_template) {
+    chat = ChatTemplate::compile(std::move(*chat_template));
+  } else if (const std::optional<std::string_view> source = tokenizer.chat_template()) {
     chat = ChatTemplate::compile(std::string(*source));
   }
   return std::make_unique<TokenizerTextFront>(tokenizer, std::move(chat),

@@ -89,18 +89,25 @@ class FakeModel : public ModelRunner {
       PA_CHECK(entry.num_logit_rows == 0 || entry.num_logit_rows == 1, "fake: {} logit rows",
                entry.num_logit_rows);
       if (entry.num_logit_rows == 1) {
-        std::vector<int32_t> prefix(static_cast<size_t>(context));
-        for (int64_t position = 0; position < context; ++position) {
-          const int32_t page = entry.block_table[static_cast<size_t>(position / page_size_)];
-          prefix[static_cast<size_t>(position)] = pool_[slot(page, position)];
-        }
-        reference_logits(prefix, logits.subspan(static_cast<size_t>(rows) * vocab_, vocab_));
+        reference_logits(read_prefix(entry),
+                         logits.subspan(static_cast<size_t>(rows) * vocab_, vocab_));
         ++rows;
       }
     }
     PA_CHECK(tokens == plan.num_tokens && rows == plan.num_logit_rows,
              "fake: plan totals disagree ({} tokens / {} rows counted)", tokens, rows);
     max_step_tokens_ = std::max(max_step_tokens_, tokens);
+  }
+
+  // The tokens of `entry`'s sequence up to its context length, read back through its block
+  // table (as forward() wrote them).
+  std::vector<int32_t> read_prefix(const ScheduledSequence& entry) const {
+    std::vector<int32_t> prefix(static_cast<size_t>(entry.context_length()));
+    for (int64_t position = 0; position < entry.context_length(); ++position) {
+      const int32_t page = entry.block_table[static_cast<size_t>(position / page_size_)];
+      prefix[static_cast<size_t>(position)] = pool_[slot(page, position)];
+    }
+    return prefix;
   }
 
   int64_t num_steps() const { return num_steps_; }

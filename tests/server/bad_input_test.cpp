@@ -84,9 +84,14 @@ std::vector<BadCase> bad_cases() {
        R"({"model":"test-model","prompt":[1,2,99999]})", 400, "prompt", "invalid_value"},
       {"top_logprobs without logprobs", "/v1/chat/completions", chat_with(R"(,"top_logprobs":2)"),
        400, "top_logprobs", "invalid_value"},
-      {"tools", "/v1/chat/completions",
-       chat_with(R"(,"tools":[{"type":"function","function":{"name":"f"}}])"), 400, "tools",
-       "invalid_value"},
+      {"tool without a name", "/v1/chat/completions",
+       chat_with(R"(,"tools":[{"type":"function","function":{"name":"f"}},)"
+                 R"({"type":"function","function":{}}])"),
+       400, "tools[1].function.name", "missing_required_parameter"},
+      {"tool_choice required", "/v1/chat/completions",
+       chat_with(R"(,"tools":[{"type":"function","function":{"name":"f"}}],)"
+                 R"("tool_choice":"required")"),
+       400, "tool_choice", "invalid_value"},
       {"deep nesting", "/v1/completions", std::string(5000, '[') + std::string(5000, ']'), 400,
        nullptr, "invalid_json"},
       {"unknown model", "/v1/chat/completions",

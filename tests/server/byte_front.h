@@ -1,9 +1,10 @@
 // A byte-level text front for the server tests, standing in for the real tokenizer (issue 15):
 // token t < 256 is the byte t, token 256 is EOS, tokens 257 .. kVocab-1 are specials that
 // decode to no text. The chat "template" is "<role>: <content>\n" per message, then
-// "assistant: ". The incremental detokenizer emits every complete, valid UTF-8 character as soon
-// as its last byte arrives; a byte that cannot start or continue a valid character becomes
-// U+FFFD on its own (the rule naive_decode() in server_support.h applies to a whole buffer).
+// "assistant: " (tools and tool calls: see render_chat). The incremental detokenizer emits every
+// complete, valid UTF-8 character as soon as its last byte arrives; a byte that cannot start or
+// continue a valid character becomes U+FFFD on its own (the rule naive_decode() in server_support.h
+// applies to a whole buffer).
 #pragma once
 
 #include <cstdint>
@@ -94,10 +95,20 @@ class ByteFront : public TextFront {
     for (const char c : text) tokens.push_back(static_cast<unsigned char>(c));
     return tokens;
   }
-  std::string render_chat(std::span<const ChatMessage> messages) const override {
+  // With tools: "tools: <the list as JSON>\n" first; an assistant's calls follow its content as
+  // "<call NAME ARGUMENTS>", a tool message's content is followed by " (for ID)".
+  std::string render_chat(std::span<const ChatMessage> messages,
+                          const nlohmann::ordered_json& tools) const override {
     std::string text;
-    for (const ChatMessage& message : messages)
-      text += message.role + ": " + message.content + "\n";
+    if (!tools.is_null()) text += "tools: " + tools.dump() + "\n";
+    for (const ChatMessage& message : messages) {
+      text += message.role + ": " + message.content;
+      for (const ChatToolCall& call : message.tool_calls) {
+        text += "<call " + call.name + " " + call.arguments + ">";
+      }
+      if (message.role == "tool") text += " (for " + message.tool_call_id + ")";
+      text += "\n";
+    }
     return text + "assistant: ";
   }
   std::string token_bytes(int32_t token) const override {

@@ -131,5 +131,41 @@ TEST(CliServe, RandomShapeWithAGivenTokenizer) {
   EXPECT_NE(output.find("tiny (random bf16 weights)"), std::string::npos) << output;
 }
 
+// Tool calling's flags on the embedded model (a Llama whose template and family name no
+// tool-call format): --enable-auto-tool-choice refuses to start without a parser and says which
+// flag names one; with --tool-call-parser hermes a chat with tools is served (the model writes
+// no call, so the reply is all content and finishes as usual).
+TEST(CliServe, ToolCallParserFlags) {
+  if (!std::filesystem::exists(pagedattn::testing::cli_path())) {
+    GTEST_SKIP() << "pagedattn binary not built at " << pagedattn::testing::cli_path();
+  }
+  {
+    ServeProcess refused({"serve", "--port", "0", "--enable-auto-tool-choice"});
+    EXPECT_EQ(refused.wait_for_port(std::chrono::seconds(120)), -1) << refused.output();
+    refused.stop(SIGTERM, std::chrono::seconds(10));
+    EXPECT_NE(refused.output().find("--tool-call-parser"), std::string::npos) << refused.output();
+  }
+  ServeProcess serve(
+      {"serve", "--port", "0", "--tool-call-parser", "hermes", "--grace", "5", "--quiet"});
+  const int port = serve.wait_for_port(std::chrono::seconds(120));
+  ASSERT_GT(port, 0) << serve.output();
+  EXPECT_NE(serve.output().find("tool calls parsed as hermes"), std::string::npos)
+      << serve.output();
+  const Json chat = {{"model", "austen-3m"},
+                     {"messages", {{{"role", "user"}, {"content", "Who is Mr. Darcy?"}}}},
+                     {"tools",
+                      {{{"type", "function"},
+                        {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}}}}}}}},
+                     {"temperature", 0},
+                     {"max_tokens", 16},
+                     {"ignore_eos", true}};
+  const HttpResponse response = http_request(port, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(response.status, 200) << response.body;
+  const Json body = Json::parse(response.body);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(body["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(serve.stop(SIGTERM, std::chrono::seconds(30)), 0) << serve.output();
+}
+
 }  // namespace
 }  // namespace pagedattn::server::testing

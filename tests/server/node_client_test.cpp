@@ -94,6 +94,41 @@ TEST(OpenAiNodeClient, ParsesWhatTheServerSends) {
   EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200);
 }
 
+TEST(OpenAiNodeClient, ParsesToolCalls) {
+  const NodeClient client;
+  if (!client.available()) {
+    GTEST_SKIP() << "run through CTest (server_openai_node_client), which installs the client";
+  }
+  TestServerOptions options;
+  options.max_model_length = 4096;
+  TestServer server(options);
+  // The model writes text, then two calls in the hermes format (Qwen's), the second with a
+  // non-ASCII argument.
+  server.model().set_script(
+      "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": "
+      "\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"search\", \"arguments\": "
+      "{\"query\": \"Tokyo \xE5\xA4\xA9\xE6\xB0\x97\", \"n\": 2}}\n</tool_call>");
+  const Json tools = Json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+     "properties": {"location": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "search", "description": "Web search.",
+     "parameters": {"type": "object", "properties": {"query": {"type": "string"},
+                                                     "n": {"type": "integer"}}}}}])");
+  // Arguments as the client sees them after JSON.parse (key order as written).
+  const Json expected = {
+      {"model", "test-model"},
+      {"tools", tools},
+      {"content", "Checking."},
+      {"calls",
+       Json::array({{{"name", "get_weather"}, {"arguments", {{"location", "Paris"}}}},
+                    {{"name", "search"},
+                     {"arguments", Json::parse("{\"query\": \"Tokyo \xE5\xA4\xA9\xE6\xB0\x97\", "
+                                               "\"n\": 2}")}}})}};
+  const std::string output = client.run(server.port(), expected);
+  EXPECT_NE(output.find(" passed, 0 failed"), std::string::npos) << output;
+  EXPECT_NE(output.find("(exit status 0)"), std::string::npos) << output;
+}
+
 TEST(OpenAiNodeClient, ParsesWhatPagedattnServeSends) {
   const NodeClient client;
   if (!client.available()) {

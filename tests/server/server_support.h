@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +40,19 @@ class GatedModel : public engine::ModelRunner {
     lock.unlock();
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
     model_.forward(plan, logits);
+    std::optional<std::string> script;
+    {
+      std::lock_guard script_lock(mutex_);
+      script = script_;
+    }
+    if (script) follow_script(plan, *script, logits);
+  }
+  // From now on every request's output is `script` (its bytes, then EOS), whatever its prompt;
+  // nullopt: the fake model's own logits again. Needs the byte-level front's chat prompt, which
+  // ends in "assistant: " (the script must not contain that).
+  void set_script(std::optional<std::string> script) {
+    std::lock_guard lock(mutex_);
+    script_ = std::move(script);
   }
   // Every forward takes at least this long (a request of N tokens lasts N steps of it).
   void set_step_delay(std::chrono::milliseconds delay) {
@@ -58,7 +72,31 @@ class GatedModel : public engine::ModelRunner {
   }
 
  private:
+  // Each logits row becomes one-hot at the script's next byte: the prompt ends at the last
+  // "assistant: ", what follows it is what the script has produced so far.
+  void follow_script(const engine::StepPlan& plan, const std::string& script,
+                     std::span<float> logits) {
+    static const std::string kPromptEnd = "assistant: ";
+    size_t row = 0;
+    for (const engine::ScheduledSequence& entry : plan.sequences) {
+      if (entry.num_logit_rows == 0) continue;
+      const std::vector<int32_t> prefix = model_.read_prefix(entry);
+      const std::string text(prefix.begin(), prefix.end());  // bytes (specials never occur)
+      const size_t prompt_end = text.rfind(kPromptEnd);
+      const size_t produced =
+          prompt_end == std::string::npos ? 0 : text.size() - prompt_end - kPromptEnd.size();
+      const int32_t token = produced < script.size()
+                                ? static_cast<int32_t>(static_cast<unsigned char>(script[produced]))
+                                : kEos;
+      std::span<float> out = logits.subspan(row * static_cast<size_t>(kVocab), kVocab);
+      std::fill(out.begin(), out.end(), -10.0f);
+      out[static_cast<size_t>(token)] = 10.0f;
+      ++row;
+    }
+  }
+
   engine::testing::FakeModel model_;
+  std::optional<std::string> script_;
   std::mutex mutex_;
   std::condition_variable resumed_;
   bool paused_ = false;
@@ -74,6 +112,7 @@ struct TestServerOptions {
   int64_t max_pending_requests = 4096;
   size_t max_body_bytes = 1 << 20;
   std::string model_name = "test-model";
+  ToolCallFormat tool_call_format = ToolCallFormat::kHermes;
 };
 
 class TestServer {
@@ -94,6 +133,7 @@ class TestServer {
     server_config.max_connections = options.max_connections;
     server_config.max_pending_requests = options.max_pending_requests;
     server_config.max_body_bytes = options.max_body_bytes;
+    server_config.tool_call_format = options.tool_call_format;
     server_config.keep_alive_interval = std::chrono::milliseconds(200);
     server_config.read_timeout_seconds = 5;
     server_config.log = [this](const std::string& line) {

@@ -5,12 +5,17 @@
 //
 // The model side comes from load_served_model(): a model directory (default: the embedded
 // models/austen-3m) as a ModelRuntime (checkpoint + KV pool), its tokenizer's TextFront and
-// detokenizer, EOS ids and model length from its config. For benchmarks, --shape NAME serves a
-// random-weight model of a named shape (bench throughput's) with the tokenizer of --tokenizer DIR.
+// detokenizer, EOS ids and model length from its config, and the tool-call format
+// (--tool-call-parser, vLLM's flag: auto picks it from the chat template or the model family).
+// For benchmarks, --shape NAME serves a random-weight model of a named shape (bench throughput's)
+// with the tokenizer of --tokenizer DIR.
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <optional>
+#include <sstream>
 
 #include "core/check.h"
 #include "pagedattn/engine.h"
@@ -19,6 +24,7 @@
 #include "pagedattn/model_random.h"
 #include "pagedattn/server.h"
 #include "pagedattn/server_text_front.h"
+#include "pagedattn/server_tool_calls.h"
 #include "pagedattn/tokenizer.h"
 #include "tools/cli/command.h"
 #include "tools/cli/default_model.h"
@@ -47,6 +53,9 @@ struct ServeOptions {
   size_t max_body_bytes = size_t{4} << 20;
   double grace_seconds = 30.0;
   bool quiet = false;
+  std::string chat_template;              // a file replacing the tokenizer's template
+  std::string tool_call_parser = "auto";  // a ToolCallFormat name or auto
+  bool enable_auto_tool_choice = false;   // require a parser at start-up
 };
 
 // What serving a model needs besides the engine's own settings.
@@ -60,7 +69,39 @@ struct ServedModel {
   int64_t max_model_length = 0;
   int32_t default_num_pages = 0;
   int64_t max_tokens_per_step = 0;  // the runner's bound (a GPU model's buffers), 0: none
+  server::ToolCallFormat tool_call_format = server::ToolCallFormat::kNone;
 };
+
+std::string read_chat_template(const std::string& path) {
+  std::ifstream in(path);
+  PA_CHECK(static_cast<bool>(in), "serve: --chat-template {}: cannot read the file", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// --tool-call-parser: a format by name, or auto (the template's own markers, else the family).
+server::ToolCallFormat choose_tool_call_format(const ServeOptions& options,
+                                               std::string_view chat_template,
+                                               std::string_view model_type) {
+  server::ToolCallFormat format = server::ToolCallFormat::kNone;
+  if (options.tool_call_parser == "auto") {
+    format = server::detect_tool_call_format(chat_template, model_type);
+  } else {
+    const auto named = server::tool_call_format_from_name(options.tool_call_parser);
+    PA_CHECK(named.has_value(),
+             "serve: --tool-call-parser {}: expected auto, none, hermes, llama3_json or "
+             "deepseek_v3",
+             options.tool_call_parser);
+    format = *named;
+  }
+  PA_CHECK(!options.enable_auto_tool_choice || format != server::ToolCallFormat::kNone,
+           "serve: --enable-auto-tool-choice: no tool-call parser for this model (model_type "
+           "'{}', a chat template with no known call format); name one with --tool-call-parser "
+           "hermes|llama3_json|deepseek_v3",
+           model_type);
+  return format;
+}
 
 ServedModel load_served_model(const ServeOptions& options) {
   PA_CHECK(options.shape.empty() || !options.tokenizer_dir.empty(),
@@ -99,7 +140,19 @@ ServedModel load_served_model(const ServeOptions& options) {
   ServedModel model;
   model.name = options.shape.empty() ? std::filesystem::absolute(directory).filename().string()
                                      : options.shape;
-  model.front = server::make_text_front(*tokenizer, tokenizer_directory);
+  std::optional<std::string> chat_template;
+  if (!options.chat_template.empty()) chat_template = read_chat_template(options.chat_template);
+  const std::string template_source =
+      chat_template ? *chat_template : std::string(tokenizer->chat_template().value_or(""));
+  model.tool_call_format =
+      choose_tool_call_format(options, template_source, runtime->config().model_type);
+  fmt::print(
+      stderr, "serve: tool calls {}{}\n",
+      model.tool_call_format == server::ToolCallFormat::kNone
+          ? "not parsed (requests with tools need tool_choice \"none\")"
+          : fmt::format("parsed as {}", server::tool_call_format_name(model.tool_call_format)),
+      options.tool_call_parser == "auto" ? " (--tool-call-parser auto)" : "");
+  model.front = server::make_text_front(*tokenizer, tokenizer_directory, std::move(chat_template));
   model.detokenizer = engine::make_detokenizer_factory(*tokenizer);
   model.eos_token_ids = engine_config.eos_token_ids;
   model.max_model_length = engine_config.max_model_length;
@@ -136,6 +189,7 @@ void run_serve(const ServeOptions& options) {
   server_config.max_pending_requests = options.max_pending_requests;
   server_config.max_body_bytes = options.max_body_bytes;
   server_config.log_requests = !options.quiet;
+  server_config.tool_call_format = model.tool_call_format;
   const std::function<int()> wait_for_signal = server::install_shutdown_signals();
   server::Server server(server_config, engine, *model.front);
   server.start();
@@ -198,6 +252,19 @@ void add_serve_command(CLI::App& app) {
                   "Seconds running requests get to finish on SIGINT / SIGTERM")
       ->capture_default_str();
   cmd->add_flag("--quiet", options->quiet, "No per-request log lines");
+  cmd->add_option("--chat-template", options->chat_template,
+                  "A Jinja chat template file used instead of the tokenizer's (e.g. one that "
+                  "renders tools)");
+  cmd->add_option("--tool-call-parser", options->tool_call_parser,
+                  "How the model writes tool calls, parsed into the chat response's tool_calls "
+                  "when a request has tools (tool_choice \"auto\"): hermes (Qwen2.5 / Qwen3: "
+                  "<tool_call> blocks), llama3_json (Llama 3.1+ JSON), deepseek_v3, none, or "
+                  "auto: from the chat template's markers, else the model family")
+      ->check(CLI::IsMember({"auto", "none", "hermes", "llama3_json", "deepseek_v3"}))
+      ->capture_default_str();
+  cmd->add_flag("--enable-auto-tool-choice", options->enable_auto_tool_choice,
+                "vLLM's switch for tool_choice \"auto\"; here it is on whenever a parser is "
+                "known, and the flag makes a missing parser an error at start-up");
   cmd->callback([options] { run_serve(*options); });
 }
 

@@ -5,6 +5,10 @@
 // "chat_text", "completion_prompt", "completion_text", "max_tokens"} and optionally
 // "chat_token_bytes" / "chat_token_strings" (each chat token's logprobs bytes and token). Every check that fails is
 // printed; the exit code is the number of failures (0: all passed).
+// With "tools" in expected.json the tool-calling run replaces it: {"model", "tools", "content",
+// "calls": [{"name", "arguments"}]}: the model writes those calls, which the client must parse
+// from the non-streaming response, from the raw stream and through the SDK's own stream helper
+// (which assembles tool-call deltas itself), and the assistant message sent back must be taken.
 'use strict';
 const fs = require('fs');
 const OpenAI = require(process.env.OPENAI_MODULE_DIR);
@@ -121,7 +125,88 @@ async function main() {
   check(again.choices[0].text === expected.completion_text, 'serving after errors');
 }
 
-main().then(() => {
+// JSON with object keys sorted (expected.json is written with sorted keys).
+function canonical(value) {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value && typeof value === 'object') {
+    return `{${Object.keys(value).sort().map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+async function toolsMain() {
+  const request = { model: expected.model, temperature: 0, max_tokens: 400, tools: expected.tools,
+                    messages: [{ role: 'user', content: 'Weather in Paris? And search Tokyo.' }] };
+  const sameCalls = (calls, what) => {
+    check(Array.isArray(calls) && calls.length === expected.calls.length, `${what}: count`, calls);
+    if (!Array.isArray(calls)) return;
+    calls.forEach((call, i) => {
+      const want = expected.calls[i] || {};
+      check(call.type === 'function' && typeof call.id === 'string' && call.id.startsWith('call_'),
+            `${what}: call ${i} id and type`, call);
+      check(call.function.name === want.name, `${what}: call ${i} name`, call.function);
+      check(canonical(JSON.parse(call.function.arguments)) === canonical(want.arguments),
+            `${what}: call ${i} arguments`, call.function.arguments);
+    });
+  };
+
+  const chat = await client.chat.completions.create(request);
+  const message = chat.choices[0].message;
+  check(message.content === expected.content, 'tools: content', message.content);
+  sameCalls(message.tool_calls, 'tools');
+  check(chat.choices[0].finish_reason === 'tool_calls', 'tools: finish', chat.choices[0].finish_reason);
+
+  // The raw stream, assembled by hand as the API reference describes the deltas.
+  const stream = await client.chat.completions.create({ ...request, stream: true });
+  let content = '';
+  const calls = [];
+  let finish = null;
+  for await (const chunk of stream) {
+    for (const choice of chunk.choices) {
+      if (choice.delta.content) content += choice.delta.content;
+      for (const delta of choice.delta.tool_calls || []) {
+        if (!calls[delta.index]) {
+          calls[delta.index] = { id: delta.id, type: delta.type,
+                                 function: { name: delta.function.name, arguments: '' } };
+        }
+        calls[delta.index].function.arguments += delta.function.arguments || '';
+      }
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+  }
+  check(content === (expected.content || ''), 'tools stream: content', content);
+  sameCalls(calls, 'tools stream');
+  check(finish === 'tool_calls', 'tools stream: finish', finish);
+
+  // The SDK's stream helper assembles the deltas itself (and refuses malformed ones).
+  const helper = client.beta.chat.completions.stream(request);
+  const final = await helper.finalChatCompletion();
+  sameCalls(final.choices[0].message.tool_calls, 'tools stream helper');
+  check(final.choices[0].finish_reason === 'tool_calls', 'tools stream helper: finish',
+        final.choices[0].finish_reason);
+
+  // The conversation continues with the assistant message as the SDK returned it.
+  const followUp = await client.chat.completions.create({
+    ...request, tool_choice: 'none',
+    messages: [...request.messages, message,
+               ...message.tool_calls.map((call) => ({ role: 'tool', tool_call_id: call.id,
+                                                       content: '{"ok": true}' }))] });
+  check(followUp.choices[0].finish_reason === 'stop', 'tools follow-up: finish',
+        followUp.choices[0].finish_reason);
+  check(!followUp.choices[0].message.tool_calls, 'tools follow-up: tool_choice none parses nothing',
+        followUp.choices[0].message);
+
+  try {
+    await client.chat.completions.create({ ...request, tool_choice: 'required' });
+    check(false, 'tool_choice required accepted');
+  } catch (error) {
+    check(error instanceof OpenAI.BadRequestError && error.param === 'tool_choice',
+          'tool_choice required -> BadRequestError naming tool_choice', [error.status, error.param]);
+  }
+}
+
+(expected.tools ? toolsMain() : main()).then(() => {
   console.log(`${checks - failures} passed, ${failures} failed`);
   process.exit(failures === 0 ? 0 : 1);
 }, (error) => {
