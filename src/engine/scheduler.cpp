@@ -79,10 +79,16 @@ void Scheduler::schedule_tokens(Sequence* sequence, int64_t count, ScheduleResul
   entry.first_position = sequence->num_computed;
   const auto table = kv_.block_table(sequence->id);
   entry.block_table.assign(table.begin(), table.end());
-  entry.num_logit_rows = sequence->num_computed + count == sequence->num_tokens() ? 1 : 0;
+  const bool reaches_end = sequence->num_computed + count == sequence->num_tokens();
+  entry.num_logit_rows = reaches_end ? 1 : 0;
+  // Prompt scoring: every new token from the chunk's first on is a row (the rows before the
+  // prompt's last token score the next prompt token; the last one, if here, samples).
+  if (sequence->score_prompt && sequence->num_computed < sequence->prompt_length - 1) {
+    entry.num_logit_rows = static_cast<int32_t>(count);
+  }
   result->plan.num_tokens += count;
   result->plan.num_logit_rows += entry.num_logit_rows;
-  if (count == 1 && entry.num_logit_rows == 1 &&
+  if (count == 1 && reaches_end &&
       result->plan.num_decodes == static_cast<int32_t>(result->plan.sequences.size())) {
     ++result->plan.num_decodes;
   }
@@ -152,7 +158,8 @@ ScheduleResult Scheduler::schedule() {
         kv_.admit_shared(sequence->id, sequence->share_from->id, pages);
         reused = static_cast<int64_t>(pages) * kv_.page_size();
       } else {
-        reused = kv_.admit(sequence->id, sequence->tokens);
+        // A prompt being scored takes no cache hit (engine_scheduler.h says why).
+        reused = kv_.admit(sequence->id, sequence->tokens, !sequence->score_prompt);
       }
       const int64_t count = std::min(sequence->num_tokens() - reused, budget);
       if (!kv_.grow(sequence->id, reused + count)) {
