@@ -8,6 +8,8 @@
 namespace pagedattn::server::testing {
 namespace {
 
+using Prompts = std::vector<std::vector<int32_t>>;
+
 ParseContext test_context(const ByteFront& front) {
   ParseContext context;
   context.model_name = "m";
@@ -50,7 +52,7 @@ TEST(Protocol, ChatFieldsMapToSamplingParams) {
                                             Endpoint::kChat);
   const engine::SamplingParams& params = request.params;
   EXPECT_EQ(request.model, "m");
-  EXPECT_EQ(request.prompts, std::vector{bytes_of("system: S\nuser: ab\nassistant: ")});
+  EXPECT_EQ(request.prompts, Prompts{bytes_of("system: S\nuser: ab\nassistant: ")});
   EXPECT_DOUBLE_EQ(params.temperature, 0.7);
   EXPECT_DOUBLE_EQ(params.top_p, 0.9);
   EXPECT_EQ(params.top_k, 12);
@@ -75,7 +77,7 @@ TEST(Protocol, ChatFieldsMapToSamplingParams) {
 
 TEST(Protocol, DefaultsAndCompletionForms) {
   PreparedRequest request = expect_ok(R"({"model":"m","prompt":"hey"})", Endpoint::kCompletions);
-  EXPECT_EQ(request.prompts, std::vector{bytes_of("hey")});
+  EXPECT_EQ(request.prompts, Prompts{bytes_of("hey")});
   EXPECT_FALSE(request.echo);
   EXPECT_TRUE(request.prompt_texts.empty());
   EXPECT_DOUBLE_EQ(request.params.temperature, 1.0);
@@ -90,7 +92,7 @@ TEST(Protocol, DefaultsAndCompletionForms) {
   EXPECT_EQ(request.params.logprobs, 3);
   EXPECT_EQ(request.params.stop, (std::vector<std::string>{"a", "b"}));
   request = expect_ok(R"({"model":"m","prompt":["one"]})", Endpoint::kCompletions);
-  EXPECT_EQ(request.prompts, std::vector{bytes_of("one")});
+  EXPECT_EQ(request.prompts, Prompts{bytes_of("one")});
   request = expect_ok(R"({"model":"m","prompt":[[9,8]]})", Endpoint::kCompletions);
   EXPECT_EQ(request.prompts, (std::vector<std::vector<int32_t>>{{9, 8}}));
   // Exactly the model length: 100 prompt + 28 = 128.
@@ -163,7 +165,7 @@ TEST(Protocol, CompletionBatchesInEveryForm) {
   // An array of strings, of arrays of token ids; prompts in order, each its own token list.
   PreparedRequest request =
       expect_ok(R"({"model":"m","prompt":["ab","c","dé"],"n":2})", Endpoint::kCompletions);
-  EXPECT_EQ(request.prompts, (std::vector{bytes_of("ab"), bytes_of("c"), bytes_of("d\xC3\xA9")}));
+  EXPECT_EQ(request.prompts, (Prompts{bytes_of("ab"), bytes_of("c"), bytes_of("d\xC3\xA9")}));
   EXPECT_EQ(request.params.n, 2);
   request = expect_ok(R"({"model":"m","prompt":[[1,2],[300],[4,5,6]]})", Endpoint::kCompletions);
   EXPECT_EQ(request.prompts, (std::vector<std::vector<int32_t>>{{1, 2}, {300}, {4, 5, 6}}));
@@ -218,7 +220,7 @@ TEST(Protocol, BatchErrorsNameTheElement) {
       {R"({"model":"m","prompt":[[1],[2,320]]})", "prompt[1]", "invalid_value",
        "'prompt[1][1]': 320 is not a token id in [0, 320)"},
       {R"({"model":"m","prompt":[[1],[2,"x"]]})", "prompt[1]", "invalid_value",
-       "'prompt[1][1]': "x" is not a token id"},
+       R"('prompt[1][1]': "x" is not a token id)"},
       {R"({"model":"m","prompt":[5,-1]})", "prompt", "invalid_value",
        "'prompt[1]': -1 is not a token id"},
       {R"({"model":"m","prompt":[5,1.5]})", "prompt", "invalid_value", "'prompt[1]': 1.5"},
