@@ -1,8 +1,10 @@
 // prepare_request (server_protocol.h): body -> JSON (depth-limited, UTF-8 checked by the
-// parser) -> known-field check -> typed fields -> model -> messages / prompt -> tokens ->
-// context length -> the engine's validate(). The field lists say which names OpenAI accepts per
-// endpoint plus the extensions vLLM accepts (top_k, min_p, repetition_penalty, ignore_eos,
-// stop_token_ids); fields accepted but without effect here are listed apart.
+// parser) -> known-field check -> typed fields -> model -> messages / prompts (completions: a
+// string, token ids, or a batch of either, each element checked by its index) -> tokens ->
+// context length and the engine's validate() for every prompt, before any is queued. The field
+// lists say which names OpenAI accepts per endpoint plus the extensions vLLM accepts (top_k,
+// min_p, repetition_penalty, ignore_eos, stop_token_ids); fields accepted but without effect
+// here are listed apart (read_unsupported; `suffix` is refused, as vLLM does).
 #include <fmt/format.h>
 
 #include <algorithm>
