@@ -104,7 +104,7 @@ void Exchange::complete(bool cancelled) {
         first_token ? fmt::format("{:.1f}", record.ttft_seconds * 1e3) : std::string("-"),
         record.e2e_seconds * 1e3, reasons));
   }
-  server->pending.fetch_sub(1);
+  server->pending.fetch_sub(static_cast<int64_t>(request.prompts.size()));
 }
 
 std::string Exchange::stream_text(const engine::RequestEvent& event) {
@@ -166,8 +166,10 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
     send_error(response, *error);
     return;
   }
-  if (pending.fetch_add(1) >= config.max_pending_requests) {
-    pending.fetch_sub(1);
+  // Each prompt of a batch is an engine request and takes its own place in the queue.
+  const auto slots = static_cast<int64_t>(std::get<PreparedRequest>(prepared).prompts.size());
+  if (pending.fetch_add(slots) + slots > config.max_pending_requests) {
+    pending.fetch_sub(slots);
     send_error(response, {503,
                           fmt::format("the server's queue is full ({} requests pending); retry "
                                       "later",
@@ -195,7 +197,7 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
   try {
     exchange->enqueue(engine);
   } catch (const Error& error) {
-    pending.fetch_sub(1);
+    pending.fetch_sub(slots);
     send_error(response, {400, error.what(), "invalid_request_error", "", "invalid_value"});
     return;
   }
