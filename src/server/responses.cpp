@@ -1,7 +1,8 @@
 // Response bodies and SSE chunks (responses.h), field by field as OpenAI's API reference gives
 // them. Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}; completion
 // logprobs: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset} (with echo, the
-// prompt's tokens first, the first one's logprob and top_logprobs null). `bytes`
+// prompt's tokens first, the first one's logprob and top_logprobs null; each top_logprobs holds
+// the token itself besides the top n, as OpenAI's do). `bytes`
 // are the token's raw bytes (TextFront::token_bytes); `token` is spelled by token_string().
 #include "responses.h"
 
@@ -104,6 +105,9 @@ Json completion_logprobs(const std::vector<engine::TokenLogprob>& logprobs, bool
     for (const auto& [token, logprob] : entry.top) {
       top[token_string(front.token_bytes(token))] = logprob;
     }
+    // As OpenAI's legacy completions (and vLLM) send it: the token itself is always among its
+    // alternatives, so there may be logprobs + 1 of them.
+    top.emplace(tokens.back().get<std::string>(), entry.logprob);
     top_logprobs.push_back(std::move(top));
   }
   return {{"tokens", std::move(tokens)},

@@ -2,7 +2,8 @@
 // own HTTP client: a batch of prompts (strings or token ids) x n choices numbered prompt * n +
 // choice, in one body (usage summed) or interleaved SSE chunks with one [DONE]; echo (the prompt's
 // text first, and with logprobs its tokens' entries: the first null, the others the log-softmax of
-// the fake model's row before them, computed here in float64 from reference_logits); max_tokens 0
+// the fake model's row before them, computed here in float64 from reference_logits, with the top
+// k and the token itself among the alternatives); max_tokens 0
 // with echo (scoring only); a bad element refusing the whole batch before anything runs; and a
 // client leaving a batch (non-streaming or streaming) cancelling every prompt, all pages back.
 #include <fmt/format.h>
@@ -59,13 +60,20 @@ void expect_echo_logprobs(const Json& logprobs, const std::vector<int32_t>& prom
     EXPECT_NEAR(logprobs["token_logprobs"][i].get<double>(),
                 expected[static_cast<size_t>(all[i])], 1e-5)
         << what << " token " << i;
+    // The top k alternatives and the token itself (k + 1 entries when it is not among them).
     const Json& top = logprobs["top_logprobs"][i];
     ASSERT_TRUE(top.is_object()) << what;
-    ASSERT_EQ(top.size(), top_k) << what << " token " << i;
+    const double own = expected[static_cast<size_t>(all[i])];
     std::vector<double> got, best = expected;
     for (const auto& [key, value] : top.items()) got.push_back(value.get<double>());
     std::sort(got.rbegin(), got.rend());
     std::sort(best.rbegin(), best.rend());
+    const bool own_in_top = own >= best[top_k - 1];
+    ASSERT_EQ(top.size(), own_in_top ? top_k : top_k + 1) << what << " token " << i;
+    if (!own_in_top) {
+      EXPECT_NEAR(got.back(), own, 1e-5) << what << " token " << i;
+      got.pop_back();
+    }
     for (size_t k = 0; k < top_k; ++k) EXPECT_NEAR(got[k], best[k], 1e-5) << what << " top " << k;
   }
 }
