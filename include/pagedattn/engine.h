@@ -51,7 +51,13 @@ struct EngineConfig {
   bool prefix_cache = true;
   std::vector<int32_t> eos_token_ids;
   uint64_t seed = 0;  // requests without a seed get one derived from this and their id
+  // Prompt tokens scored per step (SamplingParams::prompt_logprobs: one logits row of vocab floats
+  // each); 0: as many as kScoringLogitsBytes of f32 logits hold (at least 16). A longer prompt
+  // is scored over several steps.
+  int64_t max_scoring_rows = 0;
 };
+
+inline constexpr int64_t kScoringLogitsBytes = int64_t{256} << 20;
 
 struct EngineStats {
   int64_t num_waiting = 0;  // sequences (choices) waiting or preempted

@@ -19,7 +19,10 @@
 // A sequence with `score_prompt` set (its request asked for prompt_logprobs and does not have them
 // all yet) gets a row for every new token of each prompt chunk instead, and takes no prefix-cache
 // hit: a cached page's tokens were computed by another request, whose rows never reached the
-// lm_head, so their logprobs do not exist. Its own pages still enter the cache as they fill.
+// lm_head, so their logprobs do not exist. Its own pages still enter the cache as they fill. The
+// rows of such chunks are bounded per step (max_scoring_rows, which the engine derives from the
+// vocabulary: each row is vocab floats of logits), so a long prompt is scored over several steps
+// and decodes still run beside it.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +60,7 @@ struct Sequence {
 struct SchedulerConfig {
   int64_t max_tokens_per_step = 2048;  // the token budget; <= 0: unbounded
   int32_t max_running = 256;
+  int64_t max_scoring_rows = 0;  // prompt tokens of score_prompt chunks per step; <= 0: unbounded
 };
 
 struct ScheduleResult {

@@ -74,8 +74,12 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, DetokenizerFactory deto
   }
   allocator_ = std::make_unique<PageAllocator>(config_.num_pages, config_.page_size);
   kv_ = std::make_unique<KvManager>(*allocator_, config_.prefix_cache);
+  const int64_t scoring_rows =
+      config_.max_scoring_rows > 0
+          ? config_.max_scoring_rows
+          : std::max<int64_t>(16, kScoringLogitsBytes / (int64_t{limits_.vocab_size} * 4));
   scheduler_ = std::make_unique<Scheduler>(
-      SchedulerConfig{config_.max_tokens_per_step, config_.max_running}, *kv_);
+      SchedulerConfig{config_.max_tokens_per_step, config_.max_running, scoring_rows}, *kv_);
   int32_t threads = 1;
 #ifdef _OPENMP
   threads = std::max(1, omp_get_max_threads());

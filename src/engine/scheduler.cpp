@@ -103,6 +103,8 @@ ScheduleResult Scheduler::schedule() {
   result.plan.page_size = kv_.page_size();
   int64_t budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step
                                                    : std::numeric_limits<int64_t>::max();
+  int64_t scoring_left = config_.max_scoring_rows > 0 ? config_.max_scoring_rows
+                                                      : std::numeric_limits<int64_t>::max();
   bool stop_running = false;
 
   // Passes 1 and 2 over the running sequences: decodes, then prefill chunks.
@@ -111,7 +113,11 @@ ScheduleResult Scheduler::schedule() {
       Sequence* sequence = running_[i];
       const int64_t remaining = sequence->num_tokens() - sequence->num_computed;
       if ((remaining == 1) != decodes || sequence->scheduled_step == step_) continue;
-      const int64_t count = std::min(remaining, budget);
+      int64_t count = std::min(remaining, budget);
+      if (sequence->score_prompt && !decodes) {
+        if (scoring_left == 0) continue;  // scored in a later step
+        count = std::min(count, scoring_left);
+      }
       bool granted = true;
       while (!kv_.grow(sequence->id, sequence->num_computed + count)) {
         Sequence* victim = newest_unscheduled(decodes ? nullptr : sequence);
@@ -134,6 +140,7 @@ ScheduleResult Scheduler::schedule() {
       if (!granted) continue;
       schedule_tokens(sequence, count, &result);
       budget -= count;
+      if (sequence->score_prompt && !decodes) scoring_left -= count;
     }
   }
 
@@ -152,6 +159,7 @@ ScheduleResult Scheduler::schedule() {
         ++it;
         continue;
       }
+      if (sequence->score_prompt && scoring_left == 0) break;  // FCFS: the rest wait too
       int64_t reused = 0;
       if (sequence->share_from != nullptr) {
         const int32_t pages = sibling_pages(*sequence);
@@ -161,7 +169,8 @@ ScheduleResult Scheduler::schedule() {
         // A prompt being scored takes no cache hit (engine_scheduler.h says why).
         reused = kv_.admit(sequence->id, sequence->tokens, !sequence->score_prompt);
       }
-      const int64_t count = std::min(sequence->num_tokens() - reused, budget);
+      int64_t count = std::min(sequence->num_tokens() - reused, budget);
+      if (sequence->score_prompt) count = std::min(count, scoring_left);
       if (!kv_.grow(sequence->id, reused + count)) {
         kv_.release(sequence->id);
         break;
@@ -174,6 +183,7 @@ ScheduleResult Scheduler::schedule() {
       running_.push_back(sequence);
       schedule_tokens(sequence, count, &result);
       budget -= count;
+      if (sequence->score_prompt) scoring_left -= count;
     }
   }
   return result;

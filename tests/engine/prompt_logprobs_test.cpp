@@ -3,7 +3,7 @@
 // function applied to the prompt directly, with a float64 log-softmax and a full sort for the
 // top-n here in the test (never the engine's Sampler::score). Checked in every configuration
 // (token budgets 1 / 4 / 16 / unbounded: chunked prefill; page sizes 1 / 4 / 16; prefix cache on
-// and off; pools small enough to preempt and recompute):
+// and off; pools small enough to preempt and recompute; a bound on the scored rows per step):
 //  - each choice's first event carries prompt_length - 1 entries, the logprob of prompt token
 //    p + 1 under row p with its top-n, every entry equal to the reference; no other event
 //    carries any (a recompute after preemption neither repeats nor loses them);
@@ -84,6 +84,7 @@ struct Configuration {
   int64_t budget;
   bool prefix_cache;
   int32_t num_pages;
+  int64_t scoring_rows = 0;  // EngineConfig::max_scoring_rows
 };
 
 TEST(PromptLogprobs, EqualTheReferenceInEveryConfiguration) {
@@ -116,11 +117,13 @@ TEST(PromptLogprobs, EqualTheReferenceInEveryConfiguration) {
       {1, 1, true, 0},  {4, 1, true, 0},   {4, 4, true, 0},   {16, 4, false, 0},
       {4, 16, true, 0}, {16, 16, true, 0}, {1, 0, false, 0},  {4, 0, true, 0},
       {16, 0, true, 0}, {4, 16, true, 12}, {1, 8, false, 44}, {4, 4, true, 13},
+      {4, 16, true, 0, 3}, {16, 0, true, 0, 5}, {4, 16, true, 12, 2},
   };
   int64_t preemptions = 0;
   for (const Configuration& setup : setups) {
-    const std::string label = fmt::format("page {} budget {} cache {} pages {}", setup.page_size,
-                                          setup.budget, setup.prefix_cache, setup.num_pages);
+    const std::string label =
+        fmt::format("page {} budget {} cache {} pages {} scoring rows {}", setup.page_size,
+                    setup.budget, setup.prefix_cache, setup.num_pages, setup.scoring_rows);
     SCOPED_TRACE(label);
     EngineConfig config;
     config.page_size = setup.page_size;
@@ -128,7 +131,9 @@ TEST(PromptLogprobs, EqualTheReferenceInEveryConfiguration) {
     config.max_tokens_per_step = setup.budget;
     config.max_model_length = 128;
     config.prefix_cache = setup.prefix_cache;
+    config.max_scoring_rows = setup.scoring_rows;
     const RunSummary run = run_specs(config, specs, kVocab);
+    if (setup.scoring_rows > 0) EXPECT_LE(run.max_rows_per_sequence, setup.scoring_rows);
     preemptions += run.stats.num_preemptions;
     for (size_t r = 0; r < specs.size(); ++r) {
       const Spec& spec = specs[r];
