@@ -34,7 +34,7 @@ struct SamplingParams {
   double presence_penalty = 0.0;    // [-2, 2]; over output
   double frequency_penalty = 0.0;   // [-2, 2]; over output
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit)
-  std::optional<int32_t> max_tokens;  // >= 0 (0: prompt only); default: model length - prompt
+  std::optional<int32_t> max_tokens;    // >= 0 (0: prompt only); default: model length - prompt
   std::vector<int32_t> stop_token_ids;  // finish (reason stop) after sampling one of these
   std::vector<std::string> stop;        // stop strings, matched on the detokenized text
   bool ignore_eos = false;

@@ -187,8 +187,7 @@ void ModelRuntime::forward(const StepPlan& plan, std::span<float> logits) {
     request.tokens = sequence.token_ids;
     request.cached_len = static_cast<int32_t>(sequence.first_position);
     request.block_table = sequence.block_table;
-    PA_CHECK(sequence.num_logit_rows >= 0 &&
-                 sequence.num_logit_rows <= sequence.num_new_tokens(),
+    PA_CHECK(sequence.num_logit_rows >= 0 && sequence.num_logit_rows <= sequence.num_new_tokens(),
              "forward: sequence {} wants {} logit rows of {} new tokens", sequence.sequence,
              sequence.num_logit_rows, sequence.num_new_tokens());
     request.wants_logits = sequence.num_logit_rows > 0;

@@ -103,8 +103,8 @@ ScheduleResult Scheduler::schedule() {
   result.plan.page_size = kv_.page_size();
   int64_t budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step
                                                    : std::numeric_limits<int64_t>::max();
-  int64_t scoring_left = config_.max_scoring_rows > 0 ? config_.max_scoring_rows
-                                                      : std::numeric_limits<int64_t>::max();
+  int64_t scoring_left =
+      config_.max_scoring_rows > 0 ? config_.max_scoring_rows : std::numeric_limits<int64_t>::max();
   bool stop_running = false;
 
   // Passes 1 and 2 over the running sequences: decodes, then prefill chunks.

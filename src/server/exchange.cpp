@@ -31,9 +31,9 @@ void Exchange::enqueue(engine::Engine& engine) {
   stream = std::make_shared<engine::RequestStream>(static_cast<int32_t>(choices.size()));
   try {
     for (size_t i = 0; i < request.prompts.size(); ++i) {
+      const int32_t first_index = static_cast<int32_t>(i) * n;
       engine_requests.push_back(
-          engine.add_request(request.prompts[i], request.params, stream, static_cast<int32_t>(i) * n)
-              .id);
+          engine.add_request(request.prompts[i], request.params, stream, first_index).id);
     }
   } catch (const Error&) {
     abort(engine);

@@ -158,8 +158,7 @@ struct PromptInput {
   std::string text;  // the string as given, or the tokens' bytes (echo)
 };
 
-PromptInput read_token_ids(const Json& ids, const std::string& param,
-                           const ParseContext& context) {
+PromptInput read_token_ids(const Json& ids, const std::string& param, const ParseContext& context) {
   if (ids.empty()) fail(param, fmt::format("'{}': must not be empty", param));
   PromptInput prompt;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -381,8 +380,9 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
     // OpenAI and vLLM take max_tokens 0 with echo: the prompt (and its logprobs) with nothing
     // generated, how a client scores a text (lm-evaluation-harness' loglikelihood requests).
     if (max_tokens == 0 && !prepared.echo) {
-      fail("max_tokens", "'max_tokens': 0 is allowed only with 'echo': true (to return the prompt "
-                         "and its logprobs without generating); expected >= 1");
+      fail("max_tokens",
+           "'max_tokens': 0 is allowed only with 'echo': true (to return the prompt "
+           "and its logprobs without generating); expected >= 1");
     }
     if (const auto best_of = read_integer(request, "best_of", 1, engine::kMaxChoices);
         best_of && *best_of != params.n) {
@@ -414,8 +414,7 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
   if (endpoint == Endpoint::kChat) {
     const std::vector<ChatMessage> messages = read_messages(request);
     try {
-      prompts.emplace_back("messages",
-                           context.front->encode(context.front->render_chat(messages)));
+      prompts.emplace_back("messages", context.front->encode(context.front->render_chat(messages)));
     } catch (const Error& error) {
       fail("messages",
            fmt::format("'messages': cannot be rendered or tokenized: {}", error.what()));

@@ -114,9 +114,9 @@ TEST(PromptLogprobs, EqualTheReferenceInEveryConfiguration) {
   add(prompt_of(30, 6), 20, 3, 6, 5);
 
   const std::vector<Configuration> setups = {
-      {1, 1, true, 0},  {4, 1, true, 0},   {4, 4, true, 0},   {16, 4, false, 0},
-      {4, 16, true, 0}, {16, 16, true, 0}, {1, 0, false, 0},  {4, 0, true, 0},
-      {16, 0, true, 0}, {4, 16, true, 12}, {1, 8, false, 44}, {4, 4, true, 13},
+      {1, 1, true, 0},     {4, 1, true, 0},     {4, 4, true, 0},      {16, 4, false, 0},
+      {4, 16, true, 0},    {16, 16, true, 0},   {1, 0, false, 0},     {4, 0, true, 0},
+      {16, 0, true, 0},    {4, 16, true, 12},   {1, 8, false, 44},    {4, 4, true, 13},
       {4, 16, true, 0, 3}, {16, 0, true, 0, 5}, {4, 16, true, 12, 2},
   };
   int64_t preemptions = 0;

@@ -158,8 +158,8 @@ TEST_P(EngineOverFixture, PromptLogprobsEqualTransformers) {
   SamplingParams scoring = plain;
   scoring.prompt_logprobs = kTop;
   const std::vector<EngineSetup> configurations = {
-      {16, 1, true, 0}, {1, 4, true, 0}, {16, 16, true, 0}, {64, 0, true, 0}, {16, 0, false, 0},
-      {16, 16, true, 5}, {1, 8, true, 48}};
+      {16, 1, true, 0},  {1, 4, true, 0},   {16, 16, true, 0}, {64, 0, true, 0},
+      {16, 0, false, 0}, {16, 16, true, 5}, {1, 8, true, 48}};
   int64_t preemptions = 0;
   for (const EngineSetup& setup : configurations) {
     SCOPED_TRACE(name + " " + setup.label());

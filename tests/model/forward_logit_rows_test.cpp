@@ -219,9 +219,9 @@ TEST_P(ForwardLogitRows, LastKRowsOfEachChunkEqualTransformers) {
       for (size_t i = length - static_cast<size_t>(last_rows[r]); i < length; ++i, ++row) {
         ASSERT_LT(row, got.rows) << "step " << s;
         const int64_t position = static_cast<int64_t>(fed[r] + i);
-        EXPECT_LE(max_logprob_diff(got.row(row), fixture.row(fixture.prompts[r].first_row +
-                                                               position)),
-                  kTransformersBound)
+        EXPECT_LE(
+            max_logprob_diff(got.row(row), fixture.row(fixture.prompts[r].first_row + position)),
+            kTransformersBound)
             << "step " << s << " request " << r << " position " << position;
       }
       fed[r] += length;

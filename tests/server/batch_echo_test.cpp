@@ -57,8 +57,8 @@ void expect_echo_logprobs(const Json& logprobs, const std::vector<int32_t>& prom
     if (i == 0) continue;
     const std::vector<int32_t> prefix(all.begin(), all.begin() + static_cast<ptrdiff_t>(i));
     const std::vector<double> expected = reference_logprobs(prefix);
-    EXPECT_NEAR(logprobs["token_logprobs"][i].get<double>(),
-                expected[static_cast<size_t>(all[i])], 1e-5)
+    EXPECT_NEAR(logprobs["token_logprobs"][i].get<double>(), expected[static_cast<size_t>(all[i])],
+                1e-5)
         << what << " token " << i;
     // The top k alternatives and the token itself (k + 1 entries when it is not among them).
     const Json& top = logprobs["top_logprobs"][i];
@@ -137,12 +137,16 @@ TEST(CompletionsBatch, PromptsTimesChoicesInOpenAIOrderWithUsageSummed) {
 
 TEST(CompletionsBatch, StreamInterleavesChunksByIndexAndEndsOnce) {
   TestServer server;
-  const std::vector<std::vector<int32_t>> prompts = {bytes_of("one"), bytes_of("second prompt"),
-                                                     {300, 65, 66}};
-  const Json request = {{"model", "test-model"}, {"temperature", 0},
-                        {"max_tokens", 12},      {"ignore_eos", true},
-                        {"n", 2},                {"prompt", prompts},
-                        {"stream", true},        {"stream_options", {{"include_usage", true}}}};
+  const std::vector<std::vector<int32_t>> prompts = {
+      bytes_of("one"), bytes_of("second prompt"), {300, 65, 66}};
+  const Json request = {{"model", "test-model"},
+                        {"temperature", 0},
+                        {"max_tokens", 12},
+                        {"ignore_eos", true},
+                        {"n", 2},
+                        {"prompt", prompts},
+                        {"stream", true},
+                        {"stream_options", {{"include_usage", true}}}};
   const StreamResult result = stream_request(server.port(), "/v1/completions", request.dump());
   ASSERT_EQ(result.status, 200) << result.failure;
   ASSERT_GE(result.events.size(), 3u);
@@ -211,8 +215,11 @@ TEST(CompletionsEcho, MaxTokensZeroScoresThePromptOnly) {
   const std::string prompt = "score me";
   for (const bool logprobs : {true, false}) {
     SCOPED_TRACE(logprobs ? "logprobs 3" : "no logprobs");
-    Json request = {{"model", "test-model"}, {"prompt", {prompt, "x"}}, {"max_tokens", 0},
-                    {"echo", true},          {"n", 2}};
+    Json request = {{"model", "test-model"},
+                    {"prompt", {prompt, "x"}},
+                    {"max_tokens", 0},
+                    {"echo", true},
+                    {"n", 2}};
     if (logprobs) request["logprobs"] = 3;
     const HttpResponse response =
         http_request(server.port(), "POST", "/v1/completions", request.dump());
@@ -225,7 +232,8 @@ TEST(CompletionsEcho, MaxTokensZeroScoresThePromptOnly) {
       EXPECT_EQ(choice["text"], text);
       EXPECT_EQ(choice["finish_reason"], "length");
       if (logprobs) {
-        expect_echo_logprobs(choice["logprobs"], bytes_of(text), {}, 3, fmt::format("choice {}", i));
+        expect_echo_logprobs(choice["logprobs"], bytes_of(text), {}, 3,
+                             fmt::format("choice {}", i));
       } else {
         EXPECT_TRUE(choice["logprobs"].is_null());
       }
@@ -331,9 +339,8 @@ TEST(CompletionsBatch, AClientLeavingCancelsEveryPrompt) {
                           {"stream", stream}};
     if (stream) {
       int chunks = 0;
-      const StreamResult result =
-          stream_request(server.port(), "/v1/completions", request.dump(),
-                         [&](const std::string&) { return ++chunks < 12; });
+      const StreamResult result = stream_request(server.port(), "/v1/completions", request.dump(),
+                                                 [&](const std::string&) { return ++chunks < 12; });
       EXPECT_TRUE(result.hung_up);
     } else {
       const int socket = connect_loopback(server.port());

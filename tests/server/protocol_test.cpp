@@ -177,9 +177,9 @@ TEST(Protocol, CompletionBatchesInEveryForm) {
 
 TEST(Protocol, EchoTakesThePromptTextAndScoresItWithLogprobs) {
   // A string prompt's text as given; a token-id prompt's text its tokens' bytes.
-  PreparedRequest request = expect_ok(
-      R"({"model":"m","prompt":["hi","yo"],"echo":true,"logprobs":2,"max_tokens":0})",
-      Endpoint::kCompletions);
+  PreparedRequest request =
+      expect_ok(R"({"model":"m","prompt":["hi","yo"],"echo":true,"logprobs":2,"max_tokens":0})",
+                Endpoint::kCompletions);
   EXPECT_TRUE(request.echo);
   EXPECT_EQ(request.prompt_texts, (std::vector<std::string>{"hi", "yo"}));
   EXPECT_EQ(request.params.logprobs, 2);
@@ -232,16 +232,16 @@ TEST(Protocol, BatchErrorsNameTheElement) {
        "context_length_exceeded", "(128 in the prompt[1]"},
       {R"({"model":"m","prompt":"abc","max_tokens":0})", "max_tokens", "invalid_value",
        "0 is allowed only with 'echo': true"},
-      {R"({"model":"m","prompt":"abc","max_tokens":-1,"echo":true})", "max_tokens",
-       "invalid_value", "out of range [0,"},
+      {R"({"model":"m","prompt":"abc","max_tokens":-1,"echo":true})", "max_tokens", "invalid_value",
+       "out of range [0,"},
       {R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0})", "max_tokens",
        "invalid_value", "out of range [1,"},
   };
   for (const Case& test : cases) {
     SCOPED_TRACE(test.body);
-    const ApiError error = expect_error(
-        test.body, test.body.find("messages") != std::string::npos ? Endpoint::kChat
-                                                                   : Endpoint::kCompletions);
+    const ApiError error = expect_error(test.body, test.body.find("messages") != std::string::npos
+                                                       ? Endpoint::kChat
+                                                       : Endpoint::kCompletions);
     EXPECT_EQ(error.status, 400) << error.message;
     EXPECT_EQ(error.param, test.param) << error.message;
     EXPECT_EQ(error.code, test.code) << error.message;
