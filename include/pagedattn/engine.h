@@ -7,7 +7,8 @@
 // the request's pages are freed and its streams get a finishing event (reason abort).
 //
 // One step: drain the inbox (new requests join the waiting queue; aborts finish) -> schedule ->
-// forward -> sample the rows that want logits -> stop checks (stop token ids, EOS unless
+// forward -> score prompt rows (prompt_logprobs) and sample the rows of each sequence's last token
+// -> stop checks (stop token ids, EOS unless
 // ignore_eos, stop strings on the detokenized text, max_tokens) -> events to the streams ->
 // release what finished. n > 1 choices share the prompt's full pages: the later choices wait
 // for the first one's prefill and then take references to its pages (no copy).
@@ -50,7 +51,13 @@ struct EngineConfig {
   bool prefix_cache = true;
   std::vector<int32_t> eos_token_ids;
   uint64_t seed = 0;  // requests without a seed get one derived from this and their id
+  // Prompt tokens scored per step (SamplingParams::prompt_logprobs: one logits row of vocab floats
+  // each); 0: as many as kScoringLogitsBytes of f32 logits hold (at least 16). A longer prompt
+  // is scored over several steps.
+  int64_t max_scoring_rows = 0;
 };
+
+inline constexpr int64_t kScoringLogitsBytes = int64_t{256} << 20;
 
 struct EngineStats {
   int64_t num_waiting = 0;  // sequences (choices) waiting or preempted
@@ -85,6 +92,12 @@ class Engine {
   };
   // Any thread. Validates (throws Error naming the bad parameter) and queues the request.
   Handle add_request(std::vector<int32_t> prompt, SamplingParams params);
+  // The same, with the events going to `stream`, which several requests may share (a batch of
+  // prompts answered together): this request's choice i sends events with index first_index + i.
+  // `stream` must count every choice of every request that shares it (RequestStream's
+  // num_choices), or done() never becomes true.
+  Handle add_request(std::vector<int32_t> prompt, SamplingParams params,
+                     std::shared_ptr<RequestStream> stream, int32_t first_index);
   // Any thread. Unknown or finished ids are ignored.
   void abort(int64_t request);
   void abort_all();
@@ -111,10 +124,11 @@ class Engine {
 
   void drain_inbox();
   void start_request(int64_t id, std::vector<int32_t> prompt, SamplingParams params,
-                     std::shared_ptr<RequestStream> stream);
+                     std::shared_ptr<RequestStream> stream, int32_t first_index);
   // What the sampler needs of `choice`: its prompt, output, seed, choice index and position.
   SampleContext context_of(const Choice& choice) const;
-  // Samples every logits row of the step (in parallel when large), then advances each choice.
+  // Scores the prompt rows and samples the last rows of the step (in parallel when large), then
+  // advances each choice.
   void sample_rows(const ScheduleResult& result);
   // Appends the sampled token to `choice`, applies the stop checks, fills its pending event.
   void advance(Choice& choice, TokenLogprob sampled);
@@ -131,6 +145,14 @@ class Engine {
   std::unique_ptr<KvManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<Sampler> samplers_;  // one per sampling thread
+  // One logits row's work: score prompt token position + 1 (position >= 0) or sample (-1).
+  struct RowJob {
+    Choice* choice;
+    int64_t row;
+    int64_t position;
+  };
+  std::vector<RowJob> row_jobs_;
+  std::vector<size_t> sample_slots_;  // per job: its index in sampled_ (sampling jobs)
   std::vector<Choice*> sampling_choices_;
   std::vector<TokenLogprob> sampled_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;  // live, engine thread

@@ -26,8 +26,9 @@ class KvManager {
   RadixCache* prefix_cache() { return cache_.get(); }
 
   // Creates `sequence` holding the longest cached prefix of `tokens` of at most tokens.size() - 1
-  // tokens, in whole pages; returns its length in tokens (0 without the cache).
-  int64_t admit(SequenceId sequence, std::span<const int32_t> tokens);
+  // tokens, in whole pages; returns its length in tokens (0 without the cache, or when
+  // `use_cache` is false: the sequence starts empty; its pages may still be cached later).
+  int64_t admit(SequenceId sequence, std::span<const int32_t> tokens, bool use_cache = true);
   // Creates `sequence` sharing the first `num_pages` (full, computed) pages of `source`.
   void admit_shared(SequenceId sequence, SequenceId source, int32_t num_pages);
   // Grows `sequence` to `num_tokens` tokens of pages, evicting cached pages if need be. false:

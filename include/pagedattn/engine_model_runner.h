@@ -5,7 +5,8 @@
 // the new tokens sit at first_position, first_position + 1, ...), the block table (allocation
 // page ids covering first_position + new tokens, page size `page_size`: position x lives in
 // page block_table[x / page_size] at offset x % page_size), and how many of its last rows want
-// logits (0 for a prefill chunk that does not reach the end, else 1).
+// logits (0 for a prefill chunk that does not reach the end, else 1; every new token of a prompt
+// chunk of a request that scores its prompt: SamplingParams::prompt_logprobs).
 //
 // The runner writes the KV of every new token into its slot and attends each token over
 // positions [0, its position] of its own sequence, reading earlier KV through the block table.
@@ -27,7 +28,7 @@ struct ScheduledSequence {
   std::vector<int32_t> token_ids;    // [num_new_tokens]
   int64_t first_position = 0;        // tokens of this sequence already in the KV pages
   std::vector<int32_t> block_table;  // [ceil((first_position + num_new_tokens) / page_size)]
-  int32_t num_logit_rows = 0;        // 0 or 1: logits of the last num_logit_rows new tokens
+  int32_t num_logit_rows = 0;        // logits of the last num_logit_rows new tokens (0, 1, or all)
   int64_t num_new_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t context_length() const { return first_position + num_new_tokens(); }
 };

@@ -5,7 +5,10 @@
 // Parameters follow vLLM's / OpenAI's meanings: temperature 0 is greedy; top_k -1 or 0 is off;
 // repetition_penalty divides positive logits and multiplies negative ones of tokens seen in the
 // prompt or the output; presence / frequency penalties subtract from tokens of the output.
-// max_tokens defaults to what the model length leaves after the prompt.
+// max_tokens defaults to what the model length leaves after the prompt; 0 computes the prompt and
+// samples nothing (scoring a prompt: its prompt_logprobs). prompt_logprobs asks, as vLLM's does,
+// for the logprob of every prompt token after the first under the model given the tokens before
+// it (the raw logits of the row before it), with the top-n alternatives.
 #pragma once
 
 #include <chrono>
@@ -31,11 +34,12 @@ struct SamplingParams {
   double presence_penalty = 0.0;    // [-2, 2]; over output
   double frequency_penalty = 0.0;   // [-2, 2]; over output
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit)
-  std::optional<int32_t> max_tokens;                  // >= 1; default: model length - prompt
+  std::optional<int32_t> max_tokens;    // >= 0 (0: prompt only); default: model length - prompt
   std::vector<int32_t> stop_token_ids;  // finish (reason stop) after sampling one of these
   std::vector<std::string> stop;        // stop strings, matched on the detokenized text
   bool ignore_eos = false;
   std::optional<int32_t> logprobs;  // top-n alternatives per token, [0, 20]; unset: none
+  std::optional<int32_t> prompt_logprobs;  // top-n per prompt token, [0, 20]; unset: none
 };
 
 inline constexpr int32_t kMaxLogprobs = 20;
@@ -74,9 +78,12 @@ struct TokenLogprob {
 // One event of one choice: the tokens (and text) produced since the previous event, and on the
 // choice's last event its finish reason.
 struct RequestEvent {
-  int32_t index = 0;                   // which of the n choices
+  int32_t index = 0;                   // which of the n choices (+ the request's first_index)
   std::vector<int32_t> token_ids;      // new tokens (the stop token included, as vLLM does)
   std::vector<TokenLogprob> logprobs;  // one per new token when logprobs were asked
+  // On a choice's first event, when prompt_logprobs were asked: one per prompt token from the
+  // second on (prompt_length - 1 entries; the first token has nothing before it to be scored by).
+  std::vector<TokenLogprob> prompt_logprobs;
   std::string text;                    // new text (with a detokenizer; stop strings withheld)
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_string;            // the stop string that matched, if one did
@@ -91,6 +98,8 @@ struct RequestEvent {
 // true once every choice has sent its finishing event and the queue is drained.
 class RequestStream {
  public:
+  // num_choices: every choice whose events come here (one request's n, or the choices of several
+  // requests that share the stream: Engine::add_request with a first_index).
   explicit RequestStream(int32_t num_choices) : choices_left_(num_choices) {}
 
   void push(RequestEvent event);

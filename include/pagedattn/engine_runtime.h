@@ -7,8 +7,9 @@
 // Model built over it and the KV pool whose pages the engine's block tables index (one pool for
 // all layers; allocation page size = the engine's page size). forward() turns the engine's
 // StepPlan into the model's Step: the sequence's cached length is StepPlan's first_position, and
-// only the sequences that want logits (RequestStep::wants_logits) get their last row through the
-// final norm and lm_head.
+// only the sequences that want logits (RequestStep::wants_logits) get their last rows
+// (RequestStep::num_logit_rows: one, or every row of a prompt-scoring chunk) through the final
+// norm and lm_head.
 #pragma once
 
 #include <cstdint>

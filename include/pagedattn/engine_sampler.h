@@ -36,6 +36,11 @@ class Sampler {
   TokenLogprob sample(std::span<const float> logits, const SamplingParams& params,
                       const SampleContext& context);
 
+  // `token`'s logprob under the raw `logits` (log-softmax in double) and the top_n (token,
+  // logprob) of the row, best first (ties by lower id): a sampled token's logprobs, and a prompt
+  // token's (SamplingParams::prompt_logprobs).
+  TokenLogprob score(std::span<const float> logits, int32_t token, int32_t top_n);
+
   // The processed logits before the draw (bias, penalties, temperature; filtered tokens at
   // -inf), for tests and debugging; greedy rows are returned without temperature.
   std::vector<float> processed_logits(std::span<const float> logits, const SamplingParams& params,

@@ -14,6 +14,15 @@
 // newest; a prefill chunk that finds nothing to preempt waits while other work holds pages. No
 // admission happens in a step that preempted. A waiting sequence that the whole pool could not
 // hold alone is handed back (`rejected`) for the engine to finish, so nothing waits forever.
+//
+// Logit rows: a chunk that reaches the end of a sequence's tokens gets one row (the next token's).
+// A sequence with `score_prompt` set (its request asked for prompt_logprobs and does not have them
+// all yet) gets a row for every new token of each prompt chunk instead, and takes no prefix-cache
+// hit: a cached page's tokens were computed by another request, whose rows never reached the
+// lm_head, so their logprobs do not exist. Its own pages still enter the cache as they fill. The
+// rows of such chunks are bounded per step (max_scoring_rows, which the engine derives from the
+// vocabulary: each row is vocab floats of logits), so a long prompt is scored over several steps
+// and decodes still run beside it.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +51,7 @@ struct Sequence {
   int32_t num_preemptions = 0;
   Sequence* share_from = nullptr;  // n > 1: the first choice, whose prompt pages this one shares
   uint64_t scheduled_step = 0;     // the last step that scheduled it
+  bool score_prompt = false;       // a logits row per prompt token (prompt_logprobs); no cache hit
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_output() const { return num_tokens() - prompt_length; }
@@ -50,6 +60,7 @@ struct Sequence {
 struct SchedulerConfig {
   int64_t max_tokens_per_step = 2048;  // the token budget; <= 0: unbounded
   int32_t max_running = 256;
+  int64_t max_scoring_rows = 0;  // prompt tokens of score_prompt chunks per step; <= 0: unbounded
 };
 
 struct ScheduleResult {

@@ -8,8 +8,8 @@
 // then runs every decoder layer: pre-norm (fused with the residual add), attention through the
 // Backend exactly as an engine calls it (new K/V or latent stored with store_kv / store_latent,
 // then run_decode when every request has one new token, else run_prefill; MLA: run_mla), post-
-// norm, MLP or MoE; the final norm and lm_head run only on the rows asked for (the last row, or
-// every row, of each request whose wants_logits is set).
+// norm, MLP or MoE; the final norm and lm_head run only on the rows asked for (the last
+// num_logit_rows rows, or every row, of each request whose wants_logits is set).
 //
 // Families differ only in their layer recipe (layers.h): Llama (no biases), Qwen2 (q/k/v biases),
 // Qwen3 (per-head q_norm / k_norm before RoPE), DeepSeek-V2/V3 (MLA with the 576-wide latent
@@ -102,6 +102,10 @@ struct RequestStep {
   // of the prompt); its rows skip the final norm and lm_head, whose cost at a large vocabulary is
   // that of a few layers.
   bool wants_logits = true;
+  // With wants_logits under LogitsRows::kLastOfEachRequest: logits of the last num_logit_rows new
+  // tokens, 1 to tokens.size() (1: the next-token row of a decode or of a prompt's last chunk;
+  // every row of a chunk: an engine's prompt-logprobs prefill, which scores each prompt token).
+  int32_t num_logit_rows = 1;
 };
 
 enum class LogitsRows : uint8_t { kLastOfEachRequest, kAll };
@@ -112,7 +116,8 @@ struct Step {
 };
 
 // logits [rows, vocab] row-major, f32, over the requests that want logits only, in request order:
-// one row per such request (kLastOfEachRequest) or one per new token of it (kAll). rows may be 0.
+// the last num_logit_rows rows of each such request in token order (kLastOfEachRequest) or one
+// per new token of it (kAll). rows may be 0.
 struct Logits {
   int64_t rows = 0;
   int64_t vocab = 0;

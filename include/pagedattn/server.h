@@ -36,7 +36,7 @@ struct ServerConfig {
   std::string model_name = "pagedattn";
   size_t max_body_bytes = size_t{4} << 20;  // larger bodies: 413
   int32_t max_connections = 1024;           // HTTP pool threads (open streams served at once)
-  int64_t max_pending_requests = 4096;      // requests in the engine at once; beyond: 503
+  int64_t max_pending_requests = 4096;      // engine requests (prompts) at once; beyond: 503
   std::chrono::milliseconds keep_alive_interval{500};  // SSE comment after this much silence
   int read_timeout_seconds = 10;  // a client silent this long while sending is dropped
   bool log_requests = true;

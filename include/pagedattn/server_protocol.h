@@ -8,7 +8,8 @@
 // with 400; the extensions vLLM accepts are known here) -> each field's type and range -> the
 // model name (404) -> tools, tool_choice, messages / prompt -> tokenization -> context length ->
 // the engine's own validate(). Every ApiError names the parameter in `param` and says what was
-// expected.
+// expected (an element of a batch by its index: `prompt[3]`). A batch is refused whole when any
+// prompt is bad, before anything is queued.
 #pragma once
 
 #include <cstdint>
@@ -79,7 +80,14 @@ std::string error_body(const ApiError& error);
 struct PreparedRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;
-  std::vector<int32_t> prompt;  // token ids
+  // Token ids, one list per prompt: chat has one; a completions request one per prompt of its
+  // batch, in order (each is its own engine request; choice j of prompt i is index i * n + j).
+  std::vector<std::vector<int32_t>> prompts;
+  // Completions echo: each answer starts with its prompt (the text, and with logprobs the prompt
+  // tokens' entries: params.prompt_logprobs = logprobs). prompt_texts[i] is prompt i's text: a
+  // string prompt as given, a token-id prompt its tokens' bytes (TextFront::token_bytes).
+  bool echo = false;
+  std::vector<std::string> prompt_texts;
   engine::SamplingParams params;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
@@ -106,5 +114,8 @@ std::variant<PreparedRequest, ApiError> prepare_request(std::string_view body, E
 
 // Nesting deeper than this is refused (400) while parsing, before any tree is built.
 inline constexpr int kMaxJsonDepth = 64;
+// A completions request's batch: at most this many prompts, and prompts x n choices.
+inline constexpr size_t kMaxPrompts = 256;
+inline constexpr int64_t kMaxBatchChoices = 1024;
 
 }  // namespace pagedattn::server

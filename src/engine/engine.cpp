@@ -32,8 +32,16 @@ struct Engine::Request {
   SamplingParams params;
   uint64_t seed = 0;
   std::shared_ptr<RequestStream> stream;
+  int32_t first_index = 0;  // added to each choice's index in its events
   std::vector<std::unique_ptr<Choice>> choices;
   int32_t unfinished = 0;
+  // prompt_logprobs: entry p scores prompt token p + 1 (from the row of position p). Whichever
+  // choice computes position p first fills it (a choice that shares the first one's pages, or
+  // recomputes after a preemption, finds it done); when none is left, the choices' score_prompt
+  // is cleared, so a later recompute takes prefix-cache hits and one row again.
+  std::vector<TokenLogprob> prompt_logprobs;
+  std::vector<uint8_t> prompt_scored;
+  int64_t prompt_unscored = 0;
 };
 
 struct Engine::Inbox {
@@ -42,6 +50,7 @@ struct Engine::Inbox {
     std::vector<int32_t> prompt;
     SamplingParams params;
     std::shared_ptr<RequestStream> stream;
+    int32_t first_index;
   };
   std::mutex mutex;
   std::condition_variable wake;
@@ -65,8 +74,12 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, DetokenizerFactory deto
   }
   allocator_ = std::make_unique<PageAllocator>(config_.num_pages, config_.page_size);
   kv_ = std::make_unique<KvManager>(*allocator_, config_.prefix_cache);
+  const int64_t scoring_rows =
+      config_.max_scoring_rows > 0
+          ? config_.max_scoring_rows
+          : std::max<int64_t>(16, kScoringLogitsBytes / (int64_t{limits_.vocab_size} * 4));
   scheduler_ = std::make_unique<Scheduler>(
-      SchedulerConfig{config_.max_tokens_per_step, config_.max_running}, *kv_);
+      SchedulerConfig{config_.max_tokens_per_step, config_.max_running, scoring_rows}, *kv_);
   int32_t threads = 1;
 #ifdef _OPENMP
   threads = std::max(1, omp_get_max_threads());
@@ -82,7 +95,7 @@ Engine::~Engine() {
     for (auto& choice : request->choices) {
       if (choice->sequence.status != SequenceStatus::kFinished) {
         RequestEvent event;
-        event.index = choice->sequence.index;
+        event.index = request->first_index + choice->sequence.index;
         event.finish_reason = FinishReason::kAbort;
         event.error = "the engine shut down";
         request->stream->push(std::move(event));
@@ -93,7 +106,7 @@ Engine::~Engine() {
   for (auto& pending : inbox_->added) {
     for (int32_t index = 0; index < pending.params.n; ++index) {
       RequestEvent event;
-      event.index = index;
+      event.index = pending.first_index + index;
       event.finish_reason = FinishReason::kAbort;
       event.error = "the engine shut down";
       pending.stream->push(std::move(event));
@@ -104,6 +117,14 @@ Engine::~Engine() {
 const PageAllocator& Engine::allocator() const { return *allocator_; }
 
 Engine::Handle Engine::add_request(std::vector<int32_t> prompt, SamplingParams params) {
+  auto stream = std::make_shared<RequestStream>(params.n);
+  return add_request(std::move(prompt), std::move(params), std::move(stream), 0);
+}
+
+Engine::Handle Engine::add_request(std::vector<int32_t> prompt, SamplingParams params,
+                                   std::shared_ptr<RequestStream> stream, int32_t first_index) {
+  PA_CHECK(stream != nullptr, "add_request: no stream");
+  PA_CHECK(first_index >= 0, "add_request: first_index {} (expected >= 0)", first_index);
   validate(params, static_cast<int64_t>(prompt.size()), limits_);
   for (const int32_t token : prompt) {
     PA_CHECK(token >= 0 && token < limits_.vocab_size,
@@ -113,11 +134,12 @@ Engine::Handle Engine::add_request(std::vector<int32_t> prompt, SamplingParams p
            "stop: stop strings need a detokenizer, and this engine has none");
   Handle handle;
   handle.id = next_request_.fetch_add(1);
-  handle.stream = std::make_shared<RequestStream>(params.n);
+  handle.stream = std::move(stream);
   {
     std::lock_guard lock(inbox_->mutex);
     live_requests_.fetch_add(1);
-    inbox_->added.push_back({handle.id, std::move(prompt), std::move(params), handle.stream});
+    inbox_->added.push_back(
+        {handle.id, std::move(prompt), std::move(params), handle.stream, first_index});
   }
   inbox_->wake.notify_all();
   return handle;
@@ -149,15 +171,21 @@ bool Engine::wait_for_work(std::chrono::milliseconds timeout) {
 }
 
 void Engine::start_request(int64_t id, std::vector<int32_t> prompt, SamplingParams params,
-                           std::shared_ptr<RequestStream> stream) {
+                           std::shared_ptr<RequestStream> stream, int32_t first_index) {
   auto request = std::make_unique<Request>();
   request->id = id;
   request->seed = params.seed ? *params.seed : config_.seed * 0x9e3779b97f4a7c15ULL + uint64_t(id);
   request->stream = std::move(stream);
+  request->first_index = first_index;
   const int64_t prompt_length = static_cast<int64_t>(prompt.size());
   const int64_t max_output = resolved_max_tokens(params, prompt_length, limits_);
   request->params = std::move(params);
   request->unfinished = request->params.n;
+  if (request->params.prompt_logprobs) {
+    request->prompt_unscored = prompt_length - 1;
+    request->prompt_logprobs.resize(static_cast<size_t>(prompt_length - 1));
+    request->prompt_scored.assign(static_cast<size_t>(prompt_length - 1), 0);
+  }
   for (int32_t index = 0; index < request->params.n; ++index) {
     auto choice = std::make_unique<Choice>();
     choice->request = request.get();
@@ -168,12 +196,13 @@ void Engine::start_request(int64_t id, std::vector<int32_t> prompt, SamplingPara
     sequence.tokens = prompt;
     sequence.prompt_length = prompt_length;
     sequence.max_output = max_output;
+    sequence.score_prompt = request->prompt_unscored > 0;
     if (index > 0) sequence.share_from = &request->choices.front()->sequence;
     if (detokenizer_) choice->detokenizer = detokenizer_(prompt);
     if (!request->params.stop.empty()) {
       choice->stops = std::make_unique<StopStringMatcher>(request->params.stop);
     }
-    choice->pending.index = index;
+    choice->pending.index = first_index + index;
     choices_.emplace(sequence.id, choice.get());
     request->choices.push_back(std::move(choice));
   }
@@ -193,7 +222,7 @@ void Engine::drain_inbox() {
   }
   for (auto& pending : added) {
     start_request(pending.id, std::move(pending.prompt), std::move(pending.params),
-                  std::move(pending.stream));
+                  std::move(pending.stream), pending.first_index);
   }
   if (all) {
     aborted.clear();
@@ -213,14 +242,20 @@ void Engine::drain_inbox() {
 void Engine::flush_events(Choice& choice) {
   RequestEvent& event = choice.pending;
   if (event.token_ids.empty() && event.text.empty() && !event.finished()) return;
+  const Request& request = *choice.request;
   if (!choice.sent_first) {
     event.num_prompt_tokens = choice.sequence.prompt_length;
     event.num_cached_tokens = std::max<int64_t>(choice.sequence.num_cached_tokens, 0);
+    // Complete by the first token (every prompt row precedes it); an abort or an error may
+    // come first, and then there is nothing to send.
+    if (request.params.prompt_logprobs && request.prompt_unscored == 0) {
+      event.prompt_logprobs = request.prompt_logprobs;
+    }
     choice.sent_first = true;
   }
-  choice.request->stream->push(std::move(event));
+  request.stream->push(std::move(event));
   event = RequestEvent{};
-  event.index = choice.sequence.index;
+  event.index = request.first_index + choice.sequence.index;
 }
 
 void Engine::finish(Choice& choice, FinishReason reason, std::string error) {
@@ -266,37 +301,81 @@ SampleContext Engine::context_of(const Choice& choice) const {
 }
 
 void Engine::sample_rows(const ScheduleResult& result) {
-  // Rows are independent (a row's token depends on its logits, parameters and context only), so
-  // large batches sample on several threads, each with its own Sampler; tokens are appended
-  // afterwards, in plan order.
+  // Each sequence's logit rows are the last num_logit_rows of its new tokens. A row at a prompt
+  // position before the last scores the next prompt token (prompt_logprobs; once per request);
+  // the row of a sequence's last token samples its next one. Rows are independent (a row's result
+  // depends on its logits, parameters and context only), so large steps run them on several
+  // threads, each with its own Sampler; tokens are appended afterwards, in plan order.
   const size_t vocab = static_cast<size_t>(limits_.vocab_size);
+  row_jobs_.clear();
   sampling_choices_.clear();
+  int64_t row = 0;
   for (size_t i = 0; i < result.scheduled.size(); ++i) {
-    if (result.plan.sequences[i].num_logit_rows == 1) {
-      sampling_choices_.push_back(choices_.at(result.scheduled[i]->id));
+    const ScheduledSequence& entry = result.plan.sequences[i];
+    if (entry.num_logit_rows == 0) continue;
+    Choice* choice = choices_.at(result.scheduled[i]->id);
+    Request& request = *choice->request;
+    const int64_t end = entry.context_length();
+    for (int64_t position = end - entry.num_logit_rows; position < end; ++position, ++row) {
+      const auto slot = static_cast<size_t>(position);
+      if (position + 1 < choice->sequence.prompt_length && request.prompt_unscored > 0 &&
+          request.prompt_scored[slot] == 0) {
+        request.prompt_scored[slot] = 1;
+        --request.prompt_unscored;
+        row_jobs_.push_back({choice, row, position});
+      }
+    }
+    if (end == choice->sequence.num_tokens()) {
+      sampling_choices_.push_back(choice);
+      row_jobs_.push_back({choice, row - 1, -1});
     }
   }
-  const int64_t rows = static_cast<int64_t>(sampling_choices_.size());
-  sampled_.resize(static_cast<size_t>(rows));
+  const int64_t jobs = static_cast<int64_t>(row_jobs_.size());
+  sampled_.resize(sampling_choices_.size());
   // At most one thread per Sampler, whatever omp_set_num_threads says later.
   [[maybe_unused]] const int thread_count = static_cast<int>(samplers_.size());
   [[maybe_unused]] const bool parallel =
-      rows > 1 && static_cast<size_t>(rows) * vocab >= (1u << 20);
+      jobs > 1 && static_cast<size_t>(jobs) * vocab >= (1u << 20);
+  // Sampling jobs write sampled_ in the order they were listed.
+  std::vector<size_t>& sample_slot = sample_slots_;
+  sample_slot.assign(row_jobs_.size(), 0);
+  for (size_t j = 0, next = 0; j < row_jobs_.size(); ++j) {
+    if (row_jobs_[j].position < 0) sample_slot[j] = next++;
+  }
 #pragma omp parallel for schedule(dynamic) if (parallel) num_threads(thread_count)
-  for (int64_t row = 0; row < rows; ++row) {
+  for (int64_t j = 0; j < jobs; ++j) {
     size_t thread = 0;
 #ifdef _OPENMP
     thread = static_cast<size_t>(omp_get_thread_num());
 #endif
-    const Choice& choice = *sampling_choices_[static_cast<size_t>(row)];
+    const RowJob& job = row_jobs_[static_cast<size_t>(j)];
+    const Choice& choice = *job.choice;
+    const SamplingParams& params = choice.request->params;
     const std::span<const float> logits =
-        std::span<const float>(logits_).subspan(static_cast<size_t>(row) * vocab, vocab);
-    sampled_[static_cast<size_t>(row)] =
-        samplers_[thread].sample(logits, choice.request->params, context_of(choice));
+        std::span<const float>(logits_).subspan(static_cast<size_t>(job.row) * vocab, vocab);
+    if (job.position >= 0) {
+      const auto position = static_cast<size_t>(job.position);
+      choice.request->prompt_logprobs[position] = samplers_[thread].score(
+          logits, choice.sequence.tokens[position + 1], *params.prompt_logprobs);
+    } else if (choice.sequence.max_output > 0) {
+      sampled_[sample_slot[static_cast<size_t>(j)]] =
+          samplers_[thread].sample(logits, params, context_of(choice));
+    }
   }
-  for (int64_t row = 0; row < rows; ++row) {
-    advance(*sampling_choices_[static_cast<size_t>(row)],
-            std::move(sampled_[static_cast<size_t>(row)]));
+  // A request whose prompt is scored computes one row per prompt chunk from now on.
+  for (const RowJob& job : row_jobs_) {
+    Request& request = *job.choice->request;
+    if (job.position >= 0 && request.prompt_unscored == 0) {
+      for (auto& choice : request.choices) choice->sequence.score_prompt = false;
+    }
+  }
+  for (size_t k = 0; k < sampling_choices_.size(); ++k) {
+    Choice& choice = *sampling_choices_[k];
+    if (choice.sequence.max_output == 0) {
+      finish(choice, FinishReason::kLength);  // max_tokens 0: the prompt only
+    } else {
+      advance(choice, std::move(sampled_[k]));
+    }
   }
 }
 

@@ -12,9 +12,9 @@ KvManager::KvManager(PageAllocator& allocator, bool prefix_cache) : allocator_(a
   if (prefix_cache) cache_ = std::make_unique<RadixCache>(allocator_);
 }
 
-int64_t KvManager::admit(SequenceId sequence, std::span<const int32_t> tokens) {
+int64_t KvManager::admit(SequenceId sequence, std::span<const int32_t> tokens, bool use_cache) {
   PA_CHECK(sequence >= 0, "sequence: id {} (expected >= 0)", sequence);
-  if (!cache_ || tokens.size() < 2) {
+  if (!cache_ || !use_cache || tokens.size() < 2) {
     allocator_.add_request(sequence);
     return 0;
   }

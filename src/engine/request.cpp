@@ -40,7 +40,7 @@ void validate(const SamplingParams& params, int64_t prompt_length, const ModelLi
   }
   if (params.max_tokens) {
     const int64_t room = limits.max_model_length - prompt_length;
-    PA_CHECK(*params.max_tokens >= 1, "max_tokens: {} (expected >= 1)", *params.max_tokens);
+    PA_CHECK(*params.max_tokens >= 0, "max_tokens: {} (expected >= 0)", *params.max_tokens);
     PA_CHECK(*params.max_tokens <= room,
              "max_tokens: {} with a prompt of {} tokens exceeds the model length {} (at most {})",
              *params.max_tokens, prompt_length, limits.max_model_length, room);
@@ -57,6 +57,10 @@ void validate(const SamplingParams& params, int64_t prompt_length, const ModelLi
   if (params.logprobs) {
     PA_CHECK(*params.logprobs >= 0 && *params.logprobs <= kMaxLogprobs,
              "logprobs: {} (expected 0 to {})", *params.logprobs, kMaxLogprobs);
+  }
+  if (params.prompt_logprobs) {
+    PA_CHECK(*params.prompt_logprobs >= 0 && *params.prompt_logprobs <= kMaxLogprobs,
+             "prompt_logprobs: {} (expected 0 to {})", *params.prompt_logprobs, kMaxLogprobs);
   }
 }
 

@@ -187,14 +187,15 @@ void ModelRuntime::forward(const StepPlan& plan, std::span<float> logits) {
     request.tokens = sequence.token_ids;
     request.cached_len = static_cast<int32_t>(sequence.first_position);
     request.block_table = sequence.block_table;
-    PA_CHECK(sequence.num_logit_rows == 0 || sequence.num_logit_rows == 1,
-             "forward: sequence {} wants {} logit rows (expected 0 or 1)", sequence.sequence,
-             sequence.num_logit_rows);
+    PA_CHECK(sequence.num_logit_rows >= 0 && sequence.num_logit_rows <= sequence.num_new_tokens(),
+             "forward: sequence {} wants {} logit rows of {} new tokens", sequence.sequence,
+             sequence.num_logit_rows, sequence.num_new_tokens());
     request.wants_logits = sequence.num_logit_rows > 0;
+    request.num_logit_rows = std::max(sequence.num_logit_rows, 1);
     step.requests.push_back(request);
   }
   const model::Logits out = state_->model.forward(step, state_->pool);
-  // Only the sequences that want logits had their last row through the final norm and lm_head:
+  // Only the sequences that want logits had their last rows through the final norm and lm_head:
   // out holds exactly the plan's logit rows, in plan order.
   PA_CHECK(out.rows == plan.num_logit_rows && out.vocab == vocab,
            "forward: {} logit rows of {} came back, the plan wants {} of {}", out.rows, out.vocab,

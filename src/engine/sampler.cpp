@@ -190,26 +190,34 @@ TokenLogprob Sampler::sample(std::span<const float> logits, const SamplingParams
       }
     }
   }
-  if (params.logprobs) {
-    double max_logit = -std::numeric_limits<double>::infinity();
-    for (const float logit : logits) max_logit = std::max<double>(max_logit, logit);
-    double total = 0.0;
-    for (const float logit : logits) total += std::exp(static_cast<double>(logit) - max_logit);
-    const double log_total = max_logit + std::log(total);
-    auto logprob = [&](int32_t t) {
-      return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(t)]) - log_total);
-    };
-    result.logprob = logprob(result.token);
-    const size_t n = std::min<size_t>(static_cast<size_t>(*params.logprobs), vocab);
-    if (n > 0) {
-      candidates_.resize(vocab);
-      for (size_t t = 0; t < vocab; ++t) candidates_[t] = static_cast<int32_t>(t);
-      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(n),
-                        candidates_.end(),
-                        [&](int32_t a, int32_t b) { return before(logits, a, b); });
-      for (size_t i = 0; i < n; ++i)
-        result.top.emplace_back(candidates_[i], logprob(candidates_[i]));
-    }
+  if (params.logprobs) return score(logits, result.token, *params.logprobs);
+  return result;
+}
+
+TokenLogprob Sampler::score(std::span<const float> logits, int32_t token, int32_t top_n) {
+  PA_CHECK(!logits.empty(), "sampler: an empty logits row");
+  const size_t vocab = logits.size();
+  PA_CHECK(token >= 0 && static_cast<size_t>(token) < vocab, "sampler: token {} outside [0, {})",
+           token, vocab);
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (const float logit : logits) max_logit = std::max<double>(max_logit, logit);
+  double total = 0.0;
+  for (const float logit : logits) total += std::exp(static_cast<double>(logit) - max_logit);
+  const double log_total = max_logit + std::log(total);
+  auto logprob = [&](int32_t t) {
+    return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(t)]) - log_total);
+  };
+  TokenLogprob result;
+  result.token = token;
+  result.logprob = logprob(token);
+  const size_t n = std::min<size_t>(static_cast<size_t>(std::max(top_n, 0)), vocab);
+  if (n > 0) {
+    candidates_.resize(vocab);
+    for (size_t t = 0; t < vocab; ++t) candidates_[t] = static_cast<int32_t>(t);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(n),
+                      candidates_.end(),
+                      [&](int32_t a, int32_t b) { return before(logits, a, b); });
+    for (size_t i = 0; i < n; ++i) result.top.emplace_back(candidates_[i], logprob(candidates_[i]));
   }
   return result;
 }

@@ -79,10 +79,16 @@ void Scheduler::schedule_tokens(Sequence* sequence, int64_t count, ScheduleResul
   entry.first_position = sequence->num_computed;
   const auto table = kv_.block_table(sequence->id);
   entry.block_table.assign(table.begin(), table.end());
-  entry.num_logit_rows = sequence->num_computed + count == sequence->num_tokens() ? 1 : 0;
+  const bool reaches_end = sequence->num_computed + count == sequence->num_tokens();
+  entry.num_logit_rows = reaches_end ? 1 : 0;
+  // Prompt scoring: every new token from the chunk's first on is a row (the rows before the
+  // prompt's last token score the next prompt token; the last one, if here, samples).
+  if (sequence->score_prompt && sequence->num_computed < sequence->prompt_length - 1) {
+    entry.num_logit_rows = static_cast<int32_t>(count);
+  }
   result->plan.num_tokens += count;
   result->plan.num_logit_rows += entry.num_logit_rows;
-  if (count == 1 && entry.num_logit_rows == 1 &&
+  if (count == 1 && reaches_end &&
       result->plan.num_decodes == static_cast<int32_t>(result->plan.sequences.size())) {
     ++result->plan.num_decodes;
   }
@@ -97,6 +103,8 @@ ScheduleResult Scheduler::schedule() {
   result.plan.page_size = kv_.page_size();
   int64_t budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step
                                                    : std::numeric_limits<int64_t>::max();
+  int64_t scoring_left =
+      config_.max_scoring_rows > 0 ? config_.max_scoring_rows : std::numeric_limits<int64_t>::max();
   bool stop_running = false;
 
   // Passes 1 and 2 over the running sequences: decodes, then prefill chunks.
@@ -105,7 +113,11 @@ ScheduleResult Scheduler::schedule() {
       Sequence* sequence = running_[i];
       const int64_t remaining = sequence->num_tokens() - sequence->num_computed;
       if ((remaining == 1) != decodes || sequence->scheduled_step == step_) continue;
-      const int64_t count = std::min(remaining, budget);
+      int64_t count = std::min(remaining, budget);
+      if (sequence->score_prompt && !decodes) {
+        if (scoring_left == 0) continue;  // scored in a later step
+        count = std::min(count, scoring_left);
+      }
       bool granted = true;
       while (!kv_.grow(sequence->id, sequence->num_computed + count)) {
         Sequence* victim = newest_unscheduled(decodes ? nullptr : sequence);
@@ -128,6 +140,7 @@ ScheduleResult Scheduler::schedule() {
       if (!granted) continue;
       schedule_tokens(sequence, count, &result);
       budget -= count;
+      if (sequence->score_prompt && !decodes) scoring_left -= count;
     }
   }
 
@@ -146,15 +159,18 @@ ScheduleResult Scheduler::schedule() {
         ++it;
         continue;
       }
+      if (sequence->score_prompt && scoring_left == 0) break;  // FCFS: the rest wait too
       int64_t reused = 0;
       if (sequence->share_from != nullptr) {
         const int32_t pages = sibling_pages(*sequence);
         kv_.admit_shared(sequence->id, sequence->share_from->id, pages);
         reused = static_cast<int64_t>(pages) * kv_.page_size();
       } else {
-        reused = kv_.admit(sequence->id, sequence->tokens);
+        // A prompt being scored takes no cache hit (engine_scheduler.h says why).
+        reused = kv_.admit(sequence->id, sequence->tokens, !sequence->score_prompt);
       }
-      const int64_t count = std::min(sequence->num_tokens() - reused, budget);
+      int64_t count = std::min(sequence->num_tokens() - reused, budget);
+      if (sequence->score_prompt) count = std::min(count, scoring_left);
       if (!kv_.grow(sequence->id, reused + count)) {
         kv_.release(sequence->id);
         break;
@@ -167,6 +183,7 @@ ScheduleResult Scheduler::schedule() {
       running_.push_back(sequence);
       schedule_tokens(sequence, count, &result);
       budget -= count;
+      if (sequence->score_prompt) scoring_left -= count;
     }
   }
   return result;

@@ -88,6 +88,9 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
     const int64_t new_tokens = static_cast<int64_t>(req.tokens.size());
     PA_CHECK(new_tokens >= 1, "step: request {} has no new tokens", r);
     PA_CHECK(req.cached_len >= 0, "step: request {} has cached_len {}", r, req.cached_len);
+    PA_CHECK(!req.wants_logits || (req.num_logit_rows >= 1 && req.num_logit_rows <= new_tokens),
+             "step: request {} wants {} logit rows of {} new tokens (expected 1 to {})", r,
+             req.num_logit_rows, new_tokens, new_tokens);
     PA_CHECK(req.positions.empty() || static_cast<int64_t>(req.positions.size()) == new_tokens,
              "step: request {} has {} positions for {} new tokens", r, req.positions.size(),
              new_tokens);
@@ -191,11 +194,8 @@ const std::vector<int64_t>& StepPlanner::logit_rows(const Step& step) {
       start += n;
       continue;
     }
-    if (step.rows == LogitsRows::kAll) {
-      for (int64_t i = 0; i < n; ++i) rows_.push_back(start + i);
-    } else {
-      rows_.push_back(start + n - 1);
-    }
+    const int64_t count = step.rows == LogitsRows::kAll ? n : req.num_logit_rows;
+    for (int64_t i = n - count; i < n; ++i) rows_.push_back(start + i);
     start += n;
   }
   return rows_;

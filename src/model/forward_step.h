@@ -35,8 +35,9 @@ class StepPlanner {
   // Throws Error naming the request for anything invalid, before anything is written.
   StepContext& prepare(const Step& step, const KvPool& pool, const ops::RopeTable& rope);
   std::span<const int32_t> token_ids() const { return token_ids_; }
-  // Rows of the step's tokens whose logits are asked for, in output order (none of a request whose
-  // wants_logits is false).
+  // Rows of the step's tokens whose logits are asked for, in output order: each wanting request's
+  // last num_logit_rows rows (every row under LogitsRows::kAll); none of a request whose
+  // wants_logits is false. The CPU and the CUDA model both take their final norm's rows from here.
   const std::vector<int64_t>& logit_rows(const Step& step);
 
  private:

@@ -1,13 +1,14 @@
-// One generation request over HTTP: prepare -> enqueue -> either wait for every choice and answer
-// one JSON, or stream SSE chunks from a chunked content provider. While waiting for the one
-// JSON, the handler polls its client's socket (ClientWatch, client_watch.h) every
-// kClientCheckInterval; a client gone aborts the request at once (pages freed at the engine's
-// next step boundary) and records it as cancelled. The provider runs on the
-// connection's pool thread after the handler returns: it pops the request's events (waiting a
-// little when there are none), writes them, and sends an SSE comment after keep_alive_interval
-// of silence so that a client gone while its request waits is noticed by the failed write. A
-// failed write ends the response; the releaser then aborts the engine request (its pages are
-// freed at the next step boundary) and records it as cancelled.
+// One generation request over HTTP: prepare -> enqueue (one engine request per prompt of a
+// completions batch, all on one event stream) -> either wait for every choice and answer one
+// JSON, or stream SSE chunks (each carrying its choice's index) from a chunked content provider.
+// While waiting for the one JSON, the handler polls its client's socket (ClientWatch,
+// client_watch.h) every kClientCheckInterval; a client gone aborts the request (every prompt's)
+// at once (pages freed at the engine's next step boundary) and records it as cancelled. The
+// provider runs on the connection's pool thread after the handler returns: it pops the request's
+// events (waiting a little when there are none), writes them, and sends an SSE comment after
+// keep_alive_interval of silence so that a client gone while its request waits is noticed by the
+// failed write. A failed write ends the response; the releaser then aborts the engine requests
+// (their pages are freed at the next step boundary) and records it as cancelled.
 #include <fmt/format.h>
 
 #include <ctime>
@@ -25,13 +26,47 @@ double seconds(Clock::duration duration) { return std::chrono::duration<double>(
 constexpr std::chrono::milliseconds kClientCheckInterval{20};
 }  // namespace
 
+void Exchange::enqueue(engine::Engine& engine) {
+  const int32_t n = request.params.n;
+  stream = std::make_shared<engine::RequestStream>(static_cast<int32_t>(choices.size()));
+  try {
+    for (size_t i = 0; i < request.prompts.size(); ++i) {
+      const int32_t first_index = static_cast<int32_t>(i) * n;
+      engine_requests.push_back(
+          engine.add_request(request.prompts[i], request.params, stream, first_index).id);
+    }
+  } catch (const Error&) {
+    abort(engine);
+    throw;
+  }
+}
+
+void Exchange::abort(engine::Engine& engine) const {
+  for (const int64_t id : engine_requests) engine.abort(id);
+}
+
+void Exchange::echo_prompt(const engine::RequestEvent& event, detail::ChoiceOutput& output) const {
+  const size_t prompt = static_cast<size_t>(event.index / request.params.n);
+  output.text = request.prompt_texts[prompt] + output.text;
+  if (!request.logprobs) return;
+  std::vector<engine::TokenLogprob> entries;
+  entries.push_back({request.prompts[prompt].front(), 0.0f, {}});
+  entries.insert(entries.end(), event.prompt_logprobs.begin(), event.prompt_logprobs.end());
+  entries.insert(entries.end(), output.logprobs.begin(), output.logprobs.end());
+  output.logprobs = std::move(entries);
+  output.first_logprob_null = true;
+}
+
 void Exchange::apply(const engine::RequestEvent& event) {
   if (event.index < 0 || event.index >= static_cast<int32_t>(choices.size())) return;
   ChoiceState& choice = choices[static_cast<size_t>(event.index)];
   if (!event.token_ids.empty() && !first_token) first_token = Clock::now();
-  if (event.num_prompt_tokens > 0 && event.index == 0)
-    usage.cached_tokens = event.num_cached_tokens;
+  // Each prompt's cached tokens once (its first choice), summed over the batch.
+  if (event.num_prompt_tokens > 0 && event.index % request.params.n == 0)
+    usage.cached_tokens += event.num_cached_tokens;
   usage.completion_tokens += static_cast<int64_t>(event.token_ids.size());
+  if (request.echo && !choice.received_first) echo_prompt(event, choice.output);
+  choice.received_first = true;
   choice.output.text += event.text;
   choice.output.logprobs.insert(choice.output.logprobs.end(), event.logprobs.begin(),
                                 event.logprobs.end());
@@ -69,7 +104,7 @@ void Exchange::complete(bool cancelled) {
         first_token ? fmt::format("{:.1f}", record.ttft_seconds * 1e3) : std::string("-"),
         record.e2e_seconds * 1e3, reasons));
   }
-  server->pending.fetch_sub(1);
+  server->pending.fetch_sub(static_cast<int64_t>(request.prompts.size()));
 }
 
 std::string Exchange::stream_text(const engine::RequestEvent& event) {
@@ -86,7 +121,9 @@ std::string Exchange::stream_text(const engine::RequestEvent& event) {
   piece.index = event.index;
   piece.text = event.text;
   piece.logprobs = event.logprobs;
-  const bool has_content = !event.text.empty() || !event.logprobs.empty();
+  // Echo: the choice's first chunk starts with the prompt.
+  if (request.echo && !choice.sent_first) echo_prompt(event, piece);
+  const bool has_content = !piece.text.empty() || !piece.logprobs.empty();
   if (!choice.sent_first && head.endpoint == Endpoint::kChat) {
     // The role comes first, alone, as OpenAI sends it.
     detail::ChoiceOutput role;
@@ -132,8 +169,10 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
     send_error(response, *error);
     return;
   }
-  if (pending.fetch_add(1) >= config.max_pending_requests) {
-    pending.fetch_sub(1);
+  // Each prompt of a batch is an engine request and takes its own place in the queue.
+  const auto slots = static_cast<int64_t>(std::get<PreparedRequest>(prepared).prompts.size());
+  if (pending.fetch_add(slots) + slots > config.max_pending_requests) {
+    pending.fetch_sub(slots);
     send_error(response, {503,
                           fmt::format("the server's queue is full ({} requests pending); retry "
                                       "later",
@@ -150,20 +189,23 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
   exchange->head = {endpoint,
                     fmt::format("{}-{}", endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl", number),
                     static_cast<int64_t>(std::time(nullptr)), exchange->request.model};
-  exchange->usage.prompt_tokens = static_cast<int64_t>(exchange->request.prompt.size());
-  exchange->choices.resize(static_cast<size_t>(exchange->request.params.n));
+  for (const std::vector<int32_t>& prompt : exchange->request.prompts) {
+    exchange->usage.prompt_tokens += static_cast<int64_t>(prompt.size());
+  }
+  exchange->choices.resize(exchange->request.prompts.size() *
+                           static_cast<size_t>(exchange->request.params.n));
   for (size_t i = 0; i < exchange->choices.size(); ++i) {
     exchange->choices[i].output.index = static_cast<int32_t>(i);
   }
   exchange->start_tool_parsers();
   try {
-    exchange->handle = engine.add_request(exchange->request.prompt, exchange->request.params);
+    exchange->enqueue(engine);
   } catch (const Error& error) {
-    pending.fetch_sub(1);
+    pending.fetch_sub(slots);
     send_error(response, {400, error.what(), "invalid_request_error", "", "invalid_value"});
     return;
   }
-  engine::RequestStream& stream = *exchange->handle.stream;
+  engine::RequestStream& stream = *exchange->stream;
 
   if (!exchange->request.stream) {
     // The client is looked for after the first check interval, so a short request never pays
@@ -176,7 +218,7 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
       next_check = Clock::now() + kClientCheckInterval;
       if (!client) client.emplace(http_request);
       if (client->gone()) {
-        engine.abort(exchange->handle.id);
+        exchange->abort(engine);
         exchange->complete(true);
         // Nobody reads this answer; 499 (nginx's "client closed request") is what the metrics
         // count for it.
@@ -208,7 +250,7 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
   response.set_chunked_content_provider(
       "text/event-stream",
       [exchange, keep_alive](size_t, httplib::DataSink& sink) {
-        engine::RequestStream& events = *exchange->handle.stream;
+        engine::RequestStream& events = *exchange->stream;
         std::string text;
         if (auto event = events.pop(std::chrono::milliseconds(20))) {
           do {
@@ -235,7 +277,7 @@ void Server::Impl::handle_generate(const httplib::Request& http_request,
       },
       [exchange, this](bool) {
         if (!exchange->completed) {
-          engine.abort(exchange->handle.id);
+          exchange->abort(engine);
           exchange->complete(true);
         }
         metrics.set_open_streams(open_streams.fetch_sub(1) - 1);

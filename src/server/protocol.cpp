@@ -1,8 +1,10 @@
 // prepare_request (server_protocol.h): body -> JSON (depth-limited, UTF-8 checked by the
-// parser) -> known-field check -> typed fields -> model -> messages / prompt -> tokens ->
-// context length -> the engine's validate(). The field lists say which names OpenAI accepts per
-// endpoint plus the extensions vLLM accepts (top_k, min_p, repetition_penalty, ignore_eos,
-// stop_token_ids); fields accepted but without effect here are listed apart.
+// parser) -> known-field check -> typed fields -> model -> messages / prompts (completions: a
+// string, token ids, or a batch of either, each element checked by its index) -> tokens ->
+// context length and the engine's validate() for every prompt, before any is queued. The field
+// lists say which names OpenAI accepts per endpoint plus the extensions vLLM accepts (top_k,
+// min_p, repetition_penalty, ignore_eos, stop_token_ids); fields accepted but without effect
+// here are listed apart (read_unsupported; `suffix` is refused, as vLLM does).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -71,47 +73,85 @@ Json parse_body(std::string_view body) {
   }
 }
 
-std::vector<int32_t> read_prompt(const Json& request, const ParseContext& context) {
-  const Json* prompt = find(request, "prompt");
-  if (prompt == nullptr) fail("prompt", "'prompt': required", "missing_required_parameter");
-  const Json* single = prompt;
-  if (prompt->is_array() && !prompt->empty() && !(*prompt)[0].is_number_integer()) {
-    // A batch of prompts: one is served (answering a batch would need several engine requests
-    // in one response).
-    if (prompt->size() != 1) {
-      fail("prompt", fmt::format("'prompt': a batch of {} prompts; this server takes one prompt "
-                                 "per request",
-                                 prompt->size()));
-    }
-    single = &(*prompt)[0];
-  }
-  if (single->is_string()) {
-    const std::string text = single->get<std::string>();
-    if (text.empty()) fail("prompt", "'prompt': must not be empty");
-    try {
-      return context.front->encode(text);
-    } catch (const Error& error) {
-      fail("prompt", fmt::format("'prompt': cannot be tokenized: {}", error.what()));
-    }
-  }
-  if (!single->is_array()) {
-    fail("prompt",
-         fmt::format("'prompt': expected a string or an array of token ids, got {}",
-                     type_name(*single)),
-         "invalid_type");
-  }
-  if (single->empty()) fail("prompt", "'prompt': must not be empty");
+constexpr const char* kPromptForms =
+    "a string, an array of strings, an array of token ids or an array of arrays of token ids";
+
+// One prompt of a completions request, `param` naming it ("prompt" or "prompt[i]").
+struct PromptInput {
   std::vector<int32_t> tokens;
-  for (const Json& token : *single) {
+  std::string text;  // the string as given, or the tokens' bytes (echo)
+};
+
+PromptInput read_token_ids(const Json& ids, const std::string& param, const ParseContext& context) {
+  if (ids.empty()) fail(param, fmt::format("'{}': must not be empty", param));
+  PromptInput prompt;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Json& token = ids[i];
     if (!token.is_number_integer() || token.get<int64_t>() < 0 ||
         token.get<int64_t>() >= context.limits.vocab_size) {
-      fail("prompt", fmt::format("'prompt': token {} is not a token id in [0, {})",
-                                 token.dump(-1, ' ', false, Json::error_handler_t::replace),
-                                 context.limits.vocab_size));
+      fail(param, fmt::format("'{}[{}]': {} is not a token id in [0, {})", param, i,
+                              token.dump(-1, ' ', false, Json::error_handler_t::replace),
+                              context.limits.vocab_size));
     }
-    tokens.push_back(token.get<int32_t>());
+    prompt.tokens.push_back(token.get<int32_t>());
+    prompt.text += context.front->token_bytes(prompt.tokens.back());
   }
-  return tokens;
+  return prompt;
+}
+
+PromptInput read_text(const Json& text, const std::string& param, const ParseContext& context) {
+  PromptInput prompt;
+  prompt.text = text.get<std::string>();
+  if (prompt.text.empty()) fail(param, fmt::format("'{}': must not be empty", param));
+  try {
+    prompt.tokens = context.front->encode(prompt.text);
+  } catch (const Error& error) {
+    fail(param, fmt::format("'{}': cannot be tokenized: {}", param, error.what()));
+  }
+  return prompt;
+}
+
+// The prompt forms of OpenAI's API: a string, an array of strings, an array of token ids, an
+// array of arrays of token ids; a batch is all strings or all arrays. Returns (param, prompt).
+std::vector<std::pair<std::string, PromptInput>> read_prompts(const Json& request,
+                                                              const ParseContext& context) {
+  const Json* prompt = find(request, "prompt");
+  if (prompt == nullptr) fail("prompt", "'prompt': required", "missing_required_parameter");
+  std::vector<std::pair<std::string, PromptInput>> prompts;
+  if (prompt->is_string()) {
+    prompts.emplace_back("prompt", read_text(*prompt, "prompt", context));
+    return prompts;
+  }
+  if (!prompt->is_array()) {
+    fail("prompt", fmt::format("'prompt': expected {}, got {}", kPromptForms, type_name(*prompt)),
+         "invalid_type");
+  }
+  if (prompt->empty()) fail("prompt", "'prompt': must not be empty");
+  if ((*prompt)[0].is_number()) {
+    prompts.emplace_back("prompt", read_token_ids(*prompt, "prompt", context));
+    return prompts;
+  }
+  if (prompt->size() > kMaxPrompts) {
+    fail("prompt", fmt::format("'prompt': a batch of {} prompts (at most {} per request)",
+                               prompt->size(), kMaxPrompts));
+  }
+  const bool strings = (*prompt)[0].is_string();
+  for (size_t i = 0; i < prompt->size(); ++i) {
+    const Json& item = (*prompt)[i];
+    const std::string param = fmt::format("prompt[{}]", i);
+    if (strings && item.is_string()) {
+      prompts.emplace_back(param, read_text(item, param, context));
+    } else if (!strings && item.is_array()) {
+      prompts.emplace_back(param, read_token_ids(item, param, context));
+    } else {
+      fail(param,
+           fmt::format("'{}': expected {} like prompt[0] (a batch is all strings or all arrays of "
+                       "token ids), got {}",
+                       param, strings ? "a string" : "an array of token ids", type_name(item)),
+           "invalid_type");
+    }
+  }
+  return prompts;
 }
 
 void read_stop(const Json& request, engine::SamplingParams& params) {
@@ -177,11 +217,9 @@ void read_unsupported(const Json& request, Endpoint endpoint) {
     read_bool(request, "store");
     read_string(request, "service_tier");
   } else {
-    if (read_bool(request, "echo").value_or(false)) {
-      fail("echo", "'echo': echoing the prompt is not supported by this server");
-    }
+    // As vLLM: no model served here is trained to fill in the middle.
     if (const auto suffix = read_string(request, "suffix"); suffix && !suffix->empty()) {
-      fail("suffix", "'suffix': not supported by this server");
+      fail("suffix", "'suffix': not supported by this server (no fill-in-the-middle)");
     }
   }
   read_string(request, "user");
@@ -239,7 +277,9 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
   read_logit_bias(request, context.limits.vocab_size, params);
   read_unsupported(request, endpoint);
   const int64_t length = context.limits.max_model_length;
-  std::optional<int64_t> max_tokens = read_integer(request, "max_tokens", 1, INT32_MAX);
+  // max_tokens 0 is for echo alone (completions; see below).
+  std::optional<int64_t> max_tokens =
+      read_integer(request, "max_tokens", endpoint == Endpoint::kChat ? 1 : 0, INT32_MAX);
   if (endpoint == Endpoint::kChat) {
     if (const auto completion = read_integer(request, "max_completion_tokens", 1, INT32_MAX)) {
       max_tokens = completion;
@@ -253,6 +293,16 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
     if (const auto k = read_integer(request, "logprobs", 0, engine::kMaxLogprobs)) {
       prepared.logprobs = true;
       params.logprobs = static_cast<int32_t>(*k);
+    }
+    prepared.echo = read_bool(request, "echo").value_or(false);
+    // With echo the prompt tokens get their logprobs too, with the same number of alternatives.
+    if (prepared.echo && prepared.logprobs) params.prompt_logprobs = params.logprobs;
+    // OpenAI and vLLM take max_tokens 0 with echo: the prompt (and its logprobs) with nothing
+    // generated, how a client scores a text (lm-evaluation-harness' loglikelihood requests).
+    if (max_tokens == 0 && !prepared.echo) {
+      fail("max_tokens",
+           "'max_tokens': 0 is allowed only with 'echo': true (to return the prompt "
+           "and its logprobs without generating); expected >= 1");
     }
     if (const auto best_of = read_integer(request, "best_of", 1, engine::kMaxChoices);
         best_of && *best_of != params.n) {
@@ -279,36 +329,51 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
          "model_not_found", 404);
   }
 
+  // (param, tokens) of each prompt.
+  std::vector<std::pair<std::string, std::vector<int32_t>>> prompts;
   if (endpoint == Endpoint::kChat) {
     const detail::ChatInput chat = detail::read_chat_input(request, body, context);
     prepared.tool_call_format = chat.tool_call_format;
     prepared.parallel_tool_calls = chat.parallel_tool_calls;
     try {
-      prepared.prompt =
-          context.front->encode(context.front->render_chat(chat.messages, chat.tools));
+      prompts.emplace_back(
+          "messages", context.front->encode(context.front->render_chat(chat.messages, chat.tools)));
     } catch (const Error& error) {
       fail("messages",
            fmt::format("'messages': cannot be rendered or tokenized: {}", error.what()));
     }
   } else {
-    prepared.prompt = read_prompt(request, context);
+    for (auto& [param, prompt] : read_prompts(request, context)) {
+      prompts.emplace_back(param, std::move(prompt.tokens));
+      if (prepared.echo) prepared.prompt_texts.push_back(std::move(prompt.text));
+    }
+    const int64_t choices = static_cast<int64_t>(prompts.size()) * params.n;
+    if (choices > kMaxBatchChoices) {
+      fail("prompt", fmt::format("'prompt': {} prompts x n = {} make {} choices (at most {} per "
+                                 "request)",
+                                 prompts.size(), params.n, choices, kMaxBatchChoices));
+    }
   }
-  const std::string prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
-  const int64_t prompt_length = static_cast<int64_t>(prepared.prompt.size());
-  if (prompt_length == 0)
-    fail(prompt_param, fmt::format("'{}': renders to no tokens", prompt_param));
-  if (prompt_length >= length || (max_tokens && prompt_length + *max_tokens > length)) {
-    fail(prompt_param,
-         fmt::format("This model's maximum context length is {} tokens. However, you requested "
-                     "{} tokens ({} in the {}, {} for the completion).",
-                     length, prompt_length + max_tokens.value_or(1), prompt_length, prompt_param,
-                     max_tokens ? fmt::format("{}", *max_tokens) : std::string("at least 1")),
-         "context_length_exceeded");
-  }
-  try {
-    engine::validate(params, prompt_length, context.limits);
-  } catch (const Error& error) {
-    fail("", error.what());
+  // Every prompt is checked before any is queued: one bad prompt refuses the whole batch.
+  for (auto& [prompt_param, tokens] : prompts) {
+    const int64_t prompt_length = static_cast<int64_t>(tokens.size());
+    if (prompt_length == 0)
+      fail(prompt_param, fmt::format("'{}': renders to no tokens", prompt_param));
+    if (prompt_length >= length || (max_tokens && prompt_length + *max_tokens > length)) {
+      fail(prompt_param,
+           fmt::format("This model's maximum context length is {} tokens. However, you requested "
+                       "{} tokens ({} in the {}, {} for the completion).",
+                       length, prompt_length + std::max<int64_t>(max_tokens.value_or(1), 1),
+                       prompt_length, prompt_param,
+                       max_tokens ? fmt::format("{}", *max_tokens) : std::string("at least 1")),
+           "context_length_exceeded");
+    }
+    try {
+      engine::validate(params, prompt_length, context.limits);
+    } catch (const Error& error) {
+      fail("", error.what());
+    }
+    prepared.prompts.push_back(std::move(tokens));
   }
   return prepared;
 }

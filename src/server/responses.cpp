@@ -1,6 +1,8 @@
 // Response bodies and SSE chunks (responses.h), field by field as OpenAI's API reference gives
 // them. Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}; completion
-// logprobs: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}. `bytes`
+// logprobs: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset} (with echo, the
+// prompt's tokens first, the first one's logprob and top_logprobs null; each top_logprobs holds
+// the token itself besides the top n, as OpenAI's do). `bytes`
 // are the token's raw bytes (TextFront::token_bytes); `token` is spelled by token_string().
 #include "responses.h"
 
@@ -82,22 +84,31 @@ Json chat_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const Text
   return {{"content", std::move(content)}};
 }
 
-Json completion_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const TextFront& front,
-                         TextOffset& text_offset) {
+Json completion_logprobs(const std::vector<engine::TokenLogprob>& logprobs, bool first_null,
+                         const TextFront& front, TextOffset& text_offset) {
   Json tokens = Json::array();
   Json token_logprobs = Json::array();
   Json top_logprobs = Json::array();
   Json offsets = Json::array();
-  for (const engine::TokenLogprob& entry : logprobs) {
+  for (size_t i = 0; i < logprobs.size(); ++i) {
+    const engine::TokenLogprob& entry = logprobs[i];
     const std::string bytes = front.token_bytes(entry.token);
     tokens.push_back(token_string(bytes));
+    offsets.push_back(text_offset.next(bytes));
+    if (i == 0 && first_null) {
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+      continue;
+    }
     token_logprobs.push_back(entry.logprob);
     Json top = Json::object();
     for (const auto& [token, logprob] : entry.top) {
       top[token_string(front.token_bytes(token))] = logprob;
     }
+    // As OpenAI's legacy completions (and vLLM) send it: the token itself is always among its
+    // alternatives, so there may be logprobs + 1 of them.
+    top.emplace(tokens.back().get<std::string>(), entry.logprob);
     top_logprobs.push_back(std::move(top));
-    offsets.push_back(text_offset.next(bytes));
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(token_logprobs)},
@@ -152,7 +163,8 @@ std::string completion_body(const ResponseHead& head, const std::vector<ChoiceOu
       item["text"] = choice.text;
       TextOffset offset;
       item["logprobs"] =
-          logprobs ? completion_logprobs(choice.logprobs, front, offset) : Json(nullptr);
+          logprobs ? completion_logprobs(choice.logprobs, choice.first_logprob_null, front, offset)
+                   : Json(nullptr);
     }
     list.push_back(std::move(item));
   }
@@ -176,9 +188,10 @@ std::string chunk_event(const ResponseHead& head, const ChoiceOutput& choice, bo
                                                             : Json(nullptr);
   } else {
     item["text"] = choice.text;
-    item["logprobs"] = logprobs && !choice.logprobs.empty()
-                           ? completion_logprobs(choice.logprobs, front, offset)
-                           : Json(nullptr);
+    item["logprobs"] =
+        logprobs && !choice.logprobs.empty()
+            ? completion_logprobs(choice.logprobs, choice.first_logprob_null, front, offset)
+            : Json(nullptr);
   }
   body["choices"] = Json::array({std::move(item)});
   if (include_usage) body["usage"] = nullptr;

@@ -42,6 +42,9 @@ struct ChoiceOutput {
   int32_t index = 0;
   std::string text;
   std::vector<engine::TokenLogprob> logprobs;
+  // Completions echo: logprobs[0] is the prompt's first token, which has no logprob (nothing
+  // before it): token_logprobs[0] and top_logprobs[0] are null, as OpenAI and vLLM send them.
+  bool first_logprob_null = false;
   engine::FinishReason finish_reason = engine::FinishReason::kNone;
   // Chat whose output was parsed for tool calls: the message's content is null when empty, and
   // a choice that called tools and stopped finishes with "tool_calls".

@@ -59,11 +59,14 @@ struct Server::Impl {
   std::mutex shutdown_mutex;
 };
 
-// One generation request from enqueue to its last byte.
+// One generation request from enqueue to its last byte. A completions batch is one engine request
+// per prompt, all sending their events to one stream: choice j of prompt i is index i * n + j
+// there and in the answer (OpenAI's order).
 struct Exchange {
   struct ChoiceState {
     detail::ChoiceOutput output;  // accumulated (non-streaming) or the event being sent
     detail::TextOffset offset;    // streamed completions logprobs: text_offset so far
+    bool received_first = false;
     bool sent_first = false;
     bool finished = false;
     std::optional<ToolCallParser> tools;  // chat with tool calls parsed (exchange_tools.cpp)
@@ -73,7 +76,8 @@ struct Exchange {
   Server::Impl* server = nullptr;
   PreparedRequest request;
   detail::ResponseHead head;
-  engine::Engine::Handle handle;
+  std::shared_ptr<engine::RequestStream> stream;  // every prompt's choices
+  std::vector<int64_t> engine_requests;           // one per prompt
   Clock::time_point start;
   std::optional<Clock::time_point> first_token;
   Clock::time_point last_write;
@@ -83,8 +87,16 @@ struct Exchange {
   std::string error;       // the first kError message
   bool completed = false;  // recorded (metrics, log, pending released)
 
+  // Queues one engine request per prompt; throws Error (nothing left queued) if the engine
+  // refuses one.
+  void enqueue(engine::Engine& engine);
+  // Aborts every prompt's engine request (a client gone).
+  void abort(engine::Engine& engine) const;
   // Folds an event into the choice's state and the usage.
   void apply(const engine::RequestEvent& event);
+  // Echo: what a choice's answer starts with (the prompt's text; with logprobs its tokens' entries,
+  // the first without a logprob), from the choice's first event (which carries prompt_logprobs).
+  void echo_prompt(const engine::RequestEvent& event, detail::ChoiceOutput& output) const;
   bool all_finished() const { return num_finished == static_cast<int32_t>(choices.size()); }
   // Metrics, the log line, the pending count. `cancelled`: the client went away.
   void complete(bool cancelled);

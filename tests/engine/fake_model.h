@@ -7,7 +7,8 @@
 // page, a stale page, a missed write, a wrong position or a prefix-cache hit on the wrong tokens
 // changes the output. It also checks what a real runner relies on: block tables cover the
 // context, logit rows sit where the plan says, and no step writes a page another sequence (or
-// the prefix cache) holds (reference count > 1 in the engine's allocator).
+// the prefix cache) holds (reference count > 1 in the engine's allocator). A sequence that wants k
+// logit rows gets the rows of its last k new tokens, each the function of the prefix up to it.
 //
 // reference_logits() computes the same function from the token list directly (no pages), the
 // independent oracle for the engine's greedy output.
@@ -86,12 +87,18 @@ class FakeModel : public ModelRunner {
         pool_[slot(page, position)] = entry.token_ids[static_cast<size_t>(i)];
       }
       tokens += entry.num_new_tokens();
-      PA_CHECK(entry.num_logit_rows == 0 || entry.num_logit_rows == 1, "fake: {} logit rows",
-               entry.num_logit_rows);
-      if (entry.num_logit_rows == 1) {
-        reference_logits(read_prefix(entry),
-                         logits.subspan(static_cast<size_t>(rows) * vocab_, vocab_));
-        ++rows;
+      PA_CHECK(entry.num_logit_rows >= 0 && entry.num_logit_rows <= entry.num_new_tokens(),
+               "fake: {} logit rows of {} new tokens", entry.num_logit_rows,
+               entry.num_new_tokens());
+      if (entry.num_logit_rows > 0) {
+        // Row of position p: the function of the prefix [0, p], read back through the pages.
+        const std::vector<int32_t> prefix = read_prefix(entry);
+        for (int64_t end = context - entry.num_logit_rows + 1; end <= context; ++end) {
+          reference_logits(std::span<const int32_t>(prefix).first(static_cast<size_t>(end)),
+                           logits.subspan(static_cast<size_t>(rows) * vocab_, vocab_));
+          ++rows;
+        }
+        max_rows_per_sequence_ = std::max(max_rows_per_sequence_, entry.num_logit_rows);
       }
     }
     PA_CHECK(tokens == plan.num_tokens && rows == plan.num_logit_rows,
@@ -112,6 +119,7 @@ class FakeModel : public ModelRunner {
 
   int64_t num_steps() const { return num_steps_; }
   int64_t max_step_tokens() const { return max_step_tokens_; }
+  int32_t max_rows_per_sequence() const { return max_rows_per_sequence_; }
 
  private:
   size_t slot(int32_t page, int64_t position) const {
@@ -125,6 +133,7 @@ class FakeModel : public ModelRunner {
   const PageAllocator* allocator_ = nullptr;
   int64_t num_steps_ = 0;
   int64_t max_step_tokens_ = 0;
+  int32_t max_rows_per_sequence_ = 0;
 };
 
 // Token t decodes to token_text(t); every third token's text is held until the next push (as a

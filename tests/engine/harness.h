@@ -33,6 +33,10 @@ struct ChoiceOutcome {
   int32_t num_finish_events = 0;
   bool event_after_finish = false;
   int64_t num_cached_tokens = 0;
+  std::vector<TokenLogprob> prompt_logprobs;  // as the events carried them
+  int32_t num_prompt_logprob_events = 0;      // events that carried some
+  bool prompt_logprobs_on_first_event = false;
+  int32_t num_events = 0;
 };
 
 using Outcome = std::vector<ChoiceOutcome>;  // by choice index
@@ -41,12 +45,20 @@ struct RunSummary {
   std::vector<Outcome> outcomes;  // by spec
   EngineStats stats;
   int64_t max_step_tokens = 0;
+  int32_t max_rows_per_sequence = 0;  // the most logit rows one sequence had in one step
 };
 
 inline void collect(RequestStream& stream, Outcome* outcome) {
   while (auto event = stream.try_pop()) {
     ChoiceOutcome& choice = outcome->at(static_cast<size_t>(event->index));
     if (choice.num_finish_events > 0) choice.event_after_finish = true;
+    if (!event->prompt_logprobs.empty()) {
+      if (choice.num_events == 0) choice.prompt_logprobs_on_first_event = true;
+      ++choice.num_prompt_logprob_events;
+      choice.prompt_logprobs.insert(choice.prompt_logprobs.end(), event->prompt_logprobs.begin(),
+                                    event->prompt_logprobs.end());
+    }
+    ++choice.num_events;
     if (choice.tokens.empty() && !event->token_ids.empty()) {
       choice.num_cached_tokens = event->num_cached_tokens;
     }
@@ -107,6 +119,7 @@ inline RunSummary run_specs(const EngineConfig& config, const std::vector<Spec>&
   }
   summary.stats = engine.stats();
   summary.max_step_tokens = model.max_step_tokens();
+  summary.max_rows_per_sequence = model.max_rows_per_sequence();
   const int32_t cached = summary.stats.num_cached_pages;
   EXPECT_EQ(engine.allocator().num_free_pages() + cached, start_free) << "leaked pages";
   engine.clear_prefix_cache();

@@ -117,6 +117,119 @@ TEST_P(EngineOverFixture, GreedyTokensEqualTransformersInEveryConfiguration) {
   EXPECT_GT(preemptions, 0) << "the small pools never preempted: the test does not cover it";
 }
 
+// transformers' logits of every prompt row, as float64 log-softmax: [prompt][position][vocab].
+std::vector<std::vector<std::vector<double>>> load_prompt_logprobs(const std::string& name) {
+  std::ifstream in(fixture_dir(name) / "expected.json");
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  const auto vocab = expected.at("vocab_size").get<size_t>();
+  std::ifstream raw(fixture_dir(name) / "expected_logits.f32", std::ios::binary);
+  std::vector<std::vector<std::vector<double>>> result;
+  std::vector<float> row(vocab);
+  for (const auto& prompt : expected.at("prompts")) {
+    auto& rows = result.emplace_back();
+    for (int64_t r = 0; r < prompt.at("prefill_rows").get<int64_t>(); ++r) {
+      raw.read(reinterpret_cast<char*>(row.data()), static_cast<std::streamsize>(vocab * 4));
+      double max_logit = -INFINITY, total = 0.0;
+      for (const float v : row) max_logit = std::max<double>(max_logit, v);
+      for (const float v : row) total += std::exp(double{v} - max_logit);
+      auto& out = rows.emplace_back(vocab);
+      for (size_t v = 0; v < vocab; ++v) out[v] = row[v] - max_logit - std::log(total);
+    }
+    raw.seekg(static_cast<std::streamoff>(prompt.at("decode_rows").get<int64_t>() * vocab * 4),
+              std::ios::cur);
+  }
+  if (!raw) throw std::runtime_error("short logits file for " + name);
+  return result;
+}
+
+TEST_P(EngineOverFixture, PromptLogprobsEqualTransformers) {
+  const std::string name = GetParam();
+  const GreedyCase expected = load_greedy(name);
+  const auto reference = load_prompt_logprobs(name);
+  constexpr double kBound = 1e-4;
+  constexpr int32_t kTop = 5;
+  // A plain request for prompt 2 first (it caches the prompt's pages), then every prompt scored.
+  std::vector<std::vector<int32_t>> prompts = {expected.prompts[2]};
+  for (const auto& prompt : expected.prompts) prompts.push_back(prompt);
+  SamplingParams plain;
+  plain.temperature = 0.0;
+  plain.max_tokens = 2;
+  plain.ignore_eos = true;
+  SamplingParams scoring = plain;
+  scoring.prompt_logprobs = kTop;
+  const std::vector<EngineSetup> configurations = {
+      {16, 1, true, 0},  {1, 4, true, 0},   {16, 16, true, 0}, {64, 0, true, 0},
+      {16, 0, false, 0}, {16, 16, true, 5}, {1, 8, true, 48}};
+  int64_t preemptions = 0;
+  for (const EngineSetup& setup : configurations) {
+    SCOPED_TRACE(name + " " + setup.label());
+    RuntimeOptions options;
+    options.model.backend = "cpu";
+    options.kv_dtype = DType::kF32;
+    options.page_size = setup.page_size;
+    options.num_pages = setup.num_pages ? setup.num_pages : 4096;
+    auto runtime = ModelRuntime::open(fixture_dir(name), options);
+    EngineConfig config = runtime->engine_config();
+    config.max_tokens_per_step = setup.budget;
+    config.prefix_cache = setup.prefix_cache;
+    Engine engine(config, *runtime);
+    std::vector<Engine::Handle> handles;
+    handles.push_back(engine.add_request(prompts[0], plain));
+    // The plain request runs to its end before the scoring ones arrive: its pages are cached.
+    while (engine.has_work()) engine.step();
+    for (size_t r = 1; r < prompts.size(); ++r) {
+      handles.push_back(engine.add_request(prompts[r], scoring));
+    }
+    std::vector<std::vector<TokenLogprob>> got(prompts.size());
+    std::vector<std::vector<int32_t>> tokens(prompts.size());
+    std::vector<int64_t> cached(prompts.size(), -1);
+    while (engine.has_work()) {
+      engine.step();
+      engine.check_consistency();
+      for (size_t r = 1; r < prompts.size(); ++r) {
+        while (auto event = handles[r].stream->try_pop()) {
+          if (!event->prompt_logprobs.empty()) {
+            EXPECT_TRUE(got[r].empty()) << "prompt logprobs sent twice for request " << r;
+            got[r] = event->prompt_logprobs;
+            cached[r] = event->num_cached_tokens;
+          }
+          tokens[r].insert(tokens[r].end(), event->token_ids.begin(), event->token_ids.end());
+        }
+      }
+    }
+    for (size_t r = 1; r < prompts.size(); ++r) {
+      const size_t p = r - 1;  // the fixture prompt
+      const auto& rows = reference[p];
+      const std::vector<int32_t>& prompt = prompts[r];
+      ASSERT_EQ(got[r].size(), prompt.size() - 1) << "request " << r;
+      EXPECT_EQ(cached[r], 0) << "a scoring request took a prefix-cache hit";
+      EXPECT_EQ(tokens[r], std::vector<int32_t>(expected.generated[p].begin(),
+                                                expected.generated[p].begin() + 2));
+      for (size_t i = 0; i + 1 < prompt.size(); ++i) {
+        const TokenLogprob& entry = got[r][i];
+        const std::vector<double>& row = rows[i];
+        EXPECT_EQ(entry.token, prompt[i + 1]);
+        EXPECT_NEAR(entry.logprob, row[static_cast<size_t>(prompt[i + 1])], kBound)
+            << "prompt " << p << " token " << i + 1;
+        // The top 5: each the fixture's logprob of that token, best first, and none of the
+        // tokens left out better than the last one kept (up to the bound: near-ties may swap).
+        ASSERT_EQ(entry.top.size(), static_cast<size_t>(kTop));
+        std::vector<double> sorted = row;
+        std::sort(sorted.begin(), sorted.end(), std::greater<>());
+        for (size_t k = 0; k < entry.top.size(); ++k) {
+          const auto [token, logprob] = entry.top[k];
+          EXPECT_NEAR(logprob, row[static_cast<size_t>(token)], kBound);
+          EXPECT_NEAR(logprob, sorted[k], kBound) << "top " << k;
+        }
+      }
+    }
+    engine.clear_prefix_cache();
+    EXPECT_EQ(engine.allocator().num_free_pages(), config.num_pages) << "pages leaked";
+    preemptions += engine.stats().num_preemptions;
+  }
+  EXPECT_GT(preemptions, 0) << "the small pools never preempted: the test does not cover it";
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineOverFixture,
                          ::testing::Values("llama3_bf16", "llama_linear_f16_sharded", "qwen2_f32",
                                            "qwen3_bf16", "deepseek_v2_f16", "deepseek_v3_bf16"),

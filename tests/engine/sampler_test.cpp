@@ -278,10 +278,12 @@ TEST(SamplingParams, ValidationNamesTheParameter) {
   bad([](SamplingParams& p) { p.repetition_penalty = 0.0; }, "repetition_penalty: 0");
   bad([](SamplingParams& p) { p.presence_penalty = 3.0; }, "presence_penalty: 3");
   bad([](SamplingParams& p) { p.frequency_penalty = -2.5; }, "frequency_penalty: -2.5");
-  bad([](SamplingParams& p) { p.max_tokens = 0; }, "max_tokens: 0 (expected >= 1)");
+  bad([](SamplingParams& p) { p.max_tokens = -1; }, "max_tokens: -1 (expected >= 0)");
   bad([](SamplingParams& p) { p.max_tokens = 61; }, "max_tokens: 61 with a prompt of 4 tokens");
   bad([](SamplingParams& p) { p.n = 0; }, "n: 0");
   bad([](SamplingParams& p) { p.logprobs = 21; }, "logprobs: 21");
+  bad([](SamplingParams& p) { p.prompt_logprobs = -1; }, "prompt_logprobs: -1 (expected 0 to 20)");
+  bad([](SamplingParams& p) { p.prompt_logprobs = 21; }, "prompt_logprobs: 21");
   bad([](SamplingParams& p) { p.logit_bias = {{100, 1.0f}}; }, "logit_bias: token 100");
   bad([](SamplingParams& p) { p.logit_bias = {{1, 200.0f}}; }, "logit_bias: token 1 has bias 200");
   bad([](SamplingParams& p) { p.stop_token_ids = {-1}; }, "stop_token_ids: -1");
@@ -292,6 +294,10 @@ TEST(SamplingParams, ValidationNamesTheParameter) {
   fine.max_tokens = 60;
   fine.top_k = 0;
   validate(fine, 4, limits);
+  fine.max_tokens = 0;  // the prompt only (scoring it)
+  fine.prompt_logprobs = 20;
+  validate(fine, 4, limits);
+  EXPECT_EQ(resolved_max_tokens(fine, 4, limits), 0);
   EXPECT_EQ(resolved_max_tokens(SamplingParams{}, 4, limits), 60);
 }
 

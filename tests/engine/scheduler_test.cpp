@@ -205,5 +205,49 @@ TEST(StepPlan, FlattenLaysOutTokensPositionsTablesAndLogitRows) {
   EXPECT_EQ(flat.logit_rows, (std::vector<int32_t>{0}));
 }
 
+TEST(Scheduler, ScoringChunksHaveARowPerTokenWithinTheirOwnBound) {
+  // Budget 16, at most 6 scored prompt tokens a step: the scoring prompt goes 6 at a time, a row
+  // per token (its last chunk also samples), while a plain prompt beside it takes the rest of the
+  // budget with one row at its end.
+  Fixture f(64, 4, {16, 4, 6});
+  Sequence* scored = f.add(20, 1);
+  scored->score_prompt = true;
+  Sequence* plain = f.add(30, 100);
+  std::vector<int64_t> scored_counts, scored_rows, plain_counts;
+  for (int i = 0; i < 4; ++i) {
+    const ScheduleResult r = f.step();
+    for (size_t k = 0; k < r.scheduled.size(); ++k) {
+      const ScheduledSequence& s = r.plan.sequences[k];
+      if (r.scheduled[k] == scored) {
+        scored_counts.push_back(s.num_new_tokens());
+        scored_rows.push_back(s.num_logit_rows);
+      } else if (r.scheduled[k] == plain && s.num_new_tokens() > 1) {
+        plain_counts.push_back(s.num_new_tokens());
+      }
+    }
+    EXPECT_LE(r.plan.num_tokens, 16);
+  }
+  EXPECT_EQ(scored_counts, (std::vector<int64_t>{6, 6, 6, 2}));
+  EXPECT_EQ(scored_rows, (std::vector<int64_t>{6, 6, 6, 2}));
+  EXPECT_EQ(plain_counts, (std::vector<int64_t>{10, 10, 10}));
+  // A scoring sequence takes no prefix-cache hit: admitted again with the cache on, it starts
+  // at 0 where a plain one with the same tokens starts past the cached pages.
+  Fixture cached(64, 4, {0, 4, 0}, /*cache=*/true);
+  Sequence* first = cached.add(12, 1);
+  for (int i = 0; i < 3; ++i) cached.step();
+  cached.scheduler.remove(first);
+  Sequence* again = cached.add(12, 1);
+  again->score_prompt = true;
+  Sequence* plain_again = cached.add(12, 1);
+  const ScheduleResult r = cached.step();
+  ASSERT_EQ(r.scheduled.size(), 2u);
+  EXPECT_EQ(r.scheduled[0], again);
+  EXPECT_EQ(r.plan.sequences[0].first_position, 0);
+  EXPECT_EQ(r.plan.sequences[0].num_logit_rows, 12);
+  EXPECT_EQ(r.scheduled[1], plain_again);
+  EXPECT_EQ(r.plan.sequences[1].first_position, 8);
+  EXPECT_EQ(r.plan.sequences[1].num_logit_rows, 1);
+}
+
 }  // namespace
 }  // namespace pagedattn::engine

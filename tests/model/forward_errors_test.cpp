@@ -76,6 +76,14 @@ TEST_P(ForwardErrors, BadStepsAreRejectedBeforeAnyStore) {
   expect_error(model, pool, s, "outside the vocabulary");
   s.requests = {{one, 5, far_position, table}};
   expect_error(model, pool, s, "position 1048576");
+  RequestStep too_many_rows{prompt, 4, {}, table};
+  too_many_rows.tokens = std::span<const int32_t>(prompt).first(2);
+  too_many_rows.num_logit_rows = 3;
+  s.requests = {too_many_rows};
+  expect_error(model, pool, s, "request 0 wants 3 logit rows of 2 new tokens");
+  too_many_rows.num_logit_rows = 0;
+  s.requests = {too_many_rows};
+  expect_error(model, pool, s, "request 0 wants 0 logit rows");
   s.requests = {};
   expect_error(model, pool, s, "no requests");
 }

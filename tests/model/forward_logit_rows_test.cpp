@@ -11,6 +11,10 @@
 //    test's f32-KV bound), and so does the skipped request's last row once its next chunk runs:
 //    its K/V were written although its rows never reached the lm_head;
 //  - a step in which no request wants logits returns 0 rows and still writes the K/V.
+// RequestStep::num_logit_rows (the last k rows of a request, an engine's prompt-logprobs prefill):
+// prompts fed in chunks beside each other, each request asking for a different k per step (1, a
+// few, every row of the chunk); each returned row is transformers' row of that prompt position
+// (log-softmax within 1e-4), in request order and token order.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -60,9 +64,10 @@ struct PoolRun {
         seqs(requests) {}
 
   // One step: tokens[r] are request r's new tokens (none: not in the step), wants[r] whether it
-  // wants logits.
+  // wants logits, last_rows[r] (if given) how many of its last rows.
   Logits step(Model& model, const std::vector<std::vector<int32_t>>& tokens,
-              const std::vector<bool>& wants, LogitsRows rows) {
+              const std::vector<bool>& wants, LogitsRows rows,
+              const std::vector<int32_t>& last_rows = {}) {
     Step step;
     step.rows = rows;
     for (size_t r = 0; r < tokens.size(); ++r) {
@@ -71,6 +76,7 @@ struct PoolRun {
       RequestStep request{
           tokens[r], static_cast<int32_t>(seqs[r].tokens.size()), {}, seqs[r].block_table};
       request.wants_logits = wants[r];
+      if (!last_rows.empty()) request.num_logit_rows = last_rows[r];
       step.requests.push_back(request);
     }
     Logits logits = model.forward(step, pool);
@@ -175,6 +181,54 @@ TEST_P(ForwardLogitRows, OnlyWantedRowsEqualToTheAllRowsRun) {
                          fixture.row(p0.first_row + static_cast<int64_t>(p0.prompt.size()) + 2)),
         kTransformersBound);
   }
+}
+
+TEST_P(ForwardLogitRows, LastKRowsOfEachChunkEqualTransformers) {
+  const Fixture fixture = Fixture::load(GetParam());
+  const Checkpoint checkpoint = Checkpoint::open(fixture.directory);
+  Model model(checkpoint.config(), checkpoint.weights());
+  ASSERT_GE(fixture.prompts.size(), 3u);
+  PoolRun run(model, 64, 3);
+  std::vector<size_t> fed(3, 0);  // prompt tokens fed so far, per request
+  // Per step and request: (chunk length, rows wanted); chunk 0: not in the step. The chunk
+  // lengths are cut to what is left of each prompt (5, 17 and 40 tokens in the fixtures).
+  const std::vector<std::vector<std::pair<size_t, int32_t>>> plan = {
+      {{3, 3}, {7, 1}, {16, 16}},
+      {{2, 2}, {6, 4}, {10, 2}},
+      {{0, 0}, {2, 2}, {14, 14}},
+      {{0, 0}, {100, 100}, {100, 3}},
+  };
+  for (size_t s = 0; s < plan.size(); ++s) {
+    std::vector<std::vector<int32_t>> tokens(3);
+    std::vector<bool> wants(3, false);
+    std::vector<int32_t> last_rows(3, 1);
+    for (size_t r = 0; r < 3; ++r) {
+      const std::vector<int32_t>& prompt = fixture.prompts[r].prompt;
+      const size_t length = std::min(plan[s][r].first, prompt.size() - fed[r]);
+      tokens[r].assign(prompt.begin() + static_cast<std::ptrdiff_t>(fed[r]),
+                       prompt.begin() + static_cast<std::ptrdiff_t>(fed[r] + length));
+      wants[r] = length > 0;
+      last_rows[r] = static_cast<int32_t>(
+          std::min<size_t>(static_cast<size_t>(plan[s][r].second), std::max<size_t>(length, 1)));
+    }
+    const Logits got = run.step(model, tokens, wants, LogitsRows::kLastOfEachRequest, last_rows);
+    int64_t row = 0;
+    for (size_t r = 0; r < 3; ++r) {
+      const size_t length = tokens[r].size();
+      if (length == 0) continue;
+      for (size_t i = length - static_cast<size_t>(last_rows[r]); i < length; ++i, ++row) {
+        ASSERT_LT(row, got.rows) << "step " << s;
+        const int64_t position = static_cast<int64_t>(fed[r] + i);
+        EXPECT_LE(
+            max_logprob_diff(got.row(row), fixture.row(fixture.prompts[r].first_row + position)),
+            kTransformersBound)
+            << "step " << s << " request " << r << " position " << position;
+      }
+      fed[r] += length;
+    }
+    EXPECT_EQ(got.rows, row) << "step " << s;
+  }
+  for (size_t r = 0; r < 3; ++r) EXPECT_EQ(fed[r], fixture.prompts[r].prompt.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardLogitRows, ::testing::ValuesIn(testing::fixture_names()),

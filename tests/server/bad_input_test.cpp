@@ -234,5 +234,46 @@ TEST(ServerBadInput, QueueFullIs503) {
   expect_serving(server.port());
 }
 
+// Each prompt of a completions batch takes a place in the queue: with 3 places and one request
+// in, a batch of 3 prompts is refused whole and a batch of 2 is served.
+TEST(ServerBadInput, ABatchTakesAPlacePerPrompt) {
+  TestServerOptions options;
+  options.max_pending_requests = 3;
+  TestServer server(options);
+  server.model().pause();
+  const auto wait_pending = [&](int count) {
+    const std::string line = "pagedattn_num_requests_pending " + std::to_string(count) + "\n";
+    for (int wait = 0; wait < 2000; ++wait) {
+      if (server.server().metrics_text().find(line) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  int single_status = 0, pair_status = 0;
+  std::thread single([&] {
+    single_status = http_request(server.port(), "POST", "/v1/completions",
+                                 R"({"model":"test-model","prompt":"q","max_tokens":2})")
+                        .status;
+  });
+  ASSERT_TRUE(wait_pending(1));
+  expect_error_shape(
+      http_request(server.port(), "POST", "/v1/completions",
+                   R"({"model":"test-model","prompt":["a","b","c"],"max_tokens":2})"),
+      503, nullptr, "queue_full", "queue full");
+  std::thread pair([&] {
+    pair_status = http_request(server.port(), "POST", "/v1/completions",
+                               R"({"model":"test-model","prompt":["a","b"],"max_tokens":2})")
+                      .status;
+  });
+  EXPECT_TRUE(wait_pending(3));
+  server.model().resume();
+  single.join();
+  pair.join();
+  EXPECT_EQ(single_status, 200);
+  EXPECT_EQ(pair_status, 200);
+  EXPECT_TRUE(wait_pending(0));
+  expect_serving(server.port());
+}
+
 }  // namespace
 }  // namespace pagedattn::server::testing

@@ -115,13 +115,17 @@ void check_result(const std::string& body, Endpoint endpoint, const ParseContext
     return;
   }
   const PreparedRequest& request = std::get<PreparedRequest>(result);
-  EXPECT_FALSE(request.prompt.empty());
-  for (const int32_t token : request.prompt) {
-    EXPECT_TRUE(token >= 0 && token < context.limits.vocab_size) << body;
+  EXPECT_FALSE(request.prompts.empty());
+  EXPECT_LE(request.prompts.size(), kMaxPrompts);
+  for (const std::vector<int32_t>& prompt : request.prompts) {
+    EXPECT_FALSE(prompt.empty());
+    for (const int32_t token : prompt) {
+      EXPECT_TRUE(token >= 0 && token < context.limits.vocab_size) << body;
+    }
+    EXPECT_NO_THROW(
+        engine::validate(request.params, static_cast<int64_t>(prompt.size()), context.limits))
+        << body;
   }
-  EXPECT_NO_THROW(
-      engine::validate(request.params, static_cast<int64_t>(request.prompt.size()), context.limits))
-      << body;
 }
 
 TEST(ServerFuzz, ParserNeverCrashes) {

@@ -1,7 +1,8 @@
 // The official OpenAI Node client against the server: tests/server/node/openai_client.cjs run
 // with node against a live server, given the texts it must parse. Two servers:
 // - the test server (fake model, byte-level front), the expected texts and logprobs computed
-//   here with no engine (the greedy reference);
+//   here with no engine (the greedy reference; a scored batch's logprob sums from the fake
+//   model's rows, log-softmax in float64);
 // - `pagedattn serve` itself over the embedded model (the binary, as a user starts it), the
 //   expected texts read first with the tests' own HTTP client (greedy, so the same request
 //   gives the same text): what the official client parses must be what a plain client reads.
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -79,7 +81,27 @@ TEST(OpenAiNodeClient, ParsesWhatTheServerSends) {
   EXPECT_TRUE(std::any_of(chat_tokens.begin(), chat_tokens.end(), [](int32_t token) {
     return token >= 0x80 && token < 0x100;
   })) << "no partial character among the tokens: the bytes: spelling goes unchecked";
+  // A batch scored as lm-evaluation-harness does (echo, logprobs 1, max_tokens 1).
+  Json batch_prompts = Json::array(), batch_texts = Json::array(), batch_sums = Json::array();
+  for (const std::string& text : {"Emma Woodhouse", "handsome, clever", "and rich"}) {
+    const std::vector<int32_t> prompt = bytes_of(text);
+    double sum = 0.0;
+    for (size_t i = 1; i < prompt.size(); ++i) {
+      std::vector<float> logits(kVocab);
+      engine::testing::reference_logits(std::span<const int32_t>(prompt).first(i), logits);
+      double max_logit = -INFINITY, total = 0.0;
+      for (const float v : logits) max_logit = std::max<double>(max_logit, v);
+      for (const float v : logits) total += std::exp(double{v} - max_logit);
+      sum += logits[static_cast<size_t>(prompt[i])] - max_logit - std::log(total);
+    }
+    batch_prompts.push_back(prompt);
+    batch_texts.push_back(text + naive_decode(greedy_tokens(prompt, 1, false)));
+    batch_sums.push_back(sum);
+  }
   const Json expected = {{"model", "test-model"},
+                         {"batch_prompts", batch_prompts},
+                         {"batch_texts", batch_texts},
+                         {"batch_logprob_sums", batch_sums},
                          {"max_tokens", kMaxTokens},
                          {"chat_prompt", kChatPrompt},
                          {"chat_text", naive_decode(chat_tokens)},

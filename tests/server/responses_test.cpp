@@ -115,5 +115,30 @@ TEST(Responses, CompletionTextOffsetContinuesAcrossChunks) {
   EXPECT_EQ(streamed, offsets);
 }
 
+TEST(Responses, EchoedPromptEntriesAndTheTokenAmongItsAlternatives) {
+  ByteFront front;
+  detail::ResponseHead head{Endpoint::kCompletions, "cmpl-1", 0, "m"};
+  detail::ChoiceOutput choice;
+  choice.text = "xyz";
+  choice.first_logprob_null = true;  // echo: 'x' is the prompt's first token
+  choice.logprobs = {{'x', 0.0f, {}},
+                     {'y', -3.0f, {{'a', -0.25f}, {'!', -1.0f}}},  // y is not in its top 2
+                     {'z', -0.25f, {{'z', -0.25f}}}};
+  const Json body = Json::parse(detail::completion_body(head, {choice}, true, {}, front));
+  const Json& logprobs = body["choices"][0]["logprobs"];
+  EXPECT_EQ(body["choices"][0]["text"], "xyz");
+  EXPECT_EQ(logprobs["tokens"], Json({"x", "y", "z"}));
+  EXPECT_EQ(logprobs["token_logprobs"], Json({nullptr, -3.0, -0.25}));
+  EXPECT_TRUE(logprobs["top_logprobs"][0].is_null());
+  EXPECT_EQ(logprobs["top_logprobs"][1], Json({{"a", -0.25}, {"!", -1.0}, {"y", -3.0}}));
+  EXPECT_EQ(logprobs["top_logprobs"][2], Json({{"z", -0.25}}));
+  EXPECT_EQ(logprobs["text_offset"], Json({0, 1, 2}));
+  // Without echo the first entry is a token like the others.
+  choice.first_logprob_null = false;
+  const Json plain = Json::parse(detail::completion_body(head, {choice}, true, {}, front));
+  EXPECT_EQ(plain["choices"][0]["logprobs"]["token_logprobs"][0], 0.0);
+  EXPECT_EQ(plain["choices"][0]["logprobs"]["top_logprobs"][0], Json({{"x", 0.0}}));
+}
+
 }  // namespace
 }  // namespace pagedattn::server::testing

@@ -6,11 +6,15 @@
 // with the first prompt again in the middle (a shared prefix), in several configurations: token
 // budgets 1 / 16 / unbounded (chunked prefill), page sizes 1 / 16 / 64, prefix cache on and off,
 // and a pool small enough to preempt. Criterion: every request's 32 greedy tokens are exactly
-// transformers'; no page leaked. Then the default (bf16) runtime on the GPU generates from the
-// embedded model and from a fixture without error, on the device it says. Skips without a GPU.
+// transformers'; no page leaked. Prompt logprobs (a logits row per prompt token, the model's last
+// num_logit_rows rows on the device): each prompt token's logprob and top 5 are transformers'
+// (float64 log-softmax of its row, within 1e-4) under chunked prefill and a small pool. Then the
+// default (bf16) runtime on the GPU generates from the embedded model and from a fixture without
+// error, on the device it says. Skips without a GPU.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/gpu_skip.h"
@@ -90,6 +94,69 @@ TEST_P(EngineOnCuda, GreedyTokensEqualTransformers) {
     if (setup.num_pages) preemptions += engine.stats().num_preemptions;
   }
   EXPECT_GT(preemptions, 0) << "the small pool never preempted: the test does not cover it";
+}
+
+TEST_P(EngineOnCuda, PromptLogprobsEqualTransformers) {
+  REQUIRE_GPU();
+  const model::testing::Fixture fixture = model::testing::Fixture::load(GetParam());
+  constexpr double kBound = 1e-4;
+  constexpr int32_t kTop = 5;
+  SamplingParams params;
+  params.temperature = 0.0;
+  params.max_tokens = 1;
+  params.ignore_eos = true;
+  params.prompt_logprobs = kTop;
+  for (const EngineSetup& setup :
+       std::vector<EngineSetup>{{16, 0, true, 0}, {16, 7, true, 0}, {1, 16, true, 5 * 16}}) {
+    SCOPED_TRACE(fmt::format("{}: page {} budget {} pages {}", GetParam(), setup.page_size,
+                             setup.budget, setup.num_pages));
+    RuntimeOptions options;
+    options.model.device = "cuda";
+    options.model.compute_dtype = DType::kF32;
+    options.kv_dtype = DType::kF32;
+    options.page_size = setup.page_size;
+    options.num_pages = setup.num_pages ? setup.num_pages : 2048;
+    auto runtime = ModelRuntime::open(fixture.directory, options);
+    EngineConfig config = runtime->engine_config();
+    config.max_tokens_per_step = setup.budget > 0 ? setup.budget : config.max_tokens_per_step;
+    config.prefix_cache = setup.prefix_cache;
+    Engine engine(config, *runtime);
+    std::vector<Engine::Handle> handles;
+    for (const auto& prompt : fixture.prompts) {
+      handles.push_back(engine.add_request(prompt.prompt, params));
+    }
+    std::vector<std::vector<TokenLogprob>> got(handles.size());
+    while (engine.has_work()) {
+      engine.step();
+      for (size_t r = 0; r < handles.size(); ++r) {
+        while (auto event = handles[r].stream->try_pop()) {
+          if (!event->prompt_logprobs.empty()) got[r] = event->prompt_logprobs;
+        }
+      }
+    }
+    for (size_t r = 0; r < handles.size(); ++r) {
+      const model::testing::FixturePrompt& prompt = fixture.prompts[r];
+      ASSERT_EQ(got[r].size(), prompt.prompt.size() - 1) << "prompt " << r;
+      for (size_t i = 0; i + 1 < prompt.prompt.size(); ++i) {
+        const std::vector<double> row =
+            model::testing::log_softmax(fixture.row(prompt.first_row + static_cast<int64_t>(i)));
+        std::vector<double> sorted = row;
+        std::sort(sorted.begin(), sorted.end(), std::greater<>());
+        const TokenLogprob& entry = got[r][i];
+        EXPECT_EQ(entry.token, prompt.prompt[i + 1]);
+        EXPECT_NEAR(entry.logprob, row[static_cast<size_t>(entry.token)], kBound)
+            << "prompt " << r << " token " << i + 1;
+        ASSERT_EQ(entry.top.size(), static_cast<size_t>(kTop));
+        for (size_t k = 0; k < entry.top.size(); ++k) {
+          EXPECT_NEAR(entry.top[k].second, row[static_cast<size_t>(entry.top[k].first)], kBound);
+          EXPECT_NEAR(entry.top[k].second, sorted[k], kBound) << "top " << k;
+        }
+      }
+    }
+    engine.check_consistency();
+    engine.clear_prefix_cache();
+    EXPECT_EQ(engine.allocator().num_free_pages(), config.num_pages) << "pages leaked";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineOnCuda,

@@ -3,8 +3,11 @@
 //   node openai_client.cjs <base url> <expected.json>
 // expected.json (written by the C++ test from its greedy reference): {"model", "chat_prompt",
 // "chat_text", "completion_prompt", "completion_text", "max_tokens"} and optionally
-// "chat_token_bytes" / "chat_token_strings" (each chat token's logprobs bytes and token). Every check that fails is
-// printed; the exit code is the number of failures (0: all passed).
+// "chat_token_bytes" / "chat_token_strings" (each chat token's logprobs bytes and token), and
+// "batch_prompts" / "batch_texts" / "batch_logprob_sums" (a batch of token-id prompts scored as
+// lm-evaluation-harness does: echo, logprobs 1, max_tokens 1; each choice's text, and the sum of
+// its prompt tokens' logprobs after the first). Every check that fails is printed; the exit code
+// is the number of failures (0: all passed).
 // With "tools" in expected.json the tool-calling run replaces it: {"model", "tools", "content",
 // "calls": [{"name", "arguments"}]}: the model writes those calls, which the client must parse
 // from the non-streaming response, from the raw stream and through the SDK's own stream helper
@@ -120,6 +123,31 @@ async function main() {
   } catch (error) {
     check(error instanceof OpenAI.BadRequestError, 'empty messages -> BadRequestError', error.status);
     check(error.param === 'messages', 'empty messages param', error.param);
+  }
+  if (expected.batch_prompts) {
+    const scoredBatch = await client.completions.create({
+      model: expected.model, prompt: expected.batch_prompts, echo: true, logprobs: 1,
+      max_tokens: 1, temperature: 0, seed: 1234 });
+    check(scoredBatch.choices.length === expected.batch_prompts.length, 'batch choices',
+          scoredBatch.choices.length);
+    scoredBatch.choices.forEach((choice, i) => {
+      const logprobs = choice.logprobs;
+      const length = expected.batch_prompts[i].length;
+      check(choice.index === i, `batch index ${i}`, choice.index);
+      check(choice.text === expected.batch_texts[i], `batch text ${i}`,
+            [choice.text, expected.batch_texts[i]]);
+      check(logprobs.token_logprobs.length === length + 1 && logprobs.tokens.length === length + 1 &&
+            logprobs.text_offset.length === length + 1, `batch logprobs length ${i}`,
+            logprobs.token_logprobs.length);
+      check(logprobs.token_logprobs[0] === null && logprobs.top_logprobs[0] === null,
+            `batch first prompt token null ${i}`);
+      // lm-evaluation-harness' sum: the prompt's tokens after the first, not the generated one.
+      const sum = logprobs.token_logprobs.slice(1, length).reduce((a, b) => a + b, 0);
+      check(Math.abs(sum - expected.batch_logprob_sums[i]) < 1e-4, `batch logprob sum ${i}`,
+            [sum, expected.batch_logprob_sums[i]]);
+    });
+    check(scoredBatch.usage.completion_tokens === expected.batch_prompts.length, 'batch usage',
+          scoredBatch.usage);
   }
   const again = await client.completions.create({ ...common, prompt: expected.completion_prompt });
   check(again.choices[0].text === expected.completion_text, 'serving after errors');
