@@ -350,7 +350,7 @@ TEST(ToolCallsProtocol, ToolChoice) {
   EXPECT_EQ(std::get<PreparedRequest>(ok).tool_call_format, ToolCallFormat::kNone);
   // The tools reach the template whatever tool_choice says.
   EXPECT_EQ(
-      std::get<PreparedRequest>(ok).prompt.size(),
+      std::get<PreparedRequest>(ok).prompts.at(0).size(),
       ("tools: " + OrderedJson::parse(kToolList.substr(11)).dump() + "\nuser: hi\nassistant: ")
           .size());
   ok = prepare(R"(, "tool_choice": "none")");  // no tools: nothing to refuse
@@ -399,7 +399,7 @@ TEST(ToolCallsProtocol, MessagesWithToolCalls) {
   const std::string expected =
       "user: q\nassistant: <call f {\"z\": 1, \"a\": 2}><call g {\"z\":1,\"a\":[true]}>\n"
       "tool: r1 (for a)\ntool: r2 (for )\nassistant: ";
-  EXPECT_EQ(std::get<PreparedRequest>(ok).prompt, bytes_of(expected));
+  EXPECT_EQ(std::get<PreparedRequest>(ok).prompts.at(0), bytes_of(expected));
 
   expect_messages_refused(R"([{"role": "tool", "content": "r"}])", "messages[0].tool_call_id");
   expect_messages_refused(R"([{"role": "tool", "tool_call_id": 5, "content": "r"}])",
