@@ -7,7 +7,8 @@
 // the request's pages are freed and its streams get a finishing event (reason abort).
 //
 // One step: drain the inbox (new requests join the waiting queue; aborts finish) -> schedule ->
-// forward -> sample the rows that want logits -> stop checks (stop token ids, EOS unless
+// forward -> sample the rows that want logits (on the host, or by the runner where it samples:
+// EngineConfig::model_sampling) -> stop checks (stop token ids, EOS unless
 // ignore_eos, stop strings on the detokenized text, max_tokens) -> events to the streams ->
 // release what finished. n > 1 choices share the prompt's full pages: the later choices wait
 // for the first one's prefill and then take references to its pages (no copy).
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -50,6 +52,10 @@ struct EngineConfig {
   bool prefix_cache = true;
   std::vector<int32_t> eos_token_ids;
   uint64_t seed = 0;  // requests without a seed get one derived from this and their id
+  // Rows of requests without logit bias, penalties or top-n logprobs are sampled by the runner
+  // (ModelRunner::forward_sampled: same algorithm, only tokens come back). Unset: when the runner
+  // prefers it (ModelRuntime: a model on a GPU).
+  std::optional<bool> model_sampling;
 };
 
 struct EngineStats {
@@ -114,7 +120,10 @@ class Engine {
                      std::shared_ptr<RequestStream> stream);
   // What the sampler needs of `choice`: its prompt, output, seed, choice index and position.
   SampleContext context_of(const Choice& choice) const;
-  // Samples every logits row of the step (in parallel when large), then advances each choice.
+  // The rows of the step the runner samples (model_sampling): fills row_sampling_ (empty: none).
+  void plan_model_sampling(const ScheduleResult& result);
+  // Samples every logits row of the step (in parallel when large; the rows the runner sampled take
+  // its token), then advances each choice.
   void sample_rows(const ScheduleResult& result);
   // Appends the sampled token to `choice`, applies the stop checks, fills its pending event.
   void advance(Choice& choice, TokenLogprob sampled);
@@ -133,6 +142,9 @@ class Engine {
   std::vector<Sampler> samplers_;  // one per sampling thread
   std::vector<Choice*> sampling_choices_;
   std::vector<TokenLogprob> sampled_;
+  bool model_sampling_ = false;
+  std::vector<ops::RowSampling> row_sampling_;  // [logit rows] when the runner samples some
+  std::vector<ops::SampledToken> model_sampled_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;  // live, engine thread
   std::unordered_map<SequenceId, Choice*> choices_;
   SequenceId next_sequence_ = 0;

@@ -72,6 +72,7 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, DetokenizerFactory deto
   threads = std::max(1, omp_get_max_threads());
 #endif
   samplers_.resize(static_cast<size_t>(threads));
+  model_sampling_ = config_.model_sampling.value_or(runner_.prefers_model_sampling());
   inbox_ = std::make_unique<Inbox>();
   publish_stats();
 }
@@ -265,6 +266,23 @@ SampleContext Engine::context_of(const Choice& choice) const {
   return context;
 }
 
+void Engine::plan_model_sampling(const ScheduleResult& result) {
+  row_sampling_.clear();
+  if (!model_sampling_) return;
+  bool any = false;
+  for (size_t i = 0; i < result.scheduled.size(); ++i) {
+    if (result.plan.sequences[i].num_logit_rows != 1) continue;
+    const Choice& choice = *choices_.at(result.scheduled[i]->id);
+    const SamplingParams& params = choice.request->params;
+    const bool eligible = model_can_sample(params);
+    row_sampling_.push_back(eligible ? row_sampling(params, context_of(choice))
+                                     : ops::RowSampling{});
+    any = any || eligible;
+  }
+  if (!any) row_sampling_.clear();
+  model_sampled_.assign(row_sampling_.size(), ops::SampledToken{});
+}
+
 void Engine::sample_rows(const ScheduleResult& result) {
   // Rows are independent (a row's token depends on its logits, parameters and context only), so
   // large batches sample on several threads, each with its own Sampler; tokens are appended
@@ -289,6 +307,11 @@ void Engine::sample_rows(const ScheduleResult& result) {
     thread = static_cast<size_t>(omp_get_thread_num());
 #endif
     const Choice& choice = *sampling_choices_[static_cast<size_t>(row)];
+    if (!row_sampling_.empty() && row_sampling_[static_cast<size_t>(row)].sample) {
+      const ops::SampledToken& drawn = model_sampled_[static_cast<size_t>(row)];
+      sampled_[static_cast<size_t>(row)] = TokenLogprob{drawn.token, drawn.logprob, {}};
+      continue;
+    }
     const std::span<const float> logits =
         std::span<const float>(logits_).subspan(static_cast<size_t>(row) * vocab, vocab);
     sampled_[static_cast<size_t>(row)] =
@@ -370,9 +393,20 @@ bool Engine::step() {
   num_computed_tokens_ += result.plan.num_tokens;
   const size_t vocab = static_cast<size_t>(limits_.vocab_size);
   logits_.resize(static_cast<size_t>(result.plan.num_logit_rows) * vocab);
+  plan_model_sampling(result);
   const auto forward_start = std::chrono::steady_clock::now();
   try {
-    runner_.forward(result.plan, logits_);
+    if (row_sampling_.empty()) {
+      runner_.forward(result.plan, logits_);
+    } else {
+      runner_.forward_sampled(result.plan, row_sampling_, logits_, model_sampled_);
+      for (size_t r = 0; r < row_sampling_.size(); ++r) {
+        PA_CHECK(!row_sampling_[r].sample ||
+                     (model_sampled_[r].token >= 0 && model_sampled_[r].token < limits_.vocab_size),
+                 "the runner sampled token {} for row {} (vocabulary {})", model_sampled_[r].token,
+                 r, limits_.vocab_size);
+      }
+    }
     forward_seconds_ += seconds_since(forward_start);
   } catch (const Error& error) {
     for (Sequence* sequence : result.scheduled) {

@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "cuda/cuda_backend.h"
 #include "model/cuda/kernels.h"
+#include "model/cuda/sampling.h"
 #include "model/cuda/state.h"
 #include "model/layers.h"
 
@@ -328,6 +329,8 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
   const int64_t chunk = std::min(t, kLogitChunk);
   s.head_x = s.allocate(chunk * hidden * c);
   s.logits = s.allocate(chunk * config.vocab_size * f);
+  s.sample_spec = s.allocate(t * static_cast<int64_t>(sizeof(DeviceRowSampling)));
+  s.sampled = s.allocate(t * static_cast<int64_t>(sizeof(ops::SampledToken)));
   s.token_ids = s.allocate(t * 4);
   s.positions = s.allocate(t * 4);
   s.logit_rows = s.allocate(t * 4);
@@ -421,16 +424,37 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
     }
   }
 
-  // The rows asked for: residual + the last MLP output, final norm, lm_head, in chunks of rows.
+  // The rows asked for: residual + the last MLP output, final norm, lm_head, in chunks of rows;
+  // with Step::sampling, the sampled rows of each chunk are drawn on the device (sampling.cu) and
+  // only the other rows' logits are copied back.
   const std::vector<int64_t>& rows = s.planner.logit_rows(step);
   const int64_t n = static_cast<int64_t>(rows.size()), vocab = s.config.vocab_size;
   std::vector<int32_t> row_index(rows.begin(), rows.end());
   copy_to_device(s, s.logit_rows.data(), row_index.data(), n);
+  const bool sampling = !step.sampling.empty();  // one entry per row: checked by prepare()
+  auto sampled_on_device = [&](int64_t r) {
+    return sampling && step.sampling[static_cast<size_t>(r)].sample;
+  };
+  int64_t value_rows = n;
+  if (sampling) {
+    PA_CHECK(vocab <= kMaxSampledVocab, "step: sampling on the device holds vocabularies up to {}, "
+             "the model's is {}", kMaxSampledVocab, vocab);
+    s.host_sampling.assign(static_cast<size_t>(n), DeviceRowSampling{});
+    for (int64_t r = 0; r < n; ++r) {
+      if (!sampled_on_device(r)) continue;
+      DeviceRowSampling& spec = s.host_sampling[static_cast<size_t>(r)];
+      spec.filter = ops::row_filter(step.sampling[static_cast<size_t>(r)]);
+      spec.sample = 1;
+      --value_rows;
+    }
+    copy_to_device(s, s.sample_spec.data(), s.host_sampling.data(), n);
+  }
   Logits logits;
   logits.rows = n;
   logits.vocab = vocab;
-  logits.values.resize(static_cast<size_t>(n * vocab));
+  logits.values.resize(static_cast<size_t>(value_rows * vocab));
   const int64_t chunk = std::min(s.max_tokens, kLogitChunk);
+  int64_t value_row = 0;
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t count = std::min(chunk, n - start);
     AddNormArgs norm;
@@ -446,9 +470,31 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
     add_rms_norm(norm, s.stream);
     s.blas->linear(count, vocab, hidden, s.head_x.data(), hidden, s.lm_head->data(), hidden,
                    s.compute, s.logits.data(), vocab, DType::kF32);
-    // Into pageable memory: returns when the copy is done, so the chunk buffer can be reused.
-    PA_CUDA_CHECK(cudaMemcpyAsync(logits.values.data() + start * vocab, s.logits.data(),
-                                  static_cast<size_t>(count * vocab) * sizeof(float),
+    if (sampling) {
+      sample_rows(ptr<float>(s.logits), count, vocab, ptr<DeviceRowSampling>(s.sample_spec) + start,
+                  ptr<ops::SampledToken>(s.sampled) + start, s.stream);
+    }
+    // The rows left to the host, a run of consecutive ones per copy. Into pageable memory: returns
+    // when the copy is done (the next chunk's GEMM, later on the stream, overwrites the buffer).
+    for (int64_t r = 0; r < count;) {
+      if (sampled_on_device(start + r)) {
+        ++r;
+        continue;
+      }
+      int64_t end = r + 1;
+      while (end < count && !sampled_on_device(start + end)) ++end;
+      PA_CUDA_CHECK(cudaMemcpyAsync(logits.values.data() + value_row * vocab,
+                                    ptr<float>(s.logits) + r * vocab,
+                                    static_cast<size_t>((end - r) * vocab) * sizeof(float),
+                                    cudaMemcpyDeviceToHost, s.stream));
+      value_row += end - r;
+      r = end;
+    }
+  }
+  if (sampling) {
+    logits.sampled.resize(static_cast<size_t>(n));
+    PA_CUDA_CHECK(cudaMemcpyAsync(logits.sampled.data(), s.sampled.data(),
+                                  static_cast<size_t>(n) * sizeof(ops::SampledToken),
                                   cudaMemcpyDeviceToHost, s.stream));
   }
   PA_CUDA_CHECK(cudaEventRecord(s.done_event, s.stream));
@@ -466,6 +512,14 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
   s.timing = timing;
   std::swap(s.done_event, s.previous_done_event);
   s.has_previous_done = true;
+  for (int64_t r = 0; sampling && r < n; ++r) {
+    if (!sampled_on_device(r)) {
+      logits.sampled[static_cast<size_t>(r)] = ops::SampledToken{};  // the kernel skipped it
+      continue;
+    }
+    PA_CHECK(logits.sampled[static_cast<size_t>(r)].token >= 0,
+             "sampling: logits row {}: every logit is -inf or NaN (nothing to sample)", r);
+  }
   return logits;
 }
 
