@@ -76,6 +76,15 @@ TEST_P(ForwardErrors, BadStepsAreRejectedBeforeAnyStore) {
   expect_error(model, pool, s, "outside the vocabulary");
   s.requests = {{one, 5, far_position, table}};
   expect_error(model, pool, s, "position 1048576");
+  s.requests = {{one, 5, {}, table}};
+  s.sampling = {ops::RowSampling{}, ops::RowSampling{}};
+  expect_error(model, pool, s, "sampling has 2 entries for 1 logits rows");
+  ops::RowSampling bad_top_p;
+  bad_top_p.sample = true;
+  bad_top_p.top_p = 0.0;
+  s.sampling = {bad_top_p};
+  expect_error(model, pool, s, "top_p 0");
+  s.sampling = {};
   s.requests = {};
   expect_error(model, pool, s, "no requests");
 }

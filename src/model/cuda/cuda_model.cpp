@@ -491,7 +491,7 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
       r = end;
     }
   }
-  if (sampling) {
+  if (sampling && n > 0) {
     logits.sampled.resize(static_cast<size_t>(n));
     PA_CUDA_CHECK(cudaMemcpyAsync(logits.sampled.data(), s.sampled.data(),
                                   static_cast<size_t>(n) * sizeof(ops::SampledToken),
