@@ -117,7 +117,7 @@ void RowSampler::filter(std::span<float> logits, const RowFilter& filter) {
   double total = 0.0;
   for (const int32_t t : candidates_) total += weights_[static_cast<size_t>(t)];
   const double target = filter.top_p * total;
-  double mass = 0.0, last = 0.0;
+  double mass = 0.0, before = 0.0;
   size_t keep = 0;
   size_t sorted = 0;
   while (keep < candidates_.size() && mass < target) {
@@ -127,13 +127,15 @@ void RowSampler::filter(std::span<float> logits, const RowFilter& filter) {
                         candidates_.begin() + static_cast<ptrdiff_t>(sorted), candidates_.end(),
                         order);
     }
-    last = weights_[static_cast<size_t>(candidates_[keep])];
-    mass += last;
+    before = mass;
+    mass += weights_[static_cast<size_t>(candidates_[keep])];
     ++keep;
   }
-  // Reached: the cut moves if target crosses mass - last or mass; ran out: if it crosses mass.
-  margin_ = mass >= target ? std::min(target - (mass - last), mass - target) : target - mass;
-  margin_ /= total;
+  // The cut moves if target crosses the mass before the last kept token (unless that is the
+  // first: one is always kept) or the mass with it (unless every token is kept already).
+  margin_ = 1.0;
+  if (keep >= 2) margin_ = std::min(margin_, (target - before) / total);
+  if (keep < candidates_.size()) margin_ = std::min(margin_, (mass - target) / total);
   filter_margin_ = margin_;
   keep = std::max<size_t>(keep, 1);
   for (size_t i = keep; i < candidates_.size(); ++i) {
@@ -149,12 +151,15 @@ int32_t RowSampler::draw(std::span<const float> logits, double uniform) {
   for (const int32_t t : candidates_) total += weights_[static_cast<size_t>(t)];
   const double target = uniform * total;
   double cumulative = 0.0;
-  for (const int32_t t : candidates_) {
+  for (size_t i = 0; i < candidates_.size(); ++i) {
     const double before = cumulative;
-    cumulative += weights_[static_cast<size_t>(t)];
+    cumulative += weights_[static_cast<size_t>(candidates_[i])];
     if (target < cumulative) {
-      margin_ = std::min(filter_margin_, std::min(target - before, cumulative - target) / total);
-      return t;
+      // Boundaries that can change the token: not before the first, not after the last.
+      margin_ = filter_margin_;
+      if (i > 0) margin_ = std::min(margin_, (target - before) / total);
+      if (i + 1 < candidates_.size()) margin_ = std::min(margin_, (cumulative - target) / total);
+      return candidates_[i];
     }
   }
   margin_ = 0.0;  // only rounding gets here

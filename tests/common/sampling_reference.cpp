@@ -35,7 +35,12 @@ int32_t SamplingReference::draw(double u, double* margin) const {
     const double before = cumulative;
     cumulative += weights[i];
     if (target < cumulative) {
-      if (margin) *margin = std::min(target - before, cumulative - target) / total;
+      // The boundaries that can change the token: not before the first, not after the last.
+      if (margin) {
+        *margin = 1.0;
+        if (i > 0) *margin = std::min(*margin, (target - before) / total);
+        if (i + 1 < kept.size()) *margin = std::min(*margin, (cumulative - target) / total);
+      }
       return kept[i];
     }
   }
@@ -107,15 +112,15 @@ SamplingReference sampling_reference(const std::vector<float>& logits, const Sam
     double mass = 0.0;
     size_t n = 0;
     ref.top_p_margin = 1.0;
-    while (n < order.size()) {
-      const double before = mass;
+    double before = 0.0;
+    while (n < order.size() && mass < target) {
+      before = mass;
       mass += weight(order[n++]);
-      if (mass >= target) {
-        ref.top_p_margin = std::min(target - before, mass - target) / total;
-        break;
-      }
     }
-    if (mass < target) ref.top_p_margin = (target - mass) / total;
+    // The count changes if target crosses the mass before the last kept token (unless it is the
+    // first: one is always kept) or the mass with it (unless all are kept).
+    if (n >= 2) ref.top_p_margin = std::min(ref.top_p_margin, (target - before) / total);
+    if (n < order.size()) ref.top_p_margin = std::min(ref.top_p_margin, (mass - target) / total);
     order.resize(std::max<size_t>(n, 1));
   } else {
     std::sort(order.begin(), order.end());  // the draw goes in id order

@@ -151,6 +151,12 @@ __device__ Selection select(const RowView& row, Keys keys, bool by_count, Mass t
     }
     const uint64_t prefix = state.key;
     __syncthreads();
+    // Each thread sums its tokens while their digit stays the same and adds the run to the
+    // shared bins when it changes: the id keys' high digits (and runs of similar logits) would
+    // otherwise send every token's atomic to one bin. Integer sums: the order does not matter.
+    uint32_t run_digit = 0;
+    Mass run_mass = 0;
+    uint32_t run_count = 0;
     for (int32_t t = threadIdx.x; t < row.vocab; t += blockDim.x) {
       float v;
       uint64_t key;
@@ -158,8 +164,19 @@ __device__ Selection select(const RowView& row, Keys keys, bool by_count, Mass t
       if (keys == Keys::kId) key = 0xFFFFFFFFu - static_cast<uint32_t>(t);
       if (shift + 8 < 64 && (key >> (shift + 8)) != (prefix >> (shift + 8))) continue;
       const uint32_t digit = static_cast<uint32_t>(key >> shift) & 255u;
-      atomicAdd(&mass[digit], fixed_weight(v, row.top));
-      atomicAdd(&count[digit], 1u);
+      if (run_count > 0 && digit != run_digit) {
+        atomicAdd(&mass[run_digit], run_mass);
+        atomicAdd(&count[run_digit], run_count);
+        run_mass = 0;
+        run_count = 0;
+      }
+      run_digit = digit;
+      run_mass += fixed_weight(v, row.top);
+      ++run_count;
+    }
+    if (run_count > 0) {
+      atomicAdd(&mass[run_digit], run_mass);
+      atomicAdd(&count[run_digit], run_count);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
