@@ -65,7 +65,9 @@ bool is_greedy(const SamplingParams& params);
 ops::RowSampling row_sampling(const SamplingParams& params, const SampleContext& context);
 
 // Whether a model may draw this request's tokens (ops::RowSampling can say all it needs): no
-// logit bias, no penalties, no top-n logprobs (the sampled token's own logprob comes back).
+// logit bias, no penalties, no top-n logprobs (the sampled token's own logprob comes back). The
+// engine masks no logits otherwise (no min_tokens / EOS suppression yet): a mask added later must
+// keep its rows on the host while it is active.
 bool model_can_sample(const SamplingParams& params);
 
 }  // namespace pagedattn::engine

@@ -386,7 +386,28 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
              "token id {} at index {} is outside the vocabulary [0, {})", ids[i], i,
              s.config.vocab_size);
   }
+  // Step::sampling (one valid entry per logits row: checked by prepare()) as the kernel reads it.
+  const bool sampling = !step.sampling.empty();
+  auto sampled_on_device = [&](int64_t r) {
+    return sampling && step.sampling[static_cast<size_t>(r)].sample;
+  };
+  const int64_t n = static_cast<int64_t>(step.sampling.size());
+  int64_t sampled_rows = 0;
+  if (sampling) {
+    PA_CHECK(s.config.vocab_size <= kMaxSampledVocab,
+             "step: sampling on the device holds vocabularies up to {}, the model's is {}",
+             kMaxSampledVocab, s.config.vocab_size);
+    s.host_sampling.assign(static_cast<size_t>(n), DeviceRowSampling{});
+    for (int64_t r = 0; r < n; ++r) {
+      if (!sampled_on_device(r)) continue;
+      DeviceRowSampling& spec = s.host_sampling[static_cast<size_t>(r)];
+      spec.filter = ops::row_filter(step.sampling[static_cast<size_t>(r)]);
+      spec.sample = 1;
+      ++sampled_rows;
+    }
+  }
   const int64_t t = ctx.tokens, hidden = s.config.hidden_size;
+  copy_to_device(s, s.sample_spec.data(), s.host_sampling.data(), sampling ? n : 0);
   copy_to_device(s, s.token_ids.data(), ids.data(), t);
   copy_to_device(s, s.positions.data(), ctx.positions.data(), t);
   copy_to_device(s, s.slots.data(), ctx.slots.data(), t);
@@ -428,35 +449,18 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
   // with Step::sampling, the sampled rows of each chunk are drawn on the device (sampling.cu) and
   // only the other rows' logits are copied back.
   const std::vector<int64_t>& rows = s.planner.logit_rows(step);
-  const int64_t n = static_cast<int64_t>(rows.size()), vocab = s.config.vocab_size;
+  const int64_t vocab = s.config.vocab_size;
+  const int64_t num_rows = static_cast<int64_t>(rows.size());
   std::vector<int32_t> row_index(rows.begin(), rows.end());
-  copy_to_device(s, s.logit_rows.data(), row_index.data(), n);
-  const bool sampling = !step.sampling.empty();  // one entry per row: checked by prepare()
-  auto sampled_on_device = [&](int64_t r) {
-    return sampling && step.sampling[static_cast<size_t>(r)].sample;
-  };
-  int64_t value_rows = n;
-  if (sampling) {
-    PA_CHECK(vocab <= kMaxSampledVocab, "step: sampling on the device holds vocabularies up to {}, "
-             "the model's is {}", kMaxSampledVocab, vocab);
-    s.host_sampling.assign(static_cast<size_t>(n), DeviceRowSampling{});
-    for (int64_t r = 0; r < n; ++r) {
-      if (!sampled_on_device(r)) continue;
-      DeviceRowSampling& spec = s.host_sampling[static_cast<size_t>(r)];
-      spec.filter = ops::row_filter(step.sampling[static_cast<size_t>(r)]);
-      spec.sample = 1;
-      --value_rows;
-    }
-    copy_to_device(s, s.sample_spec.data(), s.host_sampling.data(), n);
-  }
+  copy_to_device(s, s.logit_rows.data(), row_index.data(), num_rows);
   Logits logits;
-  logits.rows = n;
+  logits.rows = num_rows;
   logits.vocab = vocab;
-  logits.values.resize(static_cast<size_t>(value_rows * vocab));
+  logits.values.resize(static_cast<size_t>((num_rows - sampled_rows) * vocab));
   const int64_t chunk = std::min(s.max_tokens, kLogitChunk);
   int64_t value_row = 0;
-  for (int64_t start = 0; start < n; start += chunk) {
-    const int64_t count = std::min(chunk, n - start);
+  for (int64_t start = 0; start < num_rows; start += chunk) {
+    const int64_t count = std::min(chunk, num_rows - start);
     AddNormArgs norm;
     norm.residual = ptr<float>(s.residual);
     norm.add = ptr<float>(s.branch);
