@@ -57,14 +57,14 @@ inline bool is_greedy(double temperature) { return temperature < 1e-5; }
 // The per-row constants both implementations derive from a RowSampling, computed once on the
 // host so that the CPU and the device use the same float values. Plain data, uploaded as is.
 struct RowFilter {
-  int32_t greedy = 0;               // 1: argmax (the rest unused)
-  int32_t top_k = 0;                // <= 0: off
-  float inverse_temperature = 1.0f; // float(1 / temperature)
-  float log_min_p = 0.0f;           // float(log(min_p)) when has_min_p
-  int32_t has_min_p = 0;            // min_p > 0
-  int32_t sorted_draw = 0;          // top_p < 1: top-p runs and the draw goes in value order
+  int32_t greedy = 0;                // 1: argmax (the rest unused)
+  int32_t top_k = 0;                 // <= 0: off
+  float inverse_temperature = 1.0f;  // float(1 / temperature)
+  float log_min_p = 0.0f;            // float(log(min_p)) when has_min_p
+  int32_t has_min_p = 0;             // min_p > 0
+  int32_t sorted_draw = 0;           // top_p < 1: top-p runs and the draw goes in value order
   double top_p = 1.0;
-  double uniform = 0.0;             // sampling_uniform(seed, choice, position)
+  double uniform = 0.0;  // sampling_uniform(seed, choice, position)
 };
 RowFilter row_filter(const RowSampling& spec);
 

@@ -178,10 +178,8 @@ bool ModelRuntime::prefers_model_sampling() const {
   return state_->model_sampling.value_or(device().type == DeviceType::kCUDA);
 }
 
-void ModelRuntime::forward_sampled(const StepPlan& plan,
-                                   std::span<const ops::RowSampling> sampling,
-                                   std::span<float> logits,
-                                   std::span<ops::SampledToken> sampled) {
+void ModelRuntime::forward_sampled(const StepPlan& plan, std::span<const ops::RowSampling> sampling,
+                                   std::span<float> logits, std::span<ops::SampledToken> sampled) {
   PA_CHECK(static_cast<int64_t>(sampling.size()) == plan.num_logit_rows &&
                sampled.size() == sampling.size(),
            "forward: {} sampling entries and {} outputs for {} logit rows", sampling.size(),

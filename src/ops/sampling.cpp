@@ -104,7 +104,8 @@ void RowSampler::filter(std::span<float> logits, const RowFilter& filter) {
   weights_.resize(vocab);
   const double top = static_cast<double>(max_logit);
   for (const int32_t t : candidates_) {
-    weights_[static_cast<size_t>(t)] = std::exp(static_cast<double>(logits[static_cast<size_t>(t)]) - top);
+    weights_[static_cast<size_t>(t)] =
+        std::exp(static_cast<double>(logits[static_cast<size_t>(t)]) - top);
   }
   filter_margin_ = margin_ = 1.0;
   if (!filter.sorted_draw) return;

@@ -164,23 +164,46 @@ SamplingSpec random_sampling_spec(std::mt19937_64& rng, int64_t vocab) {
   const double temperatures[] = {0.3, 0.7, 1.0, 1.0, 1.6};
   spec.temperature = temperatures[pick(5)];
   switch (pick(5)) {
-    case 0: spec.top_k = 1; break;
-    case 1: spec.top_k = static_cast<int32_t>(vocab); break;
-    case 2: spec.top_k = 1 + pick(static_cast<int>(std::min<int64_t>(vocab, 100))); break;
-    default: break;  // off
+    case 0:
+      spec.top_k = 1;
+      break;
+    case 1:
+      spec.top_k = static_cast<int32_t>(vocab);
+      break;
+    case 2:
+      spec.top_k = 1 + pick(static_cast<int>(std::min<int64_t>(vocab, 100)));
+      break;
+    default:
+      break;  // off
   }
   switch (pick(6)) {
-    case 0: spec.top_p = 1e-9; break;
-    case 1: spec.top_p = 0.5; break;
-    case 2: spec.top_p = 0.9; break;
-    case 3: spec.top_p = 0.05 + 0.9 * std::uniform_real_distribution<double>(0, 1)(rng); break;
-    default: break;  // 1
+    case 0:
+      spec.top_p = 1e-9;
+      break;
+    case 1:
+      spec.top_p = 0.5;
+      break;
+    case 2:
+      spec.top_p = 0.9;
+      break;
+    case 3:
+      spec.top_p = 0.05 + 0.9 * std::uniform_real_distribution<double>(0, 1)(rng);
+      break;
+    default:
+      break;  // 1
   }
   switch (pick(6)) {
-    case 0: spec.min_p = 1.0; break;
-    case 1: spec.min_p = 0.05; break;
-    case 2: spec.min_p = 0.3; break;
-    default: break;  // 0
+    case 0:
+      spec.min_p = 1.0;
+      break;
+    case 1:
+      spec.min_p = 0.05;
+      break;
+    case 2:
+      spec.min_p = 0.3;
+      break;
+    default:
+      break;  // 0
   }
   return spec;
 }

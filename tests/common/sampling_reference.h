@@ -22,13 +22,13 @@ struct SamplingSpec {
 
 struct SamplingReference {
   bool greedy = false;
-  std::vector<int32_t> kept;      // the kept tokens in draw order (greedy: the argmax alone)
-  std::vector<double> weights;    // exp(scaled - max) of each kept token
-  double top_p_margin = 1.0;      // |top_p * total - nearest prefix boundary| / total
-  double uniform = 0.0;           // the draw's number (splitmix64, written here)
-  int32_t token = -1;             // the token for `uniform`
-  double draw_margin = 1.0;       // |u * kept total - nearest boundary| / kept total
-  double logprob = 0.0;           // of the token under the raw logits
+  std::vector<int32_t> kept;    // the kept tokens in draw order (greedy: the argmax alone)
+  std::vector<double> weights;  // exp(scaled - max) of each kept token
+  double top_p_margin = 1.0;    // |top_p * total - nearest prefix boundary| / total
+  double uniform = 0.0;         // the draw's number (splitmix64, written here)
+  int32_t token = -1;           // the token for `uniform`
+  double draw_margin = 1.0;     // |u * kept total - nearest boundary| / kept total
+  double logprob = 0.0;         // of the token under the raw logits
   // The token for another number u, and its margin.
   int32_t draw(double u, double* margin = nullptr) const;
 };

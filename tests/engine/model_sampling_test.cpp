@@ -120,8 +120,7 @@ std::vector<std::vector<ChoiceRun>> run_all(Engine& engine, const std::vector<Re
       if (!handles[i].stream) continue;
       while (auto event = handles[i].stream->try_pop()) {
         ChoiceRun& choice = out[i][static_cast<size_t>(event->index)];
-        choice.tokens.insert(choice.tokens.end(), event->token_ids.begin(),
-                             event->token_ids.end());
+        choice.tokens.insert(choice.tokens.end(), event->token_ids.begin(), event->token_ids.end());
         for (const TokenLogprob& lp : event->logprobs) choice.logprobs.push_back(lp.logprob);
         if (event->finished()) choice.reason = event->finish_reason;
       }
@@ -147,17 +146,47 @@ std::vector<Request> mixed_requests(int32_t vocab, uint64_t seed) {
     p.max_tokens = 8 + pick(20);
     p.seed = rng();
     switch (i % 11) {
-      case 0: p.temperature = 0.0; break;
-      case 1: p.temperature = 0.8; break;
-      case 2: p.temperature = 1.2; p.top_k = 5; break;
-      case 3: p.top_p = 0.7; break;
-      case 4: p.min_p = 0.1; p.top_k = 10; p.top_p = 0.9; break;
-      case 5: p.n = 3; break;
-      case 6: p.temperature = 0.9; p.repetition_penalty = 2.0; p.frequency_penalty = 2.0; break;
-      case 7: p.temperature = 0.0; p.logit_bias = {{pick(vocab), 5.0f}}; break;
-      case 8: p.logprobs = 0; break;
-      case 9: p.logprobs = 3; p.temperature = 0.7; break;
-      default: p.temperature = 0.0; p.logprobs = 0; break;
+      case 0:
+        p.temperature = 0.0;
+        break;
+      case 1:
+        p.temperature = 0.8;
+        break;
+      case 2:
+        p.temperature = 1.2;
+        p.top_k = 5;
+        break;
+      case 3:
+        p.top_p = 0.7;
+        break;
+      case 4:
+        p.min_p = 0.1;
+        p.top_k = 10;
+        p.top_p = 0.9;
+        break;
+      case 5:
+        p.n = 3;
+        break;
+      case 6:
+        p.temperature = 0.9;
+        p.repetition_penalty = 2.0;
+        p.frequency_penalty = 2.0;
+        break;
+      case 7:
+        p.temperature = 0.0;
+        p.logit_bias = {{pick(vocab), 5.0f}};
+        break;
+      case 8:
+        p.logprobs = 0;
+        break;
+      case 9:
+        p.logprobs = 3;
+        p.temperature = 0.7;
+        break;
+      default:
+        p.temperature = 0.0;
+        p.logprobs = 0;
+        break;
     }
     requests.push_back(std::move(request));
   }

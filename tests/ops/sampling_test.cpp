@@ -50,9 +50,9 @@ TEST(RowSampling, MatchesFloat64Reference) {
     const std::vector<float> logits = testing::random_sampling_row(rng, vocab, kind);
     const testing::SamplingSpec spec = testing::random_sampling_spec(rng, vocab);
     const RowSampling row = to_row(spec);
-    SCOPED_TRACE(::testing::Message() << "trial " << trial << " vocab " << vocab << " kind "
-                                      << kind << " T " << spec.temperature << " k " << spec.top_k
-                                      << " p " << spec.top_p << " min_p " << spec.min_p);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << " vocab " << vocab << " kind " << kind
+                                      << " T " << spec.temperature << " k " << spec.top_k << " p "
+                                      << spec.top_p << " min_p " << spec.min_p);
     bool any_finite = false;
     for (const float x : logits) any_finite |= std::isfinite(x);
     if (!any_finite) continue;
@@ -78,7 +78,8 @@ TEST(RowSampling, MatchesFloat64Reference) {
     const std::span<const int32_t> kept = sampler.candidates();
     ASSERT_EQ(std::vector<int32_t>(kept.begin(), kept.end()), ref.kept);
     for (size_t t = 0; t < logits.size(); ++t) {
-      const bool is_kept = std::find(ref.kept.begin(), ref.kept.end(), int32_t(t)) != ref.kept.end();
+      const bool is_kept =
+          std::find(ref.kept.begin(), ref.kept.end(), int32_t(t)) != ref.kept.end();
       ASSERT_EQ(work[t] > -std::numeric_limits<float>::infinity(), is_kept) << "token " << t;
     }
     (filter.sorted_draw ? sorted_rows : id_rows) += 1;
@@ -102,9 +103,10 @@ TEST(RowSampling, MatchesFloat64Reference) {
       EXPECT_GT(got.margin, 0.0);
     }
   }
-  std::printf("%d rows (%d value-order, %d id-order draws): %d top-p cuts within 1e-9, %d of %d "
-              "draws within 1e-6 of a boundary\n",
-              rows, sorted_rows, id_rows, near_top_p, near_draw, draws);
+  std::printf(
+      "%d rows (%d value-order, %d id-order draws): %d top-p cuts within 1e-9, %d of %d "
+      "draws within 1e-6 of a boundary\n",
+      rows, sorted_rows, id_rows, near_top_p, near_draw, draws);
   EXPECT_GT(rows, 2500);
   EXPECT_GT(sorted_rows, 300);
   EXPECT_GT(id_rows, 300);

@@ -30,10 +30,10 @@
 // +0 since the CPU compares them equal. Cost: 2 passes over the row for greedy; 2 + 4 (id draw)
 // + 4 (top-k) + 8 (top-p) + 8 (value draw) at most, each reading the row from L2 / HBM; the
 // passes after the first digit touch only the tokens that share it.
-#include <cub/block/block_reduce.cuh>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cub/block/block_reduce.cuh>
 #include <string>
 
 #include "cuda/cuda_check.h"
@@ -130,7 +130,7 @@ enum class Keys : int {
 struct Selection {
   int found;
   uint64_t key;
-  Mass above_mass, at_mass;      // of the kept tokens above key, and at key
+  Mass above_mass, at_mass;  // of the kept tokens above key, and at key
   uint32_t above_count, at_count;
 };
 
@@ -184,8 +184,8 @@ __device__ Selection select(const RowView& row, Keys keys, bool by_count, Mass t
       uint32_t above_count = state.above_count;
       int found = -1;
       for (int d = 255; d >= 0; --d) {
-        const Mass reach = by_count ? static_cast<Mass>(above_count) + count[d]
-                                    : above_mass + mass[d];
+        const Mass reach =
+            by_count ? static_cast<Mass>(above_count) + count[d] : above_mass + mass[d];
         if (reach >= target) {
           found = d;
           break;
@@ -269,7 +269,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (f.sorted_draw) {
       const double want = ceil(f.top_p * static_cast<double>(total));
-      const Selection p = select(row, Keys::kComposite, false, want < 1.0 ? 1 : static_cast<Mass>(want));
+      const Selection p =
+          select(row, Keys::kComposite, false, want < 1.0 ? 1 : static_cast<Mass>(want));
       if (p.found) {
         row.cut = p.key;
         total = p.above_mass + p.at_mass;
@@ -277,10 +278,10 @@ __global__ void __launch_bounds__(kThreads)
     }
     Mass target = static_cast<Mass>(floor(f.uniform * static_cast<double>(total))) + 1;
     if (target > total) target = total;  // u * total rounded up to total: the last token
-    const Selection d =
-        select(row, f.sorted_draw ? Keys::kComposite : Keys::kId, false, target);
+    const Selection d = select(row, f.sorted_draw ? Keys::kComposite : Keys::kId, false, target);
     // total >= 2^40 (the max's own weight) unless the max is +inf: then no token (an Error).
-    if (d.found && total > 0) token = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(d.key));
+    if (d.found && total > 0)
+      token = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(d.key));
   }
   if (threadIdx.x == 0) {
     out[blockIdx.x].token = token;

@@ -153,14 +153,34 @@ ops::RowSampling edge_row(size_t i, int64_t vocab, uint64_t seed) {
   row.seed = seed;
   row.position = i;
   switch (i) {
-    case 0: row.temperature = 0.0; break;
-    case 1: row.top_k = 1; break;
-    case 2: row.top_k = static_cast<int32_t>(vocab); break;
-    case 3: row.top_p = 1e-9; break;
-    case 4: row.top_p = 1.0; row.temperature = 0.5; break;
-    case 5: row.min_p = 1.0; break;
-    case 6: row.top_k = 1; row.top_p = 1e-9; row.min_p = 1.0; row.temperature = 2.0; break;
-    default: row.sample = false; break;  // left to the host
+    case 0:
+      row.temperature = 0.0;
+      break;
+    case 1:
+      row.top_k = 1;
+      break;
+    case 2:
+      row.top_k = static_cast<int32_t>(vocab);
+      break;
+    case 3:
+      row.top_p = 1e-9;
+      break;
+    case 4:
+      row.top_p = 1.0;
+      row.temperature = 0.5;
+      break;
+    case 5:
+      row.min_p = 1.0;
+      break;
+    case 6:
+      row.top_k = 1;
+      row.top_p = 1e-9;
+      row.min_p = 1.0;
+      row.temperature = 2.0;
+      break;
+    default:
+      row.sample = false;
+      break;  // left to the host
   }
   return row;
 }
@@ -222,32 +242,32 @@ TEST(SamplingKernelEdges, TiesNanAndSignedZero) {
   greedy.temperature = 0.0;
   std::vector<float> ties = base;
   ties[7] = ties[100] = ties[150000] = 4.0f;
-  add(ties, greedy);                                  // 7
+  add(ties, greedy);  // 7
   std::vector<float> nan_first = ties;
   nan_first[0] = kNan;
   nan_first[5] = kNan;
-  add(nan_first, greedy);                             // 7
+  add(nan_first, greedy);                                             // 7
   add(std::vector<float>(static_cast<size_t>(vocab), kNan), greedy);  // vocab - 1
   std::vector<float> zeros(static_cast<size_t>(vocab), -5.0f);
   zeros[3] = -0.0f;
   zeros[9] = 0.0f;
-  add(zeros, greedy);                                 // 3
+  add(zeros, greedy);  // 3
   for (uint64_t position = 0; position < 16; ++position) {
     ops::RowSampling top1;
     top1.top_k = 1;
     top1.seed = 11;
     top1.position = position;
-    add(zeros, top1);                                 // 3 or 9, as the CPU draws
+    add(zeros, top1);  // 3 or 9, as the CPU draws
     ops::RowSampling tiny;
     tiny.top_p = 1e-9;
     tiny.seed = 12;
     tiny.position = position;
-    add(ties, tiny);                                  // 7
+    add(ties, tiny);  // 7
     ops::RowSampling min_p1;
     min_p1.min_p = 1.0;
     min_p1.seed = 13;
     min_p1.position = position;
-    add(ties, min_p1);                                // 7, 100 or 150000, as the CPU draws
+    add(ties, min_p1);  // 7, 100 or 150000, as the CPU draws
   }
   std::vector<float> logits;
   for (const auto& row : rows) logits.insert(logits.end(), row.begin(), row.end());
