@@ -8,7 +8,8 @@
 //
 // One step: drain the inbox (new requests join the waiting queue; aborts finish) -> schedule ->
 // forward -> score prompt rows (prompt_logprobs) and sample the rows of each sequence's last token
-// -> stop checks (stop token ids, EOS unless
+// (on the host, or by the runner where it samples: EngineConfig::model_sampling) -> stop checks
+// (stop token ids, EOS unless
 // ignore_eos, stop strings on the detokenized text, max_tokens) -> events to the streams ->
 // release what finished. n > 1 choices share the prompt's full pages: the later choices wait
 // for the first one's prefill and then take references to its pages (no copy).
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -55,6 +57,10 @@ struct EngineConfig {
   // each); 0: as many as kScoringLogitsBytes of f32 logits hold (at least 16). A longer prompt
   // is scored over several steps.
   int64_t max_scoring_rows = 0;
+  // Rows of requests without logit bias, penalties or top-n logprobs are sampled by the runner
+  // (ModelRunner::forward_sampled: same algorithm, only tokens come back). Unset: when the runner
+  // prefers it (ModelRuntime: a model on a GPU).
+  std::optional<bool> model_sampling;
 };
 
 inline constexpr int64_t kScoringLogitsBytes = int64_t{256} << 20;
@@ -127,8 +133,10 @@ class Engine {
                      std::shared_ptr<RequestStream> stream, int32_t first_index);
   // What the sampler needs of `choice`: its prompt, output, seed, choice index and position.
   SampleContext context_of(const Choice& choice) const;
-  // Scores the prompt rows and samples the last rows of the step (in parallel when large), then
-  // advances each choice.
+  // The rows of the step the runner samples (model_sampling): fills row_sampling_ (empty: none).
+  void plan_model_sampling(const ScheduleResult& result);
+  // Scores the prompt rows and samples the last rows of the step (in parallel when large; the rows
+  // the runner sampled take its token), then advances each choice.
   void sample_rows(const ScheduleResult& result);
   // Appends the sampled token to `choice`, applies the stop checks, fills its pending event.
   void advance(Choice& choice, TokenLogprob sampled);
@@ -155,6 +163,9 @@ class Engine {
   std::vector<size_t> sample_slots_;  // per job: its index in sampled_ (sampling jobs)
   std::vector<Choice*> sampling_choices_;
   std::vector<TokenLogprob> sampled_;
+  bool model_sampling_ = false;
+  std::vector<ops::RowSampling> row_sampling_;  // [logit rows] when the runner samples some
+  std::vector<ops::SampledToken> model_sampled_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;  // live, engine thread
   std::unordered_map<SequenceId, Choice*> choices_;
   SequenceId next_sequence_ = 0;

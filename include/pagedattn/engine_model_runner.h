@@ -19,6 +19,8 @@
 #include <span>
 #include <vector>
 
+#include "pagedattn/sampling.h"
+
 namespace pagedattn::engine {
 
 using SequenceId = int64_t;
@@ -67,6 +69,18 @@ class ModelRunner {
   // r-th logit row in plan order (sequence by sequence). Throws Error on failure; the engine
   // then finishes the step's sequences with FinishReason::kError.
   virtual void forward(const StepPlan& plan, std::span<float> logits) = 0;
+
+  // Sampling by the runner (opt-in). The engine hands it the rows whose requests ops sampling can
+  // draw (pagedattn/sampling.h; no logit bias, penalties or top-n logprobs) when
+  // EngineConfig::model_sampling says so, by default when the runner prefers it: a model on a GPU,
+  // which then copies back one token per row instead of every logits row.
+  virtual bool prefers_model_sampling() const { return false; }
+  // Runs one step as forward() does; `sampling` and `sampled` are [plan.num_logit_rows]. Row r
+  // whose sampling[r].sample is set is drawn by the runner: sampled[r] = its token and logprob,
+  // logits row r left unwritten. The other rows' logits are written (sampled[r].token -1). The
+  // default runs forward() and draws the marked rows on the host with ops::RowSampler.
+  virtual void forward_sampled(const StepPlan& plan, std::span<const ops::RowSampling> sampling,
+                               std::span<float> logits, std::span<ops::SampledToken> sampled);
 };
 
 }  // namespace pagedattn::engine

@@ -9,12 +9,14 @@
 // StepPlan into the model's Step: the sequence's cached length is StepPlan's first_position, and
 // only the sequences that want logits (RequestStep::wants_logits) get their last rows
 // (RequestStep::num_logit_rows: one, or every row of a prompt-scoring chunk) through the final
-// norm and lm_head.
+// norm and lm_head; with forward_sampled, the rows the engine marks are sampled by the model
+// (Step::sampling) and only their tokens come back.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +39,9 @@ struct RuntimeOptions {
   double kv_memory_fraction = 0;
   int64_t kv_bytes = 256ll << 20;     // else as many pages as fit in this many bytes,
   int32_t max_sequences = 0;          // > 0: but no more than this many full-length sequences need
+  // Whether the engine should hand the rows the model can sample to it (prefers_model_sampling):
+  // unset: when the model is on a GPU (only tokens come back instead of every logits row).
+  std::optional<bool> model_sampling;
 };
 
 class ModelRuntime final : public ModelRunner {
@@ -53,6 +58,10 @@ class ModelRuntime final : public ModelRunner {
 
   int32_t vocab_size() const override;
   void forward(const StepPlan& plan, std::span<float> logits) override;
+  // Step::sampling: the rows drawn where the model runs (the CUDA kernel, or ops::RowSampler).
+  bool prefers_model_sampling() const override;
+  void forward_sampled(const StepPlan& plan, std::span<const ops::RowSampling> sampling,
+                       std::span<float> logits, std::span<ops::SampledToken> sampled) override;
 
   const model::ModelConfig& config() const;
   const model::Model& model() const;
@@ -68,6 +77,8 @@ class ModelRuntime final : public ModelRunner {
  private:
   struct State;
   explicit ModelRuntime(std::unique_ptr<State> state);
+  void run(const StepPlan& plan, std::span<const ops::RowSampling> sampling,
+           std::span<float> logits, std::span<ops::SampledToken> sampled);
   std::unique_ptr<State> state_;
 };
 

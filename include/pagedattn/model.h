@@ -25,7 +25,8 @@
 //    KV pool (on the device) are in the pool's dtype; the attention runs on the CUDA backends
 //    ("cuda", or "cuda_generic" for shapes it does not cover). Activations live in fixed device
 //    buffers sized at construction (ModelOptions::max_step_tokens). The logits come back to the
-//    host as f32 (src/model/cuda/).
+//    host as f32 (src/model/cuda/), except for the rows Step::sampling has sampled on the device:
+//    only their token and logprob come back.
 // The step structure is the same on both: plan once, per-layer calls on views, no per-token work
 // on the host.
 #pragma once
@@ -41,6 +42,7 @@
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/linear.h"
 #include "pagedattn/model_config.h"
+#include "pagedattn/sampling.h"
 
 namespace pagedattn::model {
 
@@ -113,16 +115,26 @@ enum class LogitsRows : uint8_t { kLastOfEachRequest, kAll };
 struct Step {
   std::vector<RequestStep> requests;
   LogitsRows rows = LogitsRows::kLastOfEachRequest;
+  // Sampling by the model, one entry per logits row (empty: every row's logits come back). A row
+  // whose entry has `sample` set gets its token drawn where the model runs (pagedattn/sampling.h's
+  // algorithm: the CUDA kernel on the GPU, ops::RowSampler on the CPU) and returns only that
+  // token and its logprob; its logits never leave the device. The other rows return their logits.
+  std::vector<ops::RowSampling> sampling;
 };
 
-// logits [rows, vocab] row-major, f32, over the requests that want logits only, in request order:
-// the last num_logit_rows rows of each such request in token order (kLastOfEachRequest) or one
-// per new token of it (kAll). rows may be 0.
+// The logits rows are those of the requests that want logits only, in request order: the last
+// num_logit_rows rows of each such request in token order (kLastOfEachRequest) or one per new
+// token of it (kAll). rows may be 0.
+// values [value_rows, vocab] row-major, f32: every row without Step::sampling; with it, only the
+// rows it leaves to the caller (sample unset), in row order. sampled [rows] with Step::sampling:
+// the token drawn and its logprob (token -1 for the rows left to the caller); else empty.
 struct Logits {
   int64_t rows = 0;
   int64_t vocab = 0;
   std::vector<float> values;
-  std::span<const float> row(int64_t r) const {
+  std::vector<ops::SampledToken> sampled;
+  int64_t value_rows() const { return vocab ? static_cast<int64_t>(values.size()) / vocab : 0; }
+  std::span<const float> row(int64_t r) const {  // r-th row of values
     return {values.data() + r * vocab, static_cast<size_t>(vocab)};
   }
 };
@@ -183,7 +195,9 @@ class Model {
   // the step is enqueued on the model's stream and waited for when the logits are copied back).
   // Throws Error naming the request and the problem for an empty request, a
   // block table too short, a page id outside the pool, a position outside the RoPE table, a
-  // token id outside the vocabulary; nothing is written to the pool then.
+  // token id outside the vocabulary, Step::sampling not one entry per logits row or with a
+  // parameter out of range; nothing is written to the pool then. A row sampled by the model whose
+  // logits are all -inf or NaN is an Error after the step (the KV is written).
   Logits forward(const Step& step, KvPool& pool);
 
   // The device's clock around the last forward (cuda; nullopt on the CPU or before the first

@@ -85,6 +85,7 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, DetokenizerFactory deto
   threads = std::max(1, omp_get_max_threads());
 #endif
   samplers_.resize(static_cast<size_t>(threads));
+  model_sampling_ = config_.model_sampling.value_or(runner_.prefers_model_sampling());
   inbox_ = std::make_unique<Inbox>();
   publish_stats();
 }
@@ -300,6 +301,29 @@ SampleContext Engine::context_of(const Choice& choice) const {
   return context;
 }
 
+void Engine::plan_model_sampling(const ScheduleResult& result) {
+  // One entry per logits row of the plan. Only the row of a sequence's last token, when that
+  // token samples (the chunk reaches the end of the sequence and max_tokens > 0), with parameters
+  // the model's sampler serves, is drawn by the runner; prompt-scoring rows need their logits.
+  row_sampling_.clear();
+  if (!model_sampling_) return;
+  bool any = false;
+  for (size_t i = 0; i < result.scheduled.size(); ++i) {
+    const ScheduledSequence& entry = result.plan.sequences[i];
+    if (entry.num_logit_rows == 0) continue;
+    row_sampling_.resize(row_sampling_.size() + static_cast<size_t>(entry.num_logit_rows - 1));
+    const Choice& choice = *choices_.at(result.scheduled[i]->id);
+    const SamplingParams& params = choice.request->params;
+    const bool eligible = entry.context_length() == choice.sequence.num_tokens() &&
+                          choice.sequence.max_output > 0 && model_can_sample(params);
+    row_sampling_.push_back(eligible ? row_sampling(params, context_of(choice))
+                                     : ops::RowSampling{});
+    any = any || eligible;
+  }
+  if (!any) row_sampling_.clear();
+  model_sampled_.assign(row_sampling_.size(), ops::SampledToken{});
+}
+
 void Engine::sample_rows(const ScheduleResult& result) {
   // Each sequence's logit rows are the last num_logit_rows of its new tokens. A row at a prompt
   // position before the last scores the next prompt token (prompt_logprobs; once per request);
@@ -351,6 +375,12 @@ void Engine::sample_rows(const ScheduleResult& result) {
     const RowJob& job = row_jobs_[static_cast<size_t>(j)];
     const Choice& choice = *job.choice;
     const SamplingParams& params = choice.request->params;
+    if (job.position < 0 && !row_sampling_.empty() &&
+        row_sampling_[static_cast<size_t>(job.row)].sample) {
+      const ops::SampledToken& drawn = model_sampled_[static_cast<size_t>(job.row)];
+      sampled_[sample_slot[static_cast<size_t>(j)]] = TokenLogprob{drawn.token, drawn.logprob, {}};
+      continue;
+    }
     const std::span<const float> logits =
         std::span<const float>(logits_).subspan(static_cast<size_t>(job.row) * vocab, vocab);
     if (job.position >= 0) {
@@ -449,9 +479,20 @@ bool Engine::step() {
   num_computed_tokens_ += result.plan.num_tokens;
   const size_t vocab = static_cast<size_t>(limits_.vocab_size);
   logits_.resize(static_cast<size_t>(result.plan.num_logit_rows) * vocab);
+  plan_model_sampling(result);
   const auto forward_start = std::chrono::steady_clock::now();
   try {
-    runner_.forward(result.plan, logits_);
+    if (row_sampling_.empty()) {
+      runner_.forward(result.plan, logits_);
+    } else {
+      runner_.forward_sampled(result.plan, row_sampling_, logits_, model_sampled_);
+      for (size_t r = 0; r < row_sampling_.size(); ++r) {
+        PA_CHECK(!row_sampling_[r].sample ||
+                     (model_sampled_[r].token >= 0 && model_sampled_[r].token < limits_.vocab_size),
+                 "the runner sampled token {} for row {} (vocabulary {})", model_sampled_[r].token,
+                 r, limits_.vocab_size);
+      }
+    }
     forward_seconds_ += seconds_since(forward_start);
   } catch (const Error& error) {
     for (Sequence* sequence : result.scheduled) {

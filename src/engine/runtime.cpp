@@ -35,6 +35,7 @@ struct ModelRuntime::State {
   model::KvPool pool;
   std::vector<int32_t> extra_eos;  // generation_config.json's eos_token_id
   std::vector<model::RequestStep> requests;
+  std::optional<bool> model_sampling;  // RuntimeOptions::model_sampling
 };
 
 namespace {
@@ -122,6 +123,7 @@ std::unique_ptr<ModelRuntime> ModelRuntime::open(const std::filesystem::path& di
   const int64_t weight_bytes = checkpoint.weight_bytes();
   auto state = std::make_unique<State>(std::move(checkpoint), std::nullopt, weight_bytes,
                                        std::move(model), std::move(kv_pool), std::move(extra_eos));
+  state->model_sampling = options.model_sampling;
   return std::unique_ptr<ModelRuntime>(new ModelRuntime(std::move(state)));
 }
 
@@ -135,6 +137,7 @@ std::unique_ptr<ModelRuntime> ModelRuntime::random(const model::ModelConfig& con
   auto state =
       std::make_unique<State>(std::nullopt, std::move(weights), weight_bytes, std::move(model),
                               std::move(kv_pool), std::vector<int32_t>{});
+  state->model_sampling = options.model_sampling;
   return std::unique_ptr<ModelRuntime>(new ModelRuntime(std::move(state)));
 }
 
@@ -168,6 +171,24 @@ EngineConfig ModelRuntime::engine_config() const {
 }
 
 void ModelRuntime::forward(const StepPlan& plan, std::span<float> logits) {
+  run(plan, {}, logits, {});
+}
+
+bool ModelRuntime::prefers_model_sampling() const {
+  return state_->model_sampling.value_or(device().type == DeviceType::kCUDA);
+}
+
+void ModelRuntime::forward_sampled(const StepPlan& plan, std::span<const ops::RowSampling> sampling,
+                                   std::span<float> logits, std::span<ops::SampledToken> sampled) {
+  PA_CHECK(static_cast<int64_t>(sampling.size()) == plan.num_logit_rows &&
+               sampled.size() == sampling.size(),
+           "forward: {} sampling entries and {} outputs for {} logit rows", sampling.size(),
+           sampled.size(), plan.num_logit_rows);
+  run(plan, sampling, logits, sampled);
+}
+
+void ModelRuntime::run(const StepPlan& plan, std::span<const ops::RowSampling> sampling,
+                       std::span<float> logits, std::span<ops::SampledToken> sampled) {
   const int64_t vocab = vocab_size();
   PA_CHECK(static_cast<int64_t>(logits.size()) == plan.num_logit_rows * vocab,
            "forward: logits of {} floats for {} rows of vocabulary {}", logits.size(),
@@ -179,6 +200,7 @@ void ModelRuntime::forward(const StepPlan& plan, std::span<float> logits) {
   model::Step step;
   step.rows = model::LogitsRows::kLastOfEachRequest;
   step.requests.reserve(plan.sequences.size());
+  step.sampling.assign(sampling.begin(), sampling.end());
   for (const ScheduledSequence& sequence : plan.sequences) {
     PA_CHECK(sequence.first_position <= std::numeric_limits<int32_t>::max(),
              "forward: sequence {} at position {} (beyond int32)", sequence.sequence,
@@ -196,11 +218,27 @@ void ModelRuntime::forward(const StepPlan& plan, std::span<float> logits) {
   }
   const model::Logits out = state_->model.forward(step, state_->pool);
   // Only the sequences that want logits had their last rows through the final norm and lm_head:
-  // out holds exactly the plan's logit rows, in plan order.
+  // out holds exactly the plan's logit rows, in plan order (values: those not sampled).
   PA_CHECK(out.rows == plan.num_logit_rows && out.vocab == vocab,
            "forward: {} logit rows of {} came back, the plan wants {} of {}", out.rows, out.vocab,
            plan.num_logit_rows, vocab);
-  std::copy(out.values.begin(), out.values.end(), logits.begin());
+  if (sampling.empty()) {
+    std::copy(out.values.begin(), out.values.end(), logits.begin());
+    return;
+  }
+  int64_t value_row = 0;
+  for (size_t r = 0; r < sampling.size(); ++r) {
+    sampled[r] = out.sampled[r];
+    if (sampling[r].sample) {
+      PA_CHECK(out.sampled[r].token >= 0 && out.sampled[r].token < vocab,
+               "forward: row {} sampled token {} (vocabulary {})", r, out.sampled[r].token, vocab);
+      continue;
+    }
+    const std::span<const float> row = out.row(value_row++);
+    std::copy(row.begin(), row.end(), logits.begin() + static_cast<ptrdiff_t>(r) * vocab);
+  }
+  PA_CHECK(value_row == out.value_rows(), "forward: {} logits rows came back for {} unsampled",
+           out.value_rows(), value_row);
 }
 
 void apply_generation_config(const std::filesystem::path& directory, SamplingParams& params) {

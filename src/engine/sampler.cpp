@@ -1,4 +1,5 @@
-// The CPU sampler (see engine_sampler.h for the order of operations and the generator).
+// The CPU sampler (see engine_sampler.h for the order of operations and the generator): logit
+// bias and penalties here, then ops::RowSampler's filters and draw (src/ops/sampling.cpp).
 //
 // The scratch vectors are vocab-sized and reused across calls; counts_ and seen_ are reset
 // through touched_, so a row costs O(vocab) plus O(prompt + output), not O(vocab) allocations.
@@ -13,16 +14,7 @@ namespace pagedattn::engine {
 
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// Descending by value, ascending id on ties: the one order every filter uses.
+// Descending by value, ascending id on ties: the order of the top-n logprobs.
 bool before(std::span<const float> values, int32_t a, int32_t b) {
   const float va = values[static_cast<size_t>(a)];
   const float vb = values[static_cast<size_t>(b)];
@@ -32,11 +24,29 @@ bool before(std::span<const float> values, int32_t a, int32_t b) {
 }  // namespace
 
 double sampling_uniform(uint64_t seed, uint64_t choice, uint64_t position) {
-  const uint64_t key = splitmix64(splitmix64(splitmix64(seed) ^ choice) ^ position);
-  return static_cast<double>(key >> 11) * 0x1.0p-53;
+  return ops::sampling_uniform(seed, choice, position);
 }
 
-bool is_greedy(const SamplingParams& params) { return params.temperature < 1e-5; }
+bool is_greedy(const SamplingParams& params) { return ops::is_greedy(params.temperature); }
+
+ops::RowSampling row_sampling(const SamplingParams& params, const SampleContext& context) {
+  ops::RowSampling spec;
+  spec.sample = true;
+  spec.temperature = params.temperature;
+  spec.top_k = params.top_k;
+  spec.top_p = params.top_p;
+  spec.min_p = params.min_p;
+  spec.seed = context.seed;
+  spec.choice = context.choice;
+  spec.position = context.position;
+  return spec;
+}
+
+bool model_can_sample(const SamplingParams& params) {
+  return params.logit_bias.empty() && params.repetition_penalty == 1.0 &&
+         params.presence_penalty == 0.0 && params.frequency_penalty == 0.0 &&
+         (!params.logprobs || *params.logprobs == 0);
+}
 
 void Sampler::apply_bias_and_penalties(std::span<float> logits, const SamplingParams& params,
                                        const SampleContext& context) {
@@ -78,73 +88,12 @@ void Sampler::apply_bias_and_penalties(std::span<float> logits, const SamplingPa
   touched_.clear();
 }
 
-void Sampler::filter(std::span<float> logits, const SamplingParams& params) {
-  const size_t vocab = logits.size();
-  const float inverse_temperature = static_cast<float>(1.0 / params.temperature);
-  float max_logit = kNegInf;
-  for (float& logit : logits) {
-    logit *= inverse_temperature;
-    max_logit = std::max(max_logit, logit);
-  }
-  PA_CHECK(max_logit > kNegInf, "sampler: every logit is -inf or NaN (nothing to sample)");
-  // min-p: p_i >= min_p * p_max  <=>  logit_i >= max + log(min_p).
-  const float min_p_floor =
-      params.min_p > 0.0 ? max_logit + static_cast<float>(std::log(params.min_p)) : kNegInf;
-  candidates_.clear();
-  for (size_t t = 0; t < vocab; ++t) {
-    if (logits[t] >= min_p_floor && logits[t] > kNegInf) {
-      candidates_.push_back(static_cast<int32_t>(t));
-    } else {
-      logits[t] = kNegInf;
-    }
-  }
-  const std::span<const float> values(logits.data(), vocab);
-  auto order = [&](int32_t a, int32_t b) { return before(values, a, b); };
-  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < candidates_.size()) {
-    const auto kth = candidates_.begin() + (params.top_k - 1);
-    std::nth_element(candidates_.begin(), kth, candidates_.end(), order);
-    const float threshold = logits[static_cast<size_t>(*kth)];
-    std::erase_if(candidates_, [&](int32_t t) {
-      if (logits[static_cast<size_t>(t)] >= threshold) return false;
-      logits[static_cast<size_t>(t)] = kNegInf;
-      return true;
-    });
-  }
-  if (params.top_p < 1.0) {
-    // Only the head of the order matters: sort the best `sorted` candidates, and sort more
-    // (x4) only while their mass falls short of top_p (a large vocabulary is never fully sorted
-    // in the usual case).
-    const double top = static_cast<double>(max_logit);
-    double total = 0.0;
-    for (const int32_t t : candidates_) total += std::exp(logits[static_cast<size_t>(t)] - top);
-    const double target = params.top_p * total;
-    double mass = 0.0;
-    size_t keep = 0;
-    size_t sorted = 0;
-    while (keep < candidates_.size() && mass < target) {
-      if (keep == sorted) {
-        sorted = std::min(candidates_.size(), std::max<size_t>(64, sorted * 4));
-        std::partial_sort(candidates_.begin() + static_cast<ptrdiff_t>(keep),
-                          candidates_.begin() + static_cast<ptrdiff_t>(sorted), candidates_.end(),
-                          order);
-      }
-      mass += std::exp(logits[static_cast<size_t>(candidates_[keep])] - top);
-      ++keep;
-    }
-    keep = std::max<size_t>(keep, 1);
-    for (size_t i = keep; i < candidates_.size(); ++i) {
-      logits[static_cast<size_t>(candidates_[i])] = kNegInf;
-    }
-    candidates_.resize(keep);
-  }
-}
-
 std::vector<float> Sampler::processed_logits(std::span<const float> logits,
                                              const SamplingParams& params,
                                              const SampleContext& context) {
   std::vector<float> out(logits.begin(), logits.end());
   apply_bias_and_penalties(out, params, context);
-  if (!is_greedy(params)) filter(out, params);
+  if (!is_greedy(params)) row_.filter(out, ops::row_filter(row_sampling(params, context)));
   return out;
 }
 
@@ -156,39 +105,18 @@ TokenLogprob Sampler::sample(std::span<const float> logits, const SamplingParams
                         params.presence_penalty != 0.0 || params.frequency_penalty != 0.0;
   TokenLogprob result;
   if (is_greedy(params)) {
-    // Plain greedy reads the row in place; ties and NaN go to the lowest id.
+    // Plain greedy reads the row in place.
     if (modifies) {
       work_.assign(logits.begin(), logits.end());
       apply_bias_and_penalties(work_, params, context);
     }
-    const std::span<const float> row = modifies ? std::span<const float>(work_) : logits;
-    size_t best = 0;
-    for (size_t t = 1; t < vocab; ++t) {
-      if (row[t] > row[best] || std::isnan(row[best])) best = t;
-    }
-    result.token = static_cast<int32_t>(best);
+    result.token = ops::greedy_token(modifies ? std::span<const float>(work_) : logits);
   } else {
+    const ops::RowFilter filter = ops::row_filter(row_sampling(params, context));
     work_.assign(logits.begin(), logits.end());
     apply_bias_and_penalties(work_, params, context);
-    filter(work_, params);
-    float top = kNegInf;
-    for (const int32_t t : candidates_) top = std::max(top, work_[static_cast<size_t>(t)]);
-    weights_.resize(candidates_.size());
-    double total = 0.0;
-    for (size_t i = 0; i < candidates_.size(); ++i) {
-      weights_[i] = std::exp(work_[static_cast<size_t>(candidates_[i])] - top);
-      total += weights_[i];
-    }
-    const double target = sampling_uniform(context.seed, context.choice, context.position) * total;
-    double cumulative = 0.0;
-    result.token = candidates_.back();
-    for (size_t i = 0; i < candidates_.size(); ++i) {
-      cumulative += weights_[i];
-      if (target < cumulative) {
-        result.token = candidates_[i];
-        break;
-      }
-    }
+    row_.filter(work_, filter);
+    result.token = row_.draw(work_, filter.uniform);
   }
   if (params.logprobs) return score(logits, result.token, *params.logprobs);
   return result;
@@ -199,11 +127,7 @@ TokenLogprob Sampler::score(std::span<const float> logits, int32_t token, int32_
   const size_t vocab = logits.size();
   PA_CHECK(token >= 0 && static_cast<size_t>(token) < vocab, "sampler: token {} outside [0, {})",
            token, vocab);
-  double max_logit = -std::numeric_limits<double>::infinity();
-  for (const float logit : logits) max_logit = std::max<double>(max_logit, logit);
-  double total = 0.0;
-  for (const float logit : logits) total += std::exp(static_cast<double>(logit) - max_logit);
-  const double log_total = max_logit + std::log(total);
+  const double log_total = ops::log_sum_exp(logits);
   auto logprob = [&](int32_t t) {
     return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(t)]) - log_total);
   };
@@ -212,12 +136,11 @@ TokenLogprob Sampler::score(std::span<const float> logits, int32_t token, int32_
   result.logprob = logprob(token);
   const size_t n = std::min<size_t>(static_cast<size_t>(std::max(top_n, 0)), vocab);
   if (n > 0) {
-    candidates_.resize(vocab);
-    for (size_t t = 0; t < vocab; ++t) candidates_[t] = static_cast<int32_t>(t);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(n),
-                      candidates_.end(),
+    order_.resize(vocab);
+    for (size_t t = 0; t < vocab; ++t) order_[t] = static_cast<int32_t>(t);
+    std::partial_sort(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(n), order_.end(),
                       [&](int32_t a, int32_t b) { return before(logits, a, b); });
-    for (size_t i = 0; i < n; ++i) result.top.emplace_back(candidates_[i], logprob(candidates_[i]));
+    for (size_t i = 0; i < n; ++i) result.top.emplace_back(order_[i], logprob(order_[i]));
   }
   return result;
 }

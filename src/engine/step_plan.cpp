@@ -1,4 +1,5 @@
-// flatten(): a StepPlan as the flat arrays a forward pass reads (see engine_model_runner.h).
+// flatten(): a StepPlan as the flat arrays a forward pass reads, and ModelRunner's default
+// forward_sampled (see engine_model_runner.h).
 #include <algorithm>
 
 #include "core/check.h"
@@ -39,6 +40,23 @@ void flatten(const StepPlan& plan, FlatStep* out) {
     std::copy(entry.block_table.begin(), entry.block_table.end(),
               out->block_table.begin() +
                   static_cast<ptrdiff_t>(i * static_cast<size_t>(out->row_stride)));
+  }
+}
+
+void ModelRunner::forward_sampled(const StepPlan& plan, std::span<const ops::RowSampling> sampling,
+                                  std::span<float> logits, std::span<ops::SampledToken> sampled) {
+  PA_CHECK(static_cast<int64_t>(sampling.size()) == plan.num_logit_rows &&
+               sampled.size() == sampling.size(),
+           "forward: {} sampling entries and {} outputs for {} logit rows", sampling.size(),
+           sampled.size(), plan.num_logit_rows);
+  forward(plan, logits);
+  const size_t vocab = static_cast<size_t>(vocab_size());
+  ops::RowSampler sampler;
+  for (size_t r = 0; r < sampling.size(); ++r) {
+    sampled[r] = ops::SampledToken{};
+    if (!sampling[r].sample) continue;
+    const ops::RowDraw draw = sampler.sample(logits.subspan(r * vocab, vocab), sampling[r]);
+    sampled[r] = {draw.token, draw.logprob};
   }
 }
 

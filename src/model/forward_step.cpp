@@ -104,6 +104,15 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
     ctx.tokens += new_tokens;
     ctx.decode = ctx.decode && new_tokens == 1;
   }
+  if (!step.sampling.empty()) {
+    const size_t rows = logit_rows(step).size();
+    PA_CHECK(step.sampling.size() == rows,
+             "step: sampling has {} entries for {} logits rows (expected one per row)",
+             step.sampling.size(), rows);
+    for (size_t i = 0; i < rows; ++i) {
+      if (step.sampling[i].sample) ops::row_filter(step.sampling[i]);  // throws when out of range
+    }
+  }
   // Engine tables for the planner (it validates page ids and lengths before writing anything).
   block_table_.assign(static_cast<size_t>(num_reqs * max_blocks), 0);
   seq_lens_.resize(static_cast<size_t>(num_reqs));

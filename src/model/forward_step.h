@@ -32,7 +32,8 @@ class StepPlanner {
   StepPlanner(const ModelConfig& config, Selection selection, Device device = Device::cpu(),
               DeviceStep* device_step = nullptr);
 
-  // Throws Error naming the request for anything invalid, before anything is written.
+  // Throws Error naming the request for anything invalid (Step::sampling included), before
+  // anything is written.
   StepContext& prepare(const Step& step, const KvPool& pool, const ops::RopeTable& rope);
   std::span<const int32_t> token_ids() const { return token_ids_; }
   // Rows of the step's tokens whose logits are asked for, in output order: each wanting request's

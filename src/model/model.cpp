@@ -71,7 +71,32 @@ struct Model::Impl {
   ops::RopeTable rope;
   StepPlanner planner;
   Scratch residual, hidden, branch, last_residual, last_branch, last_hidden;
+  ops::RowSampler sampler;
 };
+
+namespace {
+
+// Step::sampling on the CPU: the rows it samples are drawn by ops::RowSampler (the reference of
+// the CUDA kernel); the others are moved to the front of values, in row order.
+void sample_rows(const Step& step, ops::RowSampler& sampler, Logits& logits) {
+  if (step.sampling.empty()) return;
+  const size_t vocab = static_cast<size_t>(logits.vocab);
+  logits.sampled.assign(static_cast<size_t>(logits.rows), ops::SampledToken{});
+  size_t kept = 0;
+  for (size_t r = 0; r < static_cast<size_t>(logits.rows); ++r) {
+    const std::span<const float> row(logits.values.data() + r * vocab, vocab);
+    if (step.sampling[r].sample) {
+      const ops::RowDraw draw = sampler.sample(row, step.sampling[r]);
+      logits.sampled[r] = {draw.token, draw.logprob};
+    } else {
+      if (kept != r) std::copy(row.begin(), row.end(), logits.values.begin() + kept * vocab);
+      ++kept;
+    }
+  }
+  logits.values.resize(kept * vocab);
+}
+
+}  // namespace
 
 Model::Model(const ModelConfig& config, const ModelWeights& weights, const ModelOptions& options)
     : impl_(std::make_unique<Impl>()) {
@@ -191,7 +216,10 @@ Logits Model::forward(const Step& step, KvPool& pool) {
   Logits logits;
   logits.rows = n;
   logits.vocab = m.lm_head.out_features();
-  if (n == 0) return logits;  // no request wants logits (prefill chunks only)
+  if (n == 0) {  // no request wants logits (prefill chunks only)
+    sample_rows(step, m.sampler, logits);
+    return logits;
+  }
   float* last_residual = m.last_residual.get(n * hidden);
   float* last_branch = m.last_branch.get(n * hidden);
   for (int64_t r = 0; r < n; ++r) {
@@ -205,6 +233,7 @@ Logits Model::forward(const Step& step, KvPool& pool) {
   logits.values.resize(static_cast<size_t>(n * logits.vocab));
   m.lm_head.forward(f32_view(last_hidden, {n, hidden}),
                     f32_view(logits.values.data(), {n, logits.vocab}));
+  sample_rows(step, m.sampler, logits);
   return logits;
 }
 

@@ -84,6 +84,15 @@ TEST_P(ForwardErrors, BadStepsAreRejectedBeforeAnyStore) {
   too_many_rows.num_logit_rows = 0;
   s.requests = {too_many_rows};
   expect_error(model, pool, s, "request 0 wants 0 logit rows");
+  s.requests = {{one, 5, {}, table}};
+  s.sampling = {ops::RowSampling{}, ops::RowSampling{}};
+  expect_error(model, pool, s, "sampling has 2 entries for 1 logits rows");
+  ops::RowSampling bad_top_p;
+  bad_top_p.sample = true;
+  bad_top_p.top_p = 0.0;
+  s.sampling = {bad_top_p};
+  expect_error(model, pool, s, "top_p 0");
+  s.sampling = {};
   s.requests = {};
   expect_error(model, pool, s, "no requests");
 }

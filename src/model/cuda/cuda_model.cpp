@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "cuda/cuda_backend.h"
 #include "model/cuda/kernels.h"
+#include "model/cuda/sampling.h"
 #include "model/cuda/state.h"
 #include "model/layers.h"
 
@@ -328,6 +329,8 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
   const int64_t chunk = std::min(t, kLogitChunk);
   s.head_x = s.allocate(chunk * hidden * c);
   s.logits = s.allocate(chunk * config.vocab_size * f);
+  s.sample_spec = s.allocate(t * static_cast<int64_t>(sizeof(DeviceRowSampling)));
+  s.sampled = s.allocate(t * static_cast<int64_t>(sizeof(ops::SampledToken)));
   s.token_ids = s.allocate(t * 4);
   s.positions = s.allocate(t * 4);
   s.logit_rows = s.allocate(t * 4);
@@ -383,7 +386,28 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
              "token id {} at index {} is outside the vocabulary [0, {})", ids[i], i,
              s.config.vocab_size);
   }
+  // Step::sampling (one valid entry per logits row: checked by prepare()) as the kernel reads it.
+  const bool sampling = !step.sampling.empty();
+  auto sampled_on_device = [&](int64_t r) {
+    return sampling && step.sampling[static_cast<size_t>(r)].sample;
+  };
+  const int64_t n = static_cast<int64_t>(step.sampling.size());
+  int64_t sampled_rows = 0;
+  if (sampling) {
+    PA_CHECK(s.config.vocab_size <= kMaxSampledVocab,
+             "step: sampling on the device holds vocabularies up to {}, the model's is {}",
+             kMaxSampledVocab, s.config.vocab_size);
+    s.host_sampling.assign(static_cast<size_t>(n), DeviceRowSampling{});
+    for (int64_t r = 0; r < n; ++r) {
+      if (!sampled_on_device(r)) continue;
+      DeviceRowSampling& spec = s.host_sampling[static_cast<size_t>(r)];
+      spec.filter = ops::row_filter(step.sampling[static_cast<size_t>(r)]);
+      spec.sample = 1;
+      ++sampled_rows;
+    }
+  }
   const int64_t t = ctx.tokens, hidden = s.config.hidden_size;
+  copy_to_device(s, s.sample_spec.data(), s.host_sampling.data(), sampling ? n : 0);
   copy_to_device(s, s.token_ids.data(), ids.data(), t);
   copy_to_device(s, s.positions.data(), ctx.positions.data(), t);
   copy_to_device(s, s.slots.data(), ctx.slots.data(), t);
@@ -421,18 +445,22 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
     }
   }
 
-  // The rows asked for: residual + the last MLP output, final norm, lm_head, in chunks of rows.
+  // The rows asked for: residual + the last MLP output, final norm, lm_head, in chunks of rows;
+  // with Step::sampling, the sampled rows of each chunk are drawn on the device (sampling.cu) and
+  // only the other rows' logits are copied back.
   const std::vector<int64_t>& rows = s.planner.logit_rows(step);
-  const int64_t n = static_cast<int64_t>(rows.size()), vocab = s.config.vocab_size;
+  const int64_t vocab = s.config.vocab_size;
+  const int64_t num_rows = static_cast<int64_t>(rows.size());
   std::vector<int32_t> row_index(rows.begin(), rows.end());
-  copy_to_device(s, s.logit_rows.data(), row_index.data(), n);
+  copy_to_device(s, s.logit_rows.data(), row_index.data(), num_rows);
   Logits logits;
-  logits.rows = n;
+  logits.rows = num_rows;
   logits.vocab = vocab;
-  logits.values.resize(static_cast<size_t>(n * vocab));
+  logits.values.resize(static_cast<size_t>((num_rows - sampled_rows) * vocab));
   const int64_t chunk = std::min(s.max_tokens, kLogitChunk);
-  for (int64_t start = 0; start < n; start += chunk) {
-    const int64_t count = std::min(chunk, n - start);
+  int64_t value_row = 0;
+  for (int64_t start = 0; start < num_rows; start += chunk) {
+    const int64_t count = std::min(chunk, num_rows - start);
     AddNormArgs norm;
     norm.residual = ptr<float>(s.residual);
     norm.add = ptr<float>(s.branch);
@@ -446,9 +474,31 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
     add_rms_norm(norm, s.stream);
     s.blas->linear(count, vocab, hidden, s.head_x.data(), hidden, s.lm_head->data(), hidden,
                    s.compute, s.logits.data(), vocab, DType::kF32);
-    // Into pageable memory: returns when the copy is done, so the chunk buffer can be reused.
-    PA_CUDA_CHECK(cudaMemcpyAsync(logits.values.data() + start * vocab, s.logits.data(),
-                                  static_cast<size_t>(count * vocab) * sizeof(float),
+    if (sampling) {
+      sample_rows(ptr<float>(s.logits), count, vocab, ptr<DeviceRowSampling>(s.sample_spec) + start,
+                  ptr<ops::SampledToken>(s.sampled) + start, s.stream);
+    }
+    // The rows left to the host, a run of consecutive ones per copy. Into pageable memory: returns
+    // when the copy is done (the next chunk's GEMM, later on the stream, overwrites the buffer).
+    for (int64_t r = 0; r < count;) {
+      if (sampled_on_device(start + r)) {
+        ++r;
+        continue;
+      }
+      int64_t end = r + 1;
+      while (end < count && !sampled_on_device(start + end)) ++end;
+      PA_CUDA_CHECK(cudaMemcpyAsync(logits.values.data() + value_row * vocab,
+                                    ptr<float>(s.logits) + r * vocab,
+                                    static_cast<size_t>((end - r) * vocab) * sizeof(float),
+                                    cudaMemcpyDeviceToHost, s.stream));
+      value_row += end - r;
+      r = end;
+    }
+  }
+  if (sampling && n > 0) {
+    logits.sampled.resize(static_cast<size_t>(n));
+    PA_CUDA_CHECK(cudaMemcpyAsync(logits.sampled.data(), s.sampled.data(),
+                                  static_cast<size_t>(n) * sizeof(ops::SampledToken),
                                   cudaMemcpyDeviceToHost, s.stream));
   }
   PA_CUDA_CHECK(cudaEventRecord(s.done_event, s.stream));
@@ -466,6 +516,14 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
   s.timing = timing;
   std::swap(s.done_event, s.previous_done_event);
   s.has_previous_done = true;
+  for (int64_t r = 0; sampling && r < n; ++r) {
+    if (!sampled_on_device(r)) {
+      logits.sampled[static_cast<size_t>(r)] = ops::SampledToken{};  // the kernel skipped it
+      continue;
+    }
+    PA_CHECK(logits.sampled[static_cast<size_t>(r)].token >= 0,
+             "sampling: logits row {}: every logit is -inf or NaN (nothing to sample)", r);
+  }
   return logits;
 }
 

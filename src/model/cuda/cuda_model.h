@@ -7,7 +7,8 @@
 //             is copied to fixed device buffers before Backend::plan; token ids, positions and
 //             slots likewise; then embedding, the decoder layers (layers.cpp: cuBLAS GEMMs, small
 //             kernels, the CUDA attention backends) and the final norm + lm_head on the rows
-//             asked for, all enqueued on the model's stream; the logits come back as f32.
+//             asked for, all enqueued on the model's stream; the logits come back as f32, or for
+//             the rows Step::sampling marks, only the token sampling.cu drew and its logprob.
 //   memory    activations in device buffers sized at construction for max_step_tokens tokens;
 //             nothing is allocated per step except when a step needs more attention pages or a
 //             larger batch than any before (the metadata buffers grow).

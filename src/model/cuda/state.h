@@ -13,7 +13,8 @@
 //   MoE   router_logits f32 [T, E]; expert_x C [T k, hidden]; expert_gate_up f32 [T k, 2 I_e];
 //         expert_act C [T k, I_e]; expert_out f32 [T k, hidden]; shared_out f32 [T, hidden];
 //         source_row, position i32 [T k]; route_weight f32 [T k]
-//   head  head_x C [R, hidden]; logits f32 [R, vocab] (R = kLogitChunk rows per lm_head call)
+//   head  head_x C [R, hidden]; logits f32 [R, vocab] (R = kLogitChunk rows per lm_head call);
+//         sample_spec DeviceRowSampling [T], sampled (token, logprob) [T]: Step::sampling
 //   step  token_ids, positions, logit_rows i32 [T]; slots i64 [T]; qo_indptr, kv_indptr i32
 //         [T + 1]; kv_last_page_len i32 [T]; kv_indices i32 (grows with the step's pages)
 // The A-dtype buffers are allocated at the first step (the pool's dtype is known then).
@@ -28,6 +29,7 @@
 #include "cuda/cuda_check.h"
 #include "model/cuda/blas.h"
 #include "model/cuda/cuda_model.h"
+#include "model/cuda/sampling.h"
 #include "model/cuda/weights.h"
 #include "model/forward_step.h"
 #include "pagedattn/moe.h"
@@ -104,7 +106,8 @@ struct CudaModel::State final : DeviceStep {
   DeviceBuffer gate_up, act;
   DeviceBuffer router_logits, expert_x, expert_gate_up, expert_act, expert_out, shared_out,
       source_row, position, route_weight;
-  DeviceBuffer head_x, logits;
+  DeviceBuffer head_x, logits, sample_spec, sampled;
+  std::vector<DeviceRowSampling> host_sampling;  // the step's specs, uploaded from here
   DeviceBuffer token_ids, positions, logit_rows, slots, qo_indptr, kv_indptr, kv_last_page_len,
       kv_indices;
   bool attention_buffers = false;

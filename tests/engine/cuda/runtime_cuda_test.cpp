@@ -165,6 +165,64 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineOnCuda,
                                            "deepseek_v3_mla512_bf16"),
                          [](const auto& info) { return info.param; });
 
+// Sampling on the device (the default on CUDA: RuntimeOptions::model_sampling unset) against the
+// engine's host sampler over the same GPU logits: greedy rows (transformers' tokens), seeded rows
+// with temperature / top-k / top-p (sampled by the kernel when on; drawn by the engine's
+// Sampler from the copied logits when off) and penalised rows (on the host either way), each kind
+// as one batch; every choice's tokens are the same, no page leaked. A seeded draw could differ only
+// within ~1e-9 of a cumulative boundary (sampling.h), not expected in these ~300 draws.
+TEST(EngineOnCudaModelSampling, SameTokensAsTheHostSampler) {
+  REQUIRE_GPU();
+  const model::testing::Fixture fixture = model::testing::Fixture::load("qwen3_bf16");
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& p : fixture.prompts) prompts.push_back(p.prompt);
+  std::vector<SamplingParams> kinds(3);
+  kinds[0].temperature = 0.0;
+  kinds[1].temperature = 0.9;
+  kinds[1].top_k = 40;
+  kinds[1].top_p = 0.9;
+  kinds[1].seed = 5;
+  kinds[1].n = 2;
+  kinds[2] = kinds[1];
+  kinds[2].n = 1;
+  kinds[2].repetition_penalty = 1.3;  // not samplable on the device
+  std::vector<std::vector<std::vector<int32_t>>> runs;
+  for (const bool on : {true, false}) {
+    RuntimeOptions options;
+    options.model.device = "cuda";
+    options.model.compute_dtype = DType::kF32;
+    options.kv_dtype = DType::kF32;
+    options.num_pages = 2048;
+    if (!on) options.model_sampling = false;
+    auto runtime = ModelRuntime::open(fixture.directory, options);
+    EXPECT_EQ(runtime->prefers_model_sampling(), on);
+    EngineConfig config = runtime->engine_config();
+    Engine engine(config, *runtime);
+    std::vector<std::vector<int32_t>> tokens;
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      SamplingParams params = kinds[k];
+      params.max_tokens = 32;
+      params.ignore_eos = true;
+      const auto completions = generate(engine, prompts, params);
+      for (size_t r = 0; r < completions.size(); ++r) {
+        for (const auto& choice : completions[r]) {
+          EXPECT_EQ(choice.error, "");
+          tokens.push_back(choice.tokens);
+          if (k == 0) {
+            EXPECT_EQ(choice.tokens, fixture.prompts[r].generated) << "greedy, prompt " << r;
+          }
+        }
+      }
+    }
+    engine.check_consistency();
+    engine.clear_prefix_cache();
+    EXPECT_EQ(engine.allocator().num_free_pages(), config.num_pages) << "pages leaked";
+    runs.push_back(std::move(tokens));
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) EXPECT_EQ(runs[0][i], runs[1][i]) << "choice " << i;
+}
+
 // The defaults a user gets (device auto, bf16 compute and KV) on a GPU machine.
 TEST(EngineOnCudaDefaults, AutoRunsOnTheGpuAndGenerates) {
   REQUIRE_GPU();

@@ -57,6 +57,7 @@ struct ThroughputOptions {
   int32_t max_running = 256;
   int64_t max_tokens_per_step = 2048;
   bool no_prefix_cache = false;
+  bool host_sampling = false;
   int64_t num_pages = 0;
   double kv_gib = 16;
   std::string kv_dtype = "bf16";
@@ -150,8 +151,11 @@ void run_bench_throughput(const ThroughputOptions& options) {
   engine_config.max_running = options.max_running;
   engine_config.max_tokens_per_step = options.max_tokens_per_step;
   engine_config.prefix_cache = !options.no_prefix_cache;
+  if (options.host_sampling) engine_config.model_sampling = false;
   engine_config.seed = options.selection.seed;
   TimedRunner runner(*runtime, &runtime->model());
+  const bool model_sampling =
+      engine_config.model_sampling.value_or(runner.prefers_model_sampling());
   const Device device = runtime->model().device();
   const bool on_gpu = device.type == DeviceType::kCUDA;
   engine::Engine engine(engine_config, runner);
@@ -179,10 +183,11 @@ void run_bench_throughput(const ThroughputOptions& options) {
       load_s);
   fmt::print(
       "KV pool: {} pages of {} tokens ({}, {}); engine: max running {}, max tokens per "
-      "step {}, prefix cache {}; {} threads\n",
+      "step {}, prefix cache {}, sampling {}; {} threads\n",
       runtime->pool().num_pages(), options.page_size,
       gb(static_cast<double>(runtime->pool().bytes())), dtype_name(kv_dtype), options.max_running,
-      options.max_tokens_per_step, options.no_prefix_cache ? "off" : "on", ops::num_threads());
+      options.max_tokens_per_step, options.no_prefix_cache ? "off" : "on",
+      model_sampling ? "by the model" : "on the host", ops::num_threads());
   fmt::print("{}\n", machine_description());
   // The ceilings of the device the model runs on, measured in this command: on the CPU a
   // streaming read and the library's f32 GEMM path on the same threads; on a GPU a streaming
@@ -360,6 +365,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
           {"max_running", options.max_running},
           {"max_tokens_per_step", options.max_tokens_per_step},
           {"prefix_cache", !options.no_prefix_cache},
+          {"model_sampling", model_sampling},
           {"threads", ops::num_threads()}}},
         {"ceilings",
          {{"read_gbs", read_gbs},
@@ -403,6 +409,9 @@ void add_bench_throughput_command(CLI::App& bench) {
                   "token budget of a step (<= 0: unbounded)")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", options->no_prefix_cache, "turn the prefix cache off");
+  cmd->add_flag("--host-sampling", options->host_sampling,
+                "sample every row on the host from copied logits (default on a GPU: the model "
+                "samples the rows it can and copies back only their tokens)");
   cmd->add_option("--num-pages", options->num_pages,
                   "KV pool pages (0: every request at once, within --kv-gib)")
       ->capture_default_str();

@@ -49,7 +49,18 @@ double machine_busy_seconds() {
 void TimedRunner::forward(const engine::StepPlan& plan, std::span<float> logits) {
   const auto start = Clock::now();
   inner_.forward(plan, logits);
-  const double seconds = seconds_since(start);
+  record(plan, seconds_since(start));
+}
+
+void TimedRunner::forward_sampled(const engine::StepPlan& plan,
+                                  std::span<const ops::RowSampling> sampling,
+                                  std::span<float> logits, std::span<ops::SampledToken> sampled) {
+  const auto start = Clock::now();
+  inner_.forward_sampled(plan, sampling, logits, sampled);
+  record(plan, seconds_since(start));
+}
+
+void TimedRunner::record(const engine::StepPlan& plan, double seconds) {
   StepRecord record{shape_of(plan), seconds, 0};
   if (model_ != nullptr) {
     if (const auto timing = model_->last_device_timing()) {

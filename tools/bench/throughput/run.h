@@ -24,9 +24,13 @@ class TimedRunner final : public engine::ModelRunner {
       : inner_(inner), model_(model) {}
   int32_t vocab_size() const override { return inner_.vocab_size(); }
   void forward(const engine::StepPlan& plan, std::span<float> logits) override;
+  bool prefers_model_sampling() const override { return inner_.prefers_model_sampling(); }
+  void forward_sampled(const engine::StepPlan& plan, std::span<const ops::RowSampling> sampling,
+                       std::span<float> logits, std::span<ops::SampledToken> sampled) override;
   std::vector<StepRecord> records;
 
  private:
+  void record(const engine::StepPlan& plan, double seconds);
   engine::ModelRunner& inner_;
   const model::Model* model_ = nullptr;
 };

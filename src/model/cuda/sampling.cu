@@ -1,0 +1,309 @@
+// Row sampling on the device (see sampling.h and include/pagedattn/sampling.h for the algorithm),
+// one block of kThreads per logits row, no sort:
+//
+//   pass 1  raw max and (greedy) argmax: (value, id) pairs reduced with "non-NaN beats NaN, larger
+//           value, then lower id; two NaN: higher id", the CPU loop's result; the scaled max.
+//   pass 2  the raw softmax denominator (double) for the logprob; the count and the mass of the
+//           min-p candidates.
+//   top-k, top-p and the draw are each a selection: the largest key K over the kept tokens whose
+//   cumulative weight from the top, M(key >= K), reaches an integer target. Keys: the 64-bit
+//   composite (order-preserving bits of the scaled f32 logit << 32 | 0xFFFFFFFF - id), whose
+//   descending order is (value descending, id ascending), the CPU's order, one key per token;
+//   for the id-ordered draw, 0xFFFFFFFF - id. The selection is a radix select from the top, 8
+//   bits a pass: a shared-memory histogram of count and mass over the next digit of the tokens
+//   that share the digits found so far, then one thread walks the 256 bins down. Every kept set
+//   is then "composite key >= cut":
+//     top-k   target k by count over the value bits only: K = the k-th largest value; cut =
+//             its lowest composite (ties at the boundary kept);
+//     top-p   target ceil(top_p * total) by mass: K = the last token of the fewest-top tokens
+//             (ties by lower id: the composite breaks them); cut = K;
+//     draw    target floor(u * kept) + 1 by mass (the first token whose cumulative weight
+//             exceeds u * kept), composite keys when top_p < 1 (the order top-p made), id keys
+//             else.
+//   Weights are exp(scaled - max) in double rounded to 2^-40 fixed point: integer histograms
+//   (deterministic, whatever the atomics' order; exact totals), at most vocab * 2^-41 from the
+//   CPU's double sums (< 1e-7 of the kept mass for 152k tokens, ~1e-10 typically): only a top-p
+//   or draw target that close to a boundary can pick another token than the CPU reference.
+//
+// The f32 arithmetic that decides kept sets (the temperature multiply, the min-p floor) uses
+// __fmul_rn / __fadd_rn so that no contraction changes a rounding against the CPU; -0 is keyed as
+// +0 since the CPU compares them equal. Cost: 2 passes over the row for greedy; 2 + 4 (id draw)
+// + 4 (top-k) + 8 (top-p) + 8 (value draw) at most, each reading the row from L2 / HBM; the
+// passes after the first digit touch only the tokens that share it.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cub/block/block_reduce.cuh>
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "model/cuda/sampling.h"
+#include "pagedattn/error.h"
+
+namespace pagedattn::model::cuda {
+namespace {
+
+using ::pagedattn::cuda::check_launch;
+
+constexpr int kThreads = 512;
+constexpr double kFixedScale = 1099511627776.0;  // 2^40
+using Mass = unsigned long long;
+
+struct ArgMax {
+  float value;
+  int32_t index;
+};
+
+struct Better {
+  __device__ ArgMax operator()(const ArgMax& a, const ArgMax& b) const {
+    const bool a_nan = isnan(a.value), b_nan = isnan(b.value);
+    if (a_nan != b_nan) return a_nan ? b : a;
+    if (a_nan) return a.index > b.index ? a : b;
+    if (a.value != b.value) return a.value > b.value ? a : b;
+    return a.index < b.index ? a : b;
+  }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+
+// The block's reduction of `value` (a fixed tree: deterministic), returned to every thread.
+template <class T, class Op>
+__device__ T block_reduce(T value, Op op) {
+  using Reduce = cub::BlockReduce<T, kThreads>;
+  __shared__ typename Reduce::TempStorage storage;
+  __shared__ T result;
+  const T reduced = Reduce(storage).Reduce(value, op);
+  if (threadIdx.x == 0) result = reduced;
+  __syncthreads();
+  const T out = result;
+  __syncthreads();  // storage and result are reused by the next call
+  return out;
+}
+
+// Order-preserving bits of a float (larger float, larger key); -0 keyed as +0. Not for NaN.
+__device__ __forceinline__ uint32_t value_key(float v) {
+  if (v == 0.0f) v = 0.0f;
+  const uint32_t bits = __float_as_uint(v);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+__device__ __forceinline__ uint64_t composite_key(float v, int32_t t) {
+  return (static_cast<uint64_t>(value_key(v)) << 32) |
+         static_cast<uint64_t>(0xFFFFFFFFu - static_cast<uint32_t>(t));
+}
+
+__device__ __forceinline__ Mass fixed_weight(float v, double top) {
+  return __double2ull_rn(exp(static_cast<double>(v) - top) * kFixedScale);
+}
+
+// One row as the selections see it.
+struct RowView {
+  const float* logits;
+  int32_t vocab;
+  float inverse_temperature;
+  float floor;   // min-p: kept iff scaled >= floor (and > -inf); -inf when off
+  double top;    // the scaled max
+  uint64_t cut;  // kept iff composite key >= cut
+};
+
+// Whether token t is kept so far; its scaled logit and composite key.
+__device__ __forceinline__ bool kept(const RowView& row, int32_t t, float* v, uint64_t* key) {
+  *v = __fmul_rn(row.logits[t], row.inverse_temperature);
+  if (!(*v >= row.floor && *v > -INFINITY)) return false;  // NaN fails both
+  *key = composite_key(*v, t);
+  return *key >= row.cut;
+}
+
+enum class Keys : int {
+  kValue,      // the composite's value bits only (top-k)
+  kComposite,  // (value descending, id ascending)
+  kId,         // id ascending
+};
+
+struct Selection {
+  int found;
+  uint64_t key;
+  Mass above_mass, at_mass;  // of the kept tokens above key, and at key
+  uint32_t above_count, at_count;
+};
+
+// The largest key K over the kept tokens with (count or mass of the tokens whose key >= K) >=
+// target; found 0 when all of them fall short.
+__device__ Selection select(const RowView& row, Keys keys, bool by_count, Mass target) {
+  __shared__ Mass mass[256];
+  __shared__ uint32_t count[256];
+  __shared__ Selection state;
+  const int high = keys == Keys::kId ? 24 : 56;
+  const int low = keys == Keys::kValue ? 32 : 0;
+  if (threadIdx.x == 0) state = Selection{1, 0, 0, 0, 0, 0};
+  __syncthreads();
+  for (int shift = high; shift >= low; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+      mass[b] = 0;
+      count[b] = 0;
+    }
+    const uint64_t prefix = state.key;
+    __syncthreads();
+    // Each thread sums its tokens while their digit stays the same and adds the run to the
+    // shared bins when it changes: the id keys' high digits (and runs of similar logits) would
+    // otherwise send every token's atomic to one bin. Integer sums: the order does not matter.
+    uint32_t run_digit = 0;
+    Mass run_mass = 0;
+    uint32_t run_count = 0;
+    for (int32_t t = threadIdx.x; t < row.vocab; t += blockDim.x) {
+      float v;
+      uint64_t key;
+      if (!kept(row, t, &v, &key)) continue;
+      if (keys == Keys::kId) key = 0xFFFFFFFFu - static_cast<uint32_t>(t);
+      if (shift + 8 < 64 && (key >> (shift + 8)) != (prefix >> (shift + 8))) continue;
+      const uint32_t digit = static_cast<uint32_t>(key >> shift) & 255u;
+      if (run_count > 0 && digit != run_digit) {
+        atomicAdd(&mass[run_digit], run_mass);
+        atomicAdd(&count[run_digit], run_count);
+        run_mass = 0;
+        run_count = 0;
+      }
+      run_digit = digit;
+      run_mass += fixed_weight(v, row.top);
+      ++run_count;
+    }
+    if (run_count > 0) {
+      atomicAdd(&mass[run_digit], run_mass);
+      atomicAdd(&count[run_digit], run_count);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      Mass above_mass = state.above_mass;
+      uint32_t above_count = state.above_count;
+      int found = -1;
+      for (int d = 255; d >= 0; --d) {
+        const Mass reach =
+            by_count ? static_cast<Mass>(above_count) + count[d] : above_mass + mass[d];
+        if (reach >= target) {
+          found = d;
+          break;
+        }
+        above_mass += mass[d];
+        above_count += count[d];
+      }
+      if (found < 0) {
+        state.found = 0;  // only at the first digit: later ones search a bin that reaches it
+      } else {
+        state.key |= static_cast<uint64_t>(found) << shift;
+        state.above_mass = above_mass;
+        state.above_count = above_count;
+        state.at_mass = mass[found];
+        state.at_count = count[found];
+      }
+    }
+    __syncthreads();
+    if (!state.found) break;
+  }
+  const Selection out = state;
+  __syncthreads();  // state is rewritten by the next call
+  return out;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const float* logits, int32_t vocab, const DeviceRowSampling* rows,
+                  ops::SampledToken* out) {
+  const DeviceRowSampling spec = rows[blockIdx.x];
+  if (!spec.sample) return;  // the whole block
+  const ops::RowFilter& f = spec.filter;
+  const float* x = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+
+  // Pass 1: maxima and the greedy argmax.
+  float raw_max = -INFINITY, scaled_max = -INFINITY;
+  ArgMax best{__int_as_float(0x7fffffff), -1};  // NaN, below every token
+  for (int32_t t = threadIdx.x; t < vocab; t += blockDim.x) {
+    const float l = x[t];
+    raw_max = fmaxf(raw_max, l);
+    if (f.greedy) {
+      best = Better{}(best, ArgMax{l, t});
+    } else {
+      scaled_max = fmaxf(scaled_max, __fmul_rn(l, f.inverse_temperature));
+    }
+  }
+  raw_max = block_reduce(raw_max, MaxOp{});
+  scaled_max = block_reduce(scaled_max, MaxOp{});
+  best = block_reduce(best, Better{});
+
+  RowView row{x, vocab, f.inverse_temperature, -INFINITY, static_cast<double>(scaled_max), 0};
+  if (!f.greedy && f.has_min_p && scaled_max > -INFINITY) {
+    row.floor = __fadd_rn(scaled_max, f.log_min_p);
+  }
+
+  // Pass 2: the softmax denominator; the min-p candidates' count and mass.
+  double denominator = 0.0;
+  Mass mass = 0;
+  uint32_t count = 0;
+  for (int32_t t = threadIdx.x; t < vocab; t += blockDim.x) {
+    denominator += exp(static_cast<double>(x[t]) - static_cast<double>(raw_max));
+    float v;
+    uint64_t key;
+    if (!f.greedy && kept(row, t, &v, &key)) {
+      mass += fixed_weight(v, row.top);
+      ++count;
+    }
+  }
+  denominator = block_reduce(denominator, SumOp{});
+  mass = block_reduce(mass, SumOp{});
+  count = block_reduce(count, SumOp{});
+
+  int32_t token = -1;
+  if (f.greedy) {
+    token = best.index;
+  } else if (scaled_max > -INFINITY) {
+    Mass total = mass;
+    if (f.top_k > 0 && static_cast<uint32_t>(f.top_k) < count) {
+      const Selection k = select(row, Keys::kValue, true, static_cast<Mass>(f.top_k));
+      row.cut = (k.key >> 32) << 32;
+      total = k.above_mass + k.at_mass;
+    }
+    if (f.sorted_draw) {
+      const double want = ceil(f.top_p * static_cast<double>(total));
+      const Selection p =
+          select(row, Keys::kComposite, false, want < 1.0 ? 1 : static_cast<Mass>(want));
+      if (p.found) {
+        row.cut = p.key;
+        total = p.above_mass + p.at_mass;
+      }
+    }
+    Mass target = static_cast<Mass>(floor(f.uniform * static_cast<double>(total))) + 1;
+    if (target > total) target = total;  // u * total rounded up to total: the last token
+    const Selection d = select(row, f.sorted_draw ? Keys::kComposite : Keys::kId, false, target);
+    // total >= 2^40 (the max's own weight) unless the max is +inf: then no token (an Error).
+    if (d.found && total > 0)
+      token = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(d.key));
+  }
+  if (threadIdx.x == 0) {
+    out[blockIdx.x].token = token;
+    out[blockIdx.x].logprob =
+        token >= 0 ? static_cast<float>(static_cast<double>(x[token]) -
+                                        (static_cast<double>(raw_max) + log(denominator)))
+                   : 0.0f;
+  }
+}
+
+}  // namespace
+
+void sample_rows(const float* logits, int64_t rows, int64_t vocab,
+                 const DeviceRowSampling* rows_spec, ops::SampledToken* out, void* stream) {
+  if (rows == 0) return;
+  if (vocab < 1 || vocab > kMaxSampledVocab) {
+    throw_error("sample_rows: vocabulary " + std::to_string(vocab) + " (expected 1 .. " +
+                std::to_string(kMaxSampledVocab) + ")");
+  }
+  sample_kernel<<<static_cast<unsigned>(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      logits, static_cast<int32_t>(vocab), rows_spec, out);
+  check_launch("sample_kernel");
+}
+
+}  // namespace pagedattn::model::cuda
