@@ -98,6 +98,7 @@ struct Request {
 struct ChoiceRun {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  std::vector<float> prompt_logprobs;
   FinishReason reason = FinishReason::kNone;
 };
 
@@ -122,6 +123,9 @@ std::vector<std::vector<ChoiceRun>> run_all(Engine& engine, const std::vector<Re
         ChoiceRun& choice = out[i][static_cast<size_t>(event->index)];
         choice.tokens.insert(choice.tokens.end(), event->token_ids.begin(), event->token_ids.end());
         for (const TokenLogprob& lp : event->logprobs) choice.logprobs.push_back(lp.logprob);
+        for (const TokenLogprob& lp : event->prompt_logprobs) {
+          choice.prompt_logprobs.push_back(lp.logprob);
+        }
         if (event->finished()) choice.reason = event->finish_reason;
       }
     }
@@ -137,7 +141,7 @@ std::vector<Request> mixed_requests(int32_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
   std::vector<Request> requests;
-  for (int i = 0; i < 24; ++i) {
+  for (int i = 0; i < 26; ++i) {
     Request request;
     const int length = 2 + pick(20);
     for (int t = 0; t < length; ++t) request.prompt.push_back(pick(vocab));
@@ -145,7 +149,7 @@ std::vector<Request> mixed_requests(int32_t vocab, uint64_t seed) {
     SamplingParams& p = request.params;
     p.max_tokens = 8 + pick(20);
     p.seed = rng();
-    switch (i % 11) {
+    switch (i % 13) {
       case 0:
         p.temperature = 0.0;
         break;
@@ -183,9 +187,17 @@ std::vector<Request> mixed_requests(int32_t vocab, uint64_t seed) {
         p.logprobs = 3;
         p.temperature = 0.7;
         break;
-      default:
+      case 10:
         p.temperature = 0.0;
         p.logprobs = 0;
+        break;
+      case 11:  // prompt scoring rows (host) beside a sampling row the model may draw
+        p.temperature = 0.8;
+        p.prompt_logprobs = 2;
+        break;
+      default:  // scoring only: nothing sampled
+        p.prompt_logprobs = 0;
+        p.max_tokens = 0;
         break;
     }
     requests.push_back(std::move(request));
@@ -223,6 +235,10 @@ TEST(ModelSampling, EngineOverFakeModelSameOutputsOnAndOff) {
       EXPECT_EQ(runs[0][i][c].reason, FinishReason::kLength);
       EXPECT_EQ(runs[1][i][c].tokens, runs[0][i][c].tokens);
       EXPECT_EQ(runs[1][i][c].logprobs, runs[0][i][c].logprobs);
+      EXPECT_EQ(runs[1][i][c].prompt_logprobs, runs[0][i][c].prompt_logprobs);
+      if (requests[i].params.prompt_logprobs) {
+        EXPECT_EQ(runs[0][i][c].prompt_logprobs.size(), requests[i].prompt.size() - 1);
+      }
       EXPECT_EQ(runs[0][i][c].tokens.size(), static_cast<size_t>(*requests[i].params.max_tokens));
     }
   }
