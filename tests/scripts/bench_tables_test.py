@@ -75,7 +75,8 @@ class CommittedJson(unittest.TestCase):
         cls.blocks = blocks(cls.text)
 
     def test_every_family_with_json_has_a_table(self):
-        self.assertEqual(set(self.blocks), {"decode", "prefill", "mla", "planner", "throughput"})
+        self.assertEqual(set(self.blocks),
+                         {"decode", "prefill", "mla", "planner", "throughput", "model"})
 
     def test_decode_rows(self):
         doc = load("decode.json")
@@ -297,7 +298,7 @@ class Update(unittest.TestCase):
             path = os.path.join(directory, "RESULTS.md")
             blocks_text = "\n".join(f"<!-- table:{f} -->\nold {f}\n<!-- /table:{f} -->"
                                     for f in ("decode", "prefill", "mla", "planner", "cpu",
-                                              "throughput"))
+                                              "throughput", "model"))
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(f"# head\n\n{blocks_text}\n\ntail text\n")
             keep = os.path.join(directory, "kept")
@@ -309,7 +310,8 @@ class Update(unittest.TestCase):
             self.assertIn("old cpu", text)  # no CPU JSON in bench/current: left as it was
             for family in ("decode", "prefill", "mla", "planner", "throughput"):
                 self.assertNotIn(f"old {family}", text)
-            throughput = sorted(n for n in os.listdir(CURRENT) if n.startswith("throughput"))
+            throughput = sorted(n for n in os.listdir(CURRENT)
+                                if n.startswith("throughput") or n.startswith("model"))
             self.assertEqual(sorted(os.listdir(keep)),
                              sorted(["commit.txt", "decode.json", "mla.json", "plan.json",
                                      "prefill.json"] + throughput))
@@ -333,7 +335,7 @@ def raw_blocks(text):
 class ResultsMd(unittest.TestCase):
     def test_results_md_is_what_the_writer_makes_of_bench_current(self):
         expected = raw_blocks(run_writer(CURRENT).stdout)
-        self.assertEqual(set(expected), {"decode", "prefill", "mla", "planner", "throughput"})
+        self.assertEqual(set(expected), {"decode", "prefill", "mla", "planner", "throughput", "model"})
         with open(os.path.join(ROOT, "bench", "RESULTS.md"), encoding="utf-8") as handle:
             actual = raw_blocks(handle.read())
         for family, block in expected.items():
