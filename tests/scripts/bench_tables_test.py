@@ -335,7 +335,8 @@ def raw_blocks(text):
 class ResultsMd(unittest.TestCase):
     def test_results_md_is_what_the_writer_makes_of_bench_current(self):
         expected = raw_blocks(run_writer(CURRENT).stdout)
-        self.assertEqual(set(expected), {"decode", "prefill", "mla", "planner", "throughput", "model"})
+        self.assertEqual(set(expected),
+                         {"decode", "prefill", "mla", "planner", "throughput", "model"})
         with open(os.path.join(ROOT, "bench", "RESULTS.md"), encoding="utf-8") as handle:
             actual = raw_blocks(handle.read())
         for family, block in expected.items():
