@@ -78,6 +78,8 @@ class AttentionCase {
   DecodeArgs decode_args() const;
   PrefillArgs prefill_args() const;
   MlaArgs mla_args() const;
+  // The float64 reference of this case's operation (its out; its lse into `lse` when not null).
+  std::vector<double> reference(std::vector<double>* lse) const;
 
   TensorView out() const { return out_.view(); }
   TensorView lse() const { return spec_.with_lse ? lse_.view() : TensorView{}; }

@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "pagedattn/sampling.h"
+
 namespace pagedattn::testing {
 
 struct SamplingSpec {
@@ -43,5 +45,19 @@ double reference_uniform(uint64_t seed, uint64_t choice, uint64_t position);
 std::vector<float> random_sampling_row(std::mt19937_64& rng, int64_t vocab, int kind);
 // Random parameters over every filter combination and edge value (greedy one time in six).
 SamplingSpec random_sampling_spec(std::mt19937_64& rng, int64_t vocab);
+
+// The same parameters as the library's row spec (sample set), for the code under test.
+inline ops::RowSampling to_row_sampling(const SamplingSpec& spec) {
+  ops::RowSampling row;
+  row.sample = true;
+  row.temperature = spec.temperature;
+  row.top_k = spec.top_k;
+  row.top_p = spec.top_p;
+  row.min_p = spec.min_p;
+  row.seed = spec.seed;
+  row.choice = spec.choice;
+  row.position = spec.position;
+  return row;
+}
 
 }  // namespace pagedattn::testing

@@ -43,18 +43,7 @@ std::string run_and_check(const CaseSpec& spec, uint64_t seed, const RunOptions&
   if (c.lse().defined()) poison(c.lse());
   const int32_t chunks = run_cpu(c, options.threads);
   std::vector<double> expected_lse;
-  std::vector<double> expected;
-  switch (spec.op) {
-    case OpKind::kDecode:
-      expected = reference_decode(c.decode_args(), &expected_lse);
-      break;
-    case OpKind::kPrefill:
-      expected = reference_prefill(c.prefill_args(), &expected_lse);
-      break;
-    default:
-      expected = reference_mla(c.mla_args(), &expected_lse);
-      break;
-  }
+  const std::vector<double> expected = c.reference(&expected_lse);
   const std::vector<double> got = to_doubles(c.out());
   std::string report =
       compare_rows(got, expected, spec.head_dim_vo, row_tolerance_for(spec.q_dtype), "out");

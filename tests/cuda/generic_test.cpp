@@ -134,17 +134,7 @@ std::string check_generic(const CaseSpec& spec, uint64_t seed) {
   const std::vector<double> got = device_case.fetch_out();
   const std::vector<double> got_lse = device_case.fetch_lse();
   std::vector<double> expected_lse;
-  std::vector<double> expected;
-  switch (spec.op) {
-    case OpKind::kDecode:
-      expected = reference_decode(c.decode_args(), &expected_lse);
-      break;
-    case OpKind::kPrefill:
-      expected = reference_prefill(c.prefill_args(), &expected_lse);
-      break;
-    default:
-      expected = reference_mla(c.mla_args(), &expected_lse);
-  }
+  const std::vector<double> expected = c.reference(&expected_lse);
   std::string report = compare(got, expected, tolerance_for(spec.q_dtype), "out vs reference");
   const auto append = [&report](const std::string& r) {
     if (!r.empty()) report += (report.empty() ? "" : "\n") + r;

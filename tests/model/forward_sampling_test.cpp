@@ -42,15 +42,8 @@ TEST(ForwardSampling, SampledRowsAreTheReferenceDrawOverTheRowsLogits) {
   std::mt19937_64 rng(21);
   for (int64_t r = 0; r < rows; ++r) {
     const auto spec = ::pagedattn::testing::random_sampling_spec(rng, full.vocab);
-    ops::RowSampling row;
+    ops::RowSampling row = ::pagedattn::testing::to_row_sampling(spec);
     row.sample = r % 3 != 2;
-    row.temperature = spec.temperature;
-    row.top_k = spec.top_k;
-    row.top_p = spec.top_p;
-    row.min_p = spec.min_p;
-    row.seed = spec.seed;
-    row.choice = spec.choice;
-    row.position = spec.position;
     step.sampling.push_back(row);
   }
   const Logits sampled = model.forward(step, pool);

@@ -23,18 +23,7 @@
 namespace pagedattn::ops {
 namespace {
 
-RowSampling to_row(const testing::SamplingSpec& spec) {
-  RowSampling row;
-  row.sample = true;
-  row.temperature = spec.temperature;
-  row.top_k = spec.top_k;
-  row.top_p = spec.top_p;
-  row.min_p = spec.min_p;
-  row.seed = spec.seed;
-  row.choice = spec.choice;
-  row.position = spec.position;
-  return row;
-}
+using testing::to_row_sampling;
 
 TEST(RowSampling, MatchesFloat64Reference) {
   const uint64_t seed = testing::fresh_seed();
@@ -49,7 +38,7 @@ TEST(RowSampling, MatchesFloat64Reference) {
     const int kind = static_cast<int>(rng() % 4);
     const std::vector<float> logits = testing::random_sampling_row(rng, vocab, kind);
     const testing::SamplingSpec spec = testing::random_sampling_spec(rng, vocab);
-    const RowSampling row = to_row(spec);
+    const RowSampling row = to_row_sampling(spec);
     SCOPED_TRACE(::testing::Message() << "trial " << trial << " vocab " << vocab << " kind " << kind
                                       << " T " << spec.temperature << " k " << spec.top_k << " p "
                                       << spec.top_p << " min_p " << spec.min_p);

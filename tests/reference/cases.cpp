@@ -79,6 +79,19 @@ const char* op_label(OpKind op) {
 
 }  // namespace
 
+std::vector<double> AttentionCase::reference(std::vector<double>* lse) const {
+  switch (spec_.op) {
+    case OpKind::kDecode:
+      return reference_decode(decode_args(), lse);
+    case OpKind::kPrefill:
+      return reference_prefill(prefill_args(), lse);
+    case OpKind::kMlaDecode:
+    case OpKind::kMlaExtend:
+      break;
+  }
+  return reference_mla(mla_args(), lse);
+}
+
 std::string CaseSpec::name() const {
   std::string lens;
   for (size_t i = 0; i < kv_lens.size() && i < 4; ++i) {

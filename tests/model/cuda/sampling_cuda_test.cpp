@@ -60,18 +60,7 @@ struct DeviceArray {
   ~DeviceArray() { cudaFree(data); }
 };
 
-ops::RowSampling to_row(const ::pagedattn::testing::SamplingSpec& spec) {
-  ops::RowSampling row;
-  row.sample = true;
-  row.temperature = spec.temperature;
-  row.top_k = spec.top_k;
-  row.top_p = spec.top_p;
-  row.min_p = spec.min_p;
-  row.seed = spec.seed;
-  row.choice = spec.choice;
-  row.position = spec.position;
-  return row;
-}
+using ::pagedattn::testing::to_row_sampling;
 
 // The kernel over logits [rows, vocab]; rows with sample unset keep the poison {-7, -7}.
 std::vector<ops::SampledToken> run_kernel(const std::vector<float>& logits, int64_t vocab,
@@ -201,7 +190,7 @@ TEST_P(SamplingKernel, MatchesCpuReference) {
         ::pagedattn::testing::random_sampling_row(rng, vocab, static_cast<int>(r % 4));
     logits.insert(logits.end(), row.begin(), row.end());
     specs.push_back(r < 8 ? edge_row(static_cast<size_t>(r), vocab, rng())
-                          : to_row(::pagedattn::testing::random_sampling_spec(rng, vocab)));
+                          : to_row_sampling(::pagedattn::testing::random_sampling_spec(rng, vocab)));
   }
   // One non-greedy row with nothing to sample.
   std::fill(logits.begin() + 9 * vocab, logits.begin() + 10 * vocab, -kInf);
@@ -325,7 +314,7 @@ TEST_P(SamplingInModel, SampledRowsEqualCpuReferenceOverTheSameLogits) {
   ASSERT_EQ(full.rows, rows);
   std::mt19937_64 rng(21);
   for (int64_t r = 0; r < rows; ++r) {
-    ops::RowSampling spec = to_row(::pagedattn::testing::random_sampling_spec(rng, full.vocab));
+    ops::RowSampling spec = to_row_sampling(::pagedattn::testing::random_sampling_spec(rng, full.vocab));
     spec.sample = r % 3 != 2;
     step.sampling.push_back(spec);
   }

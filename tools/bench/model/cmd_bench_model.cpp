@@ -201,27 +201,13 @@ void run_bench_model(ModelBenchOptions options) {
       options.warmup);
 
   // Ceilings measured in this run.
-  double read_gbs = 0, gemm_gflops = 0;
-  std::string gemm_name, machine;
-  if (on_gpu) {
-    const DeviceCeilings c = measure_device_ceilings(device);
-    fmt::print("{}\n", describe_device_ceilings(c));
-    read_gbs = c.read_gbs;
-    gemm_gflops = c.matmul_tflops * 1e3;
-    gemm_name = fmt::format("cuBLAS bf16 {}^3", c.matmul_size);
-    machine = c.device_name;
-  } else {
-    const CpuReadCeiling read =
-        measure_cpu_read_ceiling(options.ceiling_time, options.ceiling_mib << 20);
-    fmt::print("{}\n{}\n", machine_description(), describe_ceiling("before the rows", read));
-    const GemmCeiling gemm = measure_gemm_ceiling(options.ceiling_time);
-    fmt::print("GEMM ceiling: {:.1f} GFLOP/s (ops::Linear, f32 weights, {} x {} x {}, {} threads)\n",
-               gemm.gflops, gemm.m, gemm.k, gemm.n, ops::num_threads());
-    read_gbs = read.median_gbs;
-    gemm_gflops = gemm.gflops;
-    gemm_name = fmt::format("ops::Linear f32 {}x{}x{}", gemm.m, gemm.k, gemm.n);
-    machine = machine_description();
-  }
+  if (!on_gpu) fmt::print("{}\n", machine_description());
+  const RunCeilings ceilings = measure_run_ceilings(device, options.ceiling_time,
+                                                    options.ceiling_mib, "before the rows", true);
+  const double read_gbs = ceilings.read_gbs, gemm_gflops = ceilings.gemm_gflops;
+  const std::string gemm_name = fmt::format("{} {}x{}x{}", ceilings.gemm, ceilings.gemm_m,
+                                            ceilings.gemm_k, ceilings.gemm_n);
+  const std::string& machine = ceilings.machine;
 
   // The rows, each plan built once (pages shuffled once for the whole run).
   std::vector<int32_t> page_order(static_cast<size_t>(runtime->pool().num_pages()));

@@ -192,38 +192,14 @@ void run_bench_throughput(const ThroughputOptions& options) {
   // The ceilings of the device the model runs on, measured in this command: on the CPU a
   // streaming read and the library's f32 GEMM path on the same threads; on a GPU a streaming
   // read of device memory and a cuBLAS bf16 GEMM (device_ceilings.h).
-  CpuReadCeiling read_before, read_after;
-  GemmCeiling gemm;
-  DeviceCeilings gpu_before, gpu_after;
-  double read_gbs = 0;
-  const auto measure_gpu = [&] {
-    const DeviceCeilings c = measure_device_ceilings(device);
-    fmt::print("{}\n", describe_device_ceilings(c));
-    return c;
-  };
-  if (on_gpu) {
-    gpu_before = measure_gpu();
-    read_gbs = gpu_before.read_gbs;
-    gemm.gflops = gpu_before.matmul_tflops * 1e3;
-    gemm.m = gemm.n = gemm.k = gpu_before.matmul_size;
-  } else {
-    read_before = measure_cpu_read_ceiling(options.ceiling_time, options.ceiling_mib << 20);
-    fmt::print("{}\n", describe_ceiling("before the run", read_before));
-    gemm = measure_gemm_ceiling(options.ceiling_time);
-    fmt::print(
-        "GEMM ceiling: {:.1f} GFLOP/s (ops::Linear, f32 weights, {} x {} x {}, median, {} "
-        "threads)\n",
-        gemm.gflops, gemm.m, gemm.k, gemm.n, ops::num_threads());
-    read_gbs = read_before.median_gbs;
-  }
+  const RunCeilings before = measure_run_ceilings(device, options.ceiling_time,
+                                                  options.ceiling_mib, "before the run", true);
+  const double read_gbs = before.read_gbs;
 
   std::fflush(stdout);  // the set-up lines before a long run, also into a log
   const RunResult run = run_requests(engine, runner, std::move(requests), options.temperature);
-  if (on_gpu) {
-    gpu_after = measure_gpu();
-  } else {
-    read_after = measure_cpu_read_ceiling(options.ceiling_time, options.ceiling_mib << 20);
-  }
+  const RunCeilings after = measure_run_ceilings(device, options.ceiling_time,
+                                                 options.ceiling_mib, "after the run", false);
 
   // Medians per step, and the roofline over the same steps.
   const engine::EngineStats& stats = run.stats;
@@ -237,7 +213,8 @@ void run_bench_throughput(const ThroughputOptions& options) {
     decode_steps += record.shape.decode_only() ? 1 : 0;
     shapes.push_back(record.shape);
   }
-  const RooflineTotal roofline = roofline_total(cost, shapes, read_gbs * 1e9, gemm.gflops * 1e9);
+  const RooflineTotal roofline =
+      roofline_total(cost, shapes, read_gbs * 1e9, before.gemm_gflops * 1e9);
   const GpuIdle idle = gpu_idle(run.steps, run.wall_s);
   const int64_t steps = static_cast<int64_t>(run.steps.size());
   const int64_t prompt_tokens = run.prompt_tokens, output_tokens = run.output_tokens;
@@ -289,7 +266,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
       "scheduled sequence and its new KV; FLOPs: 2 x parameters per token, 2 x vocab x hidden per "
       "logits row, attention over each token's causal context. ratio = measured / roofline "
       "output tok/s.\n",
-      steps, read_gbs, gemm.gflops, roofline.seconds, roofline_tps,
+      steps, read_gbs, before.gemm_gflops, roofline.seconds, roofline_tps,
       roofline.memory_bound_steps, roofline.memory_s, steps - roofline.memory_bound_steps,
       roofline.compute_s, gb(cost.all_weight_bytes));
   if (on_gpu) {
@@ -302,10 +279,10 @@ void run_bench_throughput(const ThroughputOptions& options) {
         idle.steady_decode_gap_ms);
     fmt::print("ceilings after the run: read {:.1f} GB/s, GEMM {:.1f} TFLOP/s (before: {:.1f}, "
                "{:.1f})\n",
-               gpu_after.read_gbs, gpu_after.matmul_tflops, gpu_before.read_gbs,
-               gpu_before.matmul_tflops);
+               after.gpu.read_gbs, after.gpu.matmul_tflops, before.gpu.read_gbs,
+               before.gpu.matmul_tflops);
   } else {
-    fmt::print("{}", ceiling_footer(read_before, read_after, 0.0));
+    fmt::print("{}", ceiling_footer(before.cpu_read, after.cpu_read, 0.0));
   }
 
   if (!options.json_path.empty()) {
@@ -348,7 +325,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
     const nlohmann::json document = {
         {"benchmark", "throughput"},
         {"date", utc_timestamp()},
-        {"machine", on_gpu ? gpu_before.device_name : machine_description()},
+        {"machine", before.machine},
         {"workload",
          {{"file", path.filename().string()},
           {"temperature", options.temperature},
@@ -369,10 +346,11 @@ void run_bench_throughput(const ThroughputOptions& options) {
           {"threads", ops::num_threads()}}},
         {"ceilings",
          {{"read_gbs", read_gbs},
-          {"read_gbs_after", on_gpu ? gpu_after.read_gbs : read_after.median_gbs},
-          {"gemm_gflops", gemm.gflops},
-          {"gemm", on_gpu ? "cuBLAS bf16, f32 accumulate" : "ops::Linear f32"},
-          {"gemm_shape", fmt::format("{}x{}x{}", gemm.m, gemm.k, gemm.n)}}},
+          {"read_gbs_after", after.read_gbs},
+          {"gemm_gflops", before.gemm_gflops},
+          {"gemm", before.gemm},
+          {"gemm_shape",
+           fmt::format("{}x{}x{}", before.gemm_m, before.gemm_k, before.gemm_n)}}},
         {"metadata", metadata},
         {"rows", nlohmann::json::array({row})}};
     std::ofstream out(options.json_path);

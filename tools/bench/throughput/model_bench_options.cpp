@@ -7,7 +7,10 @@
 #include <filesystem>
 
 #include "pagedattn/error.h"
+#include "pagedattn/linear.h"
 #include "pagedattn/model_random.h"
+#include "tools/bench/throughput/run.h"
+#include "tools/cli/report.h"
 
 namespace pagedattn::tools {
 
@@ -35,6 +38,36 @@ std::unique_ptr<engine::ModelRuntime> open_model_source(const std::string& comma
   }
   *name = shape;
   return engine::ModelRuntime::random(model::model_shape(shape), /*seed=*/0, options);
+}
+
+RunCeilings measure_run_ceilings(Device device, double ceiling_time, int64_t ceiling_mib,
+                                 const char* when, bool cpu_gemm) {
+  RunCeilings c;
+  if (device.type == DeviceType::kCUDA) {
+    c.gpu = measure_device_ceilings(device);
+    fmt::print("{}\n", describe_device_ceilings(c.gpu));
+    c.read_gbs = c.gpu.read_gbs;
+    c.gemm_gflops = c.gpu.matmul_tflops * 1e3;
+    c.gemm_m = c.gemm_n = c.gemm_k = c.gpu.matmul_size;
+    c.gemm = "cuBLAS bf16, f32 accumulate";
+    c.machine = c.gpu.device_name;
+    return c;
+  }
+  c.cpu_read = measure_cpu_read_ceiling(ceiling_time, ceiling_mib << 20);
+  fmt::print("{}\n", describe_ceiling(when, c.cpu_read));
+  c.read_gbs = c.cpu_read.median_gbs;
+  c.machine = machine_description();
+  if (cpu_gemm) {
+    const GemmCeiling gemm = measure_gemm_ceiling(ceiling_time);
+    fmt::print(
+        "GEMM ceiling: {:.1f} GFLOP/s (ops::Linear, f32 weights, {} x {} x {}, median, {} "
+        "threads)\n",
+        gemm.gflops, gemm.m, gemm.k, gemm.n, ops::num_threads());
+    c.gemm_gflops = gemm.gflops;
+    c.gemm_m = gemm.m, c.gemm_n = gemm.n, c.gemm_k = gemm.k;
+    c.gemm = "ops::Linear f32";
+  }
+  return c;
 }
 
 DType parse_kv_dtype(const std::string& name) {

@@ -1,6 +1,6 @@
 // What `bench throughput` and `bench model` share: the model they run (a checkpoint, or a
-// random-weight model of a named shape), the KV dtype flag, the KEY=VALUE metadata recorded in
-// their JSON, and the median of their samples.
+// random-weight model of a named shape), the roofline's ceilings on the device it runs on, the KV
+// dtype flag, the KEY=VALUE metadata recorded in their JSON, and the median of their samples.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -12,6 +12,8 @@
 
 #include "pagedattn/dtype.h"
 #include "pagedattn/engine_runtime.h"
+#include "tools/bench/cpu_ceiling.h"
+#include "tools/bench/throughput/device_ceilings.h"
 
 namespace pagedattn::tools {
 
@@ -25,6 +27,21 @@ std::unique_ptr<engine::ModelRuntime> open_model_source(const std::string& comma
                                                         const std::string& shape,
                                                         const engine::RuntimeOptions& options,
                                                         std::string* name);
+
+// The roofline's two rates on `device`, measured now and printed (one line each): on a GPU its
+// streaming read and a cuBLAS bf16 GEMM (device_ceilings.h); on the CPU the multi-threaded read
+// (`when` names the moment in its line) and, with `cpu_gemm`, ops::Linear's f32 GEMM.
+struct RunCeilings {
+  double read_gbs = 0;
+  double gemm_gflops = 0;  // 0 when not measured
+  int64_t gemm_m = 0, gemm_n = 0, gemm_k = 0;
+  const char* gemm = "";     // what the GEMM ceiling ran
+  std::string machine;       // the GPU's name, or the CPU's
+  CpuReadCeiling cpu_read;   // the CPU's read in full (ceiling_footer)
+  DeviceCeilings gpu;        // the GPU's in full
+};
+RunCeilings measure_run_ceilings(Device device, double ceiling_time, int64_t ceiling_mib,
+                                 const char* when, bool cpu_gemm);
 
 // "bf16" | "f16" | "f32"; else Error naming --kv-dtype and the value.
 DType parse_kv_dtype(const std::string& name);
