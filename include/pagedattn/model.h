@@ -160,6 +160,11 @@ struct ModelOptions {
   // cuda: the activations' fixed device buffers hold steps of up to this many tokens (0: 4096);
   // a larger step is an Error naming this option. ModelRuntime caps the engine's budget at it.
   int64_t max_step_tokens = 0;
+  // cuda: decode steps (one new token and its logits per request) of models without MoE layers
+  // replay a CUDA graph of the whole step, captured per padded batch size (1, 2, 4, 8, then
+  // multiples of 16) up to this many requests, after that size's first step (0: every step is
+  // launched kernel by kernel; the engines' --enforce-eager). Larger batches run eagerly.
+  int64_t cuda_graph_max_batch = 256;
 };
 
 // What ModelOptions::device resolves to (see there); throws Error for an unknown device, or
@@ -209,6 +214,7 @@ class Model {
   struct DeviceTiming {
     double span_seconds = 0;
     double gap_seconds = -1;  // < 0: no previous forward
+    bool graph = false;       // the step replayed a CUDA graph (ModelOptions::cuda_graph_max_batch)
   };
   std::optional<DeviceTiming> last_device_timing() const;
 

@@ -71,7 +71,7 @@ OpDesc StepPlanner::describe(bool decode, const KvPool& pool) const {
 }
 
 StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
-                                  const ops::RopeTable& rope) {
+                                  const ops::RopeTable& rope, int32_t padded_batch) {
   PA_CHECK(!step.requests.empty(), "step: no requests");
   PA_CHECK(pool.is_mla() == mla_, "step: the KV pool holds {} caches, the model needs {}",
            pool.is_mla() ? "latent" : "K/V", mla_ ? "latent" : "K/V");
@@ -104,6 +104,9 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
     ctx.tokens += new_tokens;
     ctx.decode = ctx.decode && new_tokens == 1;
   }
+  PA_CHECK(padded_batch == 0 || (ctx.decode && padded_batch >= num_reqs),
+           "step: padded_batch {} for {} requests ({}; padding is for decode steps)", padded_batch,
+           num_reqs, ctx.decode ? "decode" : "not decode");
   if (!step.sampling.empty()) {
     const size_t rows = logit_rows(step).size();
     PA_CHECK(step.sampling.size() == rows,
@@ -144,8 +147,16 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
       ctx.slots.push_back(int64_t{page} * alloc + index % alloc);
     }
   }
-  if (!storage_ || storage_batch_ < num_reqs || storage_pages_ < attention_pages) {
-    storage_batch_ = std::max(storage_batch_, num_reqs);
+  // Padding rows: no KV stored (slot -1), no pages attended.
+  for (int32_t r = num_reqs; r < padded_batch; ++r) {
+    token_ids_.push_back(0);
+    ctx.positions.push_back(0);
+    ctx.slots.push_back(-1);
+    ++ctx.tokens;
+  }
+  const int32_t batch = std::max(num_reqs, padded_batch);
+  if (!storage_ || storage_batch_ < batch || storage_pages_ < attention_pages) {
+    storage_batch_ = std::max(storage_batch_, batch);
     storage_pages_ = std::max(storage_pages_, std::max<int64_t>(attention_pages, 1) * 2);
     storage_ = std::make_unique<PlanStorage>(storage_batch_, storage_pages_);
   }
@@ -157,6 +168,7 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
   input.alloc_page_size = alloc;
   input.page_size = pool.page_size();
   input.num_alloc_pages = pool.num_pages();
+  input.padded_batch = padded_batch;
   const PlanSummary summary = plan(input, storage_->buffers());
 
   StepMetadata& meta = ctx.meta;
@@ -175,7 +187,7 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
 
   const OpDesc op = describe(ctx.decode, pool);
   BackendSlot& slot = slots_by_op_[static_cast<size_t>(op.op)];
-  if (slot.backend == nullptr) slot.backend = &select_backend(Registry::builtin(), selection_, op);
+  backend_for(ctx.decode, pool);
   WorkspaceLimits& limits = slot.limits;
   const bool fits = slot.workspace && limits.max_batch >= summary.batch_size &&
                     limits.max_pages >= summary.num_pages && limits.max_qo_rows >= ctx.tokens;
@@ -186,12 +198,20 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
     limits.max_qo_heads = heads_;
     limits.max_head_dim = std::max(head_dim_qk_, head_dim_vo_);
     slot.workspace = slot.backend->create_workspace(limits);
+    ++workspace_generation_;
     if (device_step_ != nullptr) device_step_->adopt(*slot.workspace);
   }
   slot.backend->plan(*slot.workspace, op, meta);
   ctx.backend = slot.backend;
   ctx.workspace = slot.workspace.get();
   return ctx;
+}
+
+const Backend& StepPlanner::backend_for(bool decode, const KvPool& pool) {
+  const OpDesc op = describe(decode, pool);
+  BackendSlot& slot = slots_by_op_[static_cast<size_t>(op.op)];
+  if (slot.backend == nullptr) slot.backend = &select_backend(Registry::builtin(), selection_, op);
+  return *slot.backend;
 }
 
 const std::vector<int64_t>& StepPlanner::logit_rows(const Step& step) {

@@ -33,13 +33,23 @@ class StepPlanner {
               DeviceStep* device_step = nullptr);
 
   // Throws Error naming the request for anything invalid (Step::sampling included), before
-  // anything is written.
-  StepContext& prepare(const Step& step, const KvPool& pool, const ops::RopeTable& rope);
+  // anything is written. padded_batch > 0 (a decode step of at most that many requests, for a
+  // CUDA graph of that size): requests num_reqs .. padded_batch - 1 are padding, one token each
+  // (id 0, position 0, slot -1: nothing stored) with no pages (out 0), and the backend plans
+  // padded_batch requests.
+  StepContext& prepare(const Step& step, const KvPool& pool, const ops::RopeTable& rope,
+                       int32_t padded_batch = 0);
   std::span<const int32_t> token_ids() const { return token_ids_; }
   // Rows of the step's tokens whose logits are asked for, in output order: each wanting request's
   // last num_logit_rows rows (every row under LogitsRows::kAll); none of a request whose
   // wants_logits is false. The CPU and the CUDA model both take their final norm's rows from here.
   const std::vector<int64_t>& logit_rows(const Step& step);
+  // The backend that runs this model's decode (or prefill / extend) steps over `pool`, chosen by
+  // the selection at its first use.
+  const Backend& backend_for(bool decode, const KvPool& pool);
+  // Counts the workspaces created so far: a captured graph holds the workspace it was captured
+  // with, and is stale once this changes.
+  int64_t workspace_generation() const { return workspace_generation_; }
 
  private:
   OpDesc describe(bool decode, const KvPool& pool) const;
@@ -61,6 +71,7 @@ class StepPlanner {
   std::unique_ptr<PlanStorage> storage_;
   int32_t storage_batch_ = 0;
   int64_t storage_pages_ = 0;
+  int64_t workspace_generation_ = 0;
   std::vector<int32_t> token_ids_, block_table_, seq_lens_, q_lens_;
   std::vector<int64_t> rows_;
   StepContext context_;

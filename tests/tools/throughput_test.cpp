@@ -295,8 +295,12 @@ TEST(ThroughputGpuIdle, GapsAndSteadyDecodeFromTheRecords) {
       record(decode, 0.004, 0.001),   // after a mixed step: not steady
       record(decode, 0.002, 0.002),   // steady
   };
+  std::vector<StepRecord> with_graphs = steps;
+  with_graphs[2].graph = with_graphs[3].graph = true;
   const double wall = 0.1;
-  const GpuIdle idle = gpu_idle(steps, wall);
+  const GpuIdle idle = gpu_idle(with_graphs, wall);
+  EXPECT_EQ(idle.graph_steps, 2);
+  EXPECT_EQ(idle.decode_steps, 5);
   EXPECT_DOUBLE_EQ(idle.between_steps, (0.001 + 0.0005 + 0.0015 + 0.002 + 0.001 + 0.002) / wall);
   EXPECT_EQ(idle.steady_decode_steps, 3);
   EXPECT_DOUBLE_EQ(idle.steady_decode,

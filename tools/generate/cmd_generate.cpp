@@ -36,6 +36,7 @@ struct GenerateOptions {
   std::string chat_file;
   std::string backend = "auto";
   std::string device = "auto";
+  bool enforce_eager = false;  // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
   std::string kv_dtype = "bf16";
   int32_t page_size = 16;
   int32_t max_tokens = 200;
@@ -99,6 +100,7 @@ void run_generate(const GenerateOptions& options) {
   engine::RuntimeOptions runtime_options;
   runtime_options.model.backend = options.backend;
   runtime_options.model.device = options.device;
+  if (options.enforce_eager) runtime_options.model.cuda_graph_max_batch = 0;
   runtime_options.model.threads = options.threads;
   runtime_options.page_size = options.page_size;
   runtime_options.kv_dtype = parse_kv_dtype(options.kv_dtype);
@@ -198,6 +200,8 @@ void add_generate_command(CLI::App& parent) {
                    "where the model runs: auto (a usable CUDA device unless --backend names a "
                    "CPU backend, else the CPU), cpu, cuda, cuda:N")
       ->capture_default_str();
+  command->add_flag("--enforce-eager", options->enforce_eager,
+                    "On a GPU: launch every decode step kernel by kernel (no CUDA graphs)");
   command->add_option("--page-size", options->page_size, "KV page size in tokens")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -42,6 +42,7 @@ struct ServeOptions {
   int32_t num_pages = 0;  // 0: the runner's choice
   int32_t page_size = 16;
   std::string device = "auto";
+  bool enforce_eager = false;  // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
   double kv_memory_fraction = 0.8;  // of the device memory free after loading (CUDA)
   int64_t max_tokens_per_step = 2048;
   int32_t max_running = 256;
@@ -115,6 +116,7 @@ ServedModel load_served_model(const ServeOptions& options) {
   engine::RuntimeOptions runtime_options;
   runtime_options.page_size = options.page_size;
   runtime_options.model.device = options.device;
+  if (options.enforce_eager) runtime_options.model.cuda_graph_max_batch = 0;
   runtime_options.kv_memory_fraction = options.kv_memory_fraction;
   runtime_options.num_pages = options.num_pages;
   runtime_options.max_sequences = options.max_running;  // no more pages than that can use
@@ -226,6 +228,8 @@ void add_serve_command(CLI::App& app) {
                   "Where the model runs: auto (a usable CUDA device, else the CPU), cpu, cuda, "
                   "cuda:N")
       ->capture_default_str();
+  cmd->add_flag("--enforce-eager", options->enforce_eager,
+                "On a GPU: launch every decode step kernel by kernel (no CUDA graphs)");
   cmd->add_option("--kv-memory-fraction", options->kv_memory_fraction,
                   "On a GPU without --num-pages: the KV pool's share of the device memory left "
                   "free by the model, (0, 1)")

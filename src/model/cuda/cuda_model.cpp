@@ -7,7 +7,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "core/check.h"
@@ -78,6 +80,9 @@ std::shared_ptr<void> allocate_device_memory(int64_t bytes, Device device, std::
 
 State::~State() {
   if (stream != nullptr) cudaStreamSynchronize(stream);
+  for (Graph& graph : graphs) {
+    if (graph.exec != nullptr) cudaGraphExecDestroy(graph.exec);
+  }
   for (cudaEvent_t event : {call_event, done_event, previous_done_event}) {
     if (event != nullptr) cudaEventDestroy(event);
   }
@@ -126,6 +131,7 @@ StepMetadata State::upload(const StepMetadata& host) {
   if (static_cast<int64_t>(kv_indices.bytes()) < pages * 4) {
     // Grows between steps only (every step ends with the stream synchronised).
     kv_indices = allocate(std::max<int64_t>(pages, 1024) * 2 * 4);
+    ++buffers_generation;  // the captured graphs read the old buffer
   }
   copy_to_device(*this, qo_indptr.data(), host.qo_indptr.data_as<const int32_t>(), batch + 1);
   copy_to_device(*this, kv_indptr.data(), host.kv_indptr.data_as<const int32_t>(), batch + 1);
@@ -340,6 +346,18 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
   s.kv_last_page_len = s.allocate(t * 4);
 
   s.planner = StepPlanner(config, Selection::parse(options.backend), device, &s);
+  s.has_moe = any_moe != nullptr;
+  PA_CHECK(options.cuda_graph_max_batch >= 0, "model: cuda_graph_max_batch {} (expected >= 0)",
+           options.cuda_graph_max_batch);
+  // Padded sizes 1, 2, 4, 8, 16, 32, 48, ...: at most 15 padding rows past 16 requests.
+  const int64_t graph_max = std::min(options.cuda_graph_max_batch, s.max_tokens);
+  for (int64_t size = 1; size <= graph_max; size = size < 16 ? size * 2 : size + 16) {
+    s.graph_sizes.push_back(static_cast<int32_t>(size));
+  }
+  if (graph_max > 0 && s.graph_sizes.back() < graph_max) {
+    s.graph_sizes.push_back(static_cast<int32_t>(graph_max));
+  }
+  s.graphs.resize(s.graph_sizes.size());
   // The uploads ran on the legacy stream; the steps run on the non-blocking one.
   PA_CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -363,58 +381,62 @@ int64_t CudaModel::free_device_bytes() const {
 
 // ---- a step ----
 
-Logits CudaModel::forward(const Step& step, KvPool& pool) {
-  State& s = *state_;
-  PA_CUDA_CHECK(cudaSetDevice(s.device.index));
-  // The stream is idle here (every forward ends synchronised): the event takes the time of the call.
-  PA_CUDA_CHECK(cudaEventRecord(s.call_event, s.stream));
-  int64_t total = 0;
-  for (const RequestStep& request : step.requests)
-    total += static_cast<int64_t>(request.tokens.size());
-  PA_CHECK(total <= s.max_tokens,
-           "step: {} new tokens, more than this model's max_step_tokens {} "
-           "(ModelOptions::max_step_tokens)",
-           total, s.max_tokens);
-  PA_CHECK(pool.device() == s.device, "step: the KV pool is on {}, the model on {}",
-           pool.device().str(), s.device.str());
-  s.ensure_attention_buffers(pool.config().dtype);
-  // Validates the step (nothing is enqueued before), copies the metadata, plans the attention.
-  const StepContext& ctx = s.planner.prepare(step, pool, s.rope);
-  const std::span<const int32_t> ids = s.planner.token_ids();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    PA_CHECK(ids[i] >= 0 && ids[i] < s.config.vocab_size,
-             "token id {} at index {} is outside the vocabulary [0, {})", ids[i], i,
-             s.config.vocab_size);
-  }
-  // Step::sampling (one valid entry per logits row: checked by prepare()) as the kernel reads it.
-  const bool sampling = !step.sampling.empty();
-  auto sampled_on_device = [&](int64_t r) {
-    return sampling && step.sampling[static_cast<size_t>(r)].sample;
-  };
-  const int64_t n = static_cast<int64_t>(step.sampling.size());
-  int64_t sampled_rows = 0;
-  if (sampling) {
-    PA_CHECK(s.config.vocab_size <= kMaxSampledVocab,
-             "step: sampling on the device holds vocabularies up to {}, the model's is {}",
-             kMaxSampledVocab, s.config.vocab_size);
-    s.host_sampling.assign(static_cast<size_t>(n), DeviceRowSampling{});
-    for (int64_t r = 0; r < n; ++r) {
-      if (!sampled_on_device(r)) continue;
-      DeviceRowSampling& spec = s.host_sampling[static_cast<size_t>(r)];
-      spec.filter = ops::row_filter(step.sampling[static_cast<size_t>(r)]);
-      spec.sample = 1;
-      ++sampled_rows;
+namespace {
+
+// The padded batch size of `step`'s CUDA graph, or 0 when the step runs eagerly: a decode step
+// (one new token and its logits row per request) of a model without MoE layers (their routing
+// reads the router's logits on the host), on the tuned "cuda" attention kernels (they read every
+// size from the device), of at most the largest graph size. With more rows than one lm_head
+// chunk, every row must be sampled on the device (the eager loop copies each chunk's logits out
+// before the next chunk overwrites them).
+int32_t graph_batch(State& s, const Step& step, const KvPool& pool) {
+  if (s.graph_sizes.empty() || s.has_moe) return 0;
+  const int64_t num_reqs = static_cast<int64_t>(step.requests.size());
+  if (num_reqs == 0 || num_reqs > s.graph_sizes.back()) return 0;
+  for (const RequestStep& request : step.requests) {
+    if (request.tokens.size() != 1 || !request.wants_logits || request.num_logit_rows != 1) {
+      return 0;
     }
   }
-  const int64_t t = ctx.tokens, hidden = s.config.hidden_size;
-  copy_to_device(s, s.sample_spec.data(), s.host_sampling.data(), sampling ? n : 0);
-  copy_to_device(s, s.token_ids.data(), ids.data(), t);
-  copy_to_device(s, s.positions.data(), ctx.positions.data(), t);
-  copy_to_device(s, s.slots.data(), ctx.slots.data(), t);
-  s.tokens = t;
-  s.step = &ctx;
-  s.pool = &pool;
+  if (s.planner.backend_for(/*decode=*/true, pool).name() != "cuda") return 0;
+  const int32_t size = *std::lower_bound(s.graph_sizes.begin(), s.graph_sizes.end(),
+                                         static_cast<int32_t>(num_reqs));
+  if (size > std::min(s.max_tokens, kLogitChunk)) {
+    if (step.sampling.size() != static_cast<size_t>(num_reqs)) return 0;
+    for (const ops::RowSampling& row : step.sampling) {
+      if (!row.sample) return 0;
+    }
+  }
+  return size;
+}
 
+// Rows [start, start + count) of s.logit_rows: the final norm, lm_head into s.logits, and with
+// `sample` the sampling kernel over them (rows whose spec has sample unset are skipped).
+void enqueue_head_chunk(State& s, int64_t start, int64_t count, bool sample) {
+  const int64_t hidden = s.config.hidden_size, vocab = s.config.vocab_size;
+  AddNormArgs norm;
+  norm.residual = ptr<float>(s.residual);
+  norm.add = ptr<float>(s.branch);
+  norm.weight = ptr<float>(s.final_norm);
+  norm.out = s.head_x.data();
+  norm.out_dtype = s.compute;
+  norm.row_index = ptr<int32_t>(s.logit_rows) + start;
+  norm.rows = count;
+  norm.dim = hidden;
+  norm.eps = s.eps;
+  add_rms_norm(norm, s.stream);
+  s.blas->linear(count, vocab, hidden, s.head_x.data(), hidden, s.lm_head->data(), hidden,
+                 s.compute, s.logits.data(), vocab, DType::kF32);
+  if (sample) {
+    sample_rows(ptr<float>(s.logits), count, vocab, ptr<DeviceRowSampling>(s.sample_spec) + start,
+                ptr<ops::SampledToken>(s.sampled) + start, s.stream);
+  }
+}
+
+// Embedding and every decoder layer over the step's s.tokens rows: s.residual + s.branch hold the
+// last layer's output.
+void enqueue_layers(State& s) {
+  const int64_t t = s.tokens, hidden = s.config.hidden_size;
   embedding(s.embed.data(), s.compute, hidden, ptr<int32_t>(s.token_ids), t, ptr<float>(s.residual),
             s.stream);
   for (size_t i = 0; i < s.layers.size(); ++i) {
@@ -444,42 +466,156 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
       dense_mlp(s, layer.mlp, s.x.data(), t, ptr<float>(s.branch));
     }
   }
+}
 
-  // The rows asked for: residual + the last MLP output, final norm, lm_head, in chunks of rows;
-  // with Step::sampling, the sampled rows of each chunk are drawn on the device (sampling.cu) and
-  // only the other rows' logits are copied back.
+// A graph step's device work: the layers, then the head over all `rows` (padding included) in
+// chunks, sampling always launched (specs without `sample` are skipped), no copy to the host.
+void enqueue_graph_body(State& s, int64_t rows) {
+  enqueue_layers(s);
+  const int64_t chunk = std::min(s.max_tokens, kLogitChunk);
+  for (int64_t start = 0; start < rows; start += chunk) {
+    enqueue_head_chunk(s, start, std::min(chunk, rows - start), /*sample=*/true);
+  }
+}
+
+const void* pool_key(const KvPool& pool) {
+  return pool.is_mla() ? pool.layer_latent(0).ckv.data : pool.layer_kv(0).k.data;
+}
+
+// Captures graph `index` (the step now in s: its padded size, metadata and pool) on the idle
+// stream. A capture the driver refuses turns graphs off for this model, with one line on stderr:
+// the step it follows has already run eagerly, and the next steps run eagerly too.
+void capture_graph(State& s, size_t index, int64_t rows) {
+  State::Graph& graph = s.graphs[index];
+  if (graph.exec != nullptr) {
+    PA_CUDA_CHECK(cudaGraphExecDestroy(graph.exec));
+    graph.exec = nullptr;
+  }
+  cudaGraph_t captured = nullptr;
+  std::string failure;
+  PA_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    enqueue_graph_body(s, rows);
+  } catch (const std::exception& error) {
+    failure = error.what();
+  }
+  cudaError_t status = cudaStreamEndCapture(s.stream, &captured);
+  if (failure.empty() && status != cudaSuccess) failure = cudaGetErrorString(status);
+  if (failure.empty()) {
+    status = cudaGraphInstantiate(&graph.exec, captured, 0);
+    if (status != cudaSuccess) failure = cudaGetErrorString(status);
+  }
+  if (captured != nullptr) cudaGraphDestroy(captured);
+  if (!failure.empty()) {
+    cudaGetLastError();
+    graph.exec = nullptr;
+    fmt::print(stderr, "pagedattn: CUDA graph capture of a {}-request decode step failed ({}); "
+               "decode steps run eagerly from now on\n", s.graph_sizes[index], failure);
+    for (State::Graph& other : s.graphs) {
+      if (other.exec != nullptr) cudaGraphExecDestroy(other.exec);
+      other = State::Graph{};
+    }
+    s.graph_sizes.clear();
+    s.graphs.clear();
+    return;
+  }
+  graph.workspace_generation = s.planner.workspace_generation();
+  graph.buffers_generation = s.buffers_generation;
+  graph.pool = pool_key(*s.pool);
+  ++s.graph_captures;
+}
+
+}  // namespace
+
+Logits CudaModel::forward(const Step& step, KvPool& pool) {
+  State& s = *state_;
+  PA_CUDA_CHECK(cudaSetDevice(s.device.index));
+  // The stream is idle here (every forward ends synchronised): the event takes the time of the call.
+  PA_CUDA_CHECK(cudaEventRecord(s.call_event, s.stream));
+  int64_t total = 0;
+  for (const RequestStep& request : step.requests)
+    total += static_cast<int64_t>(request.tokens.size());
+  PA_CHECK(total <= s.max_tokens,
+           "step: {} new tokens, more than this model's max_step_tokens {} "
+           "(ModelOptions::max_step_tokens)",
+           total, s.max_tokens);
+  PA_CHECK(pool.device() == s.device, "step: the KV pool is on {}, the model on {}",
+           pool.device().str(), s.device.str());
+  s.ensure_attention_buffers(pool.config().dtype);
+  // A decode step within the graph sizes is padded to its graph's size (graph_batch).
+  const int32_t padded = graph_batch(s, step, pool);
+  // Validates the step (nothing is enqueued before), copies the metadata, plans the attention.
+  const StepContext& ctx = s.planner.prepare(step, pool, s.rope, padded);
+  const std::span<const int32_t> ids = s.planner.token_ids();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    PA_CHECK(ids[i] >= 0 && ids[i] < s.config.vocab_size,
+             "token id {} at index {} is outside the vocabulary [0, {})", ids[i], i,
+             s.config.vocab_size);
+  }
+  // Step::sampling (one valid entry per logits row: checked by prepare()) as the kernel reads it.
+  const bool sampling = !step.sampling.empty();
+  auto sampled_on_device = [&](int64_t r) {
+    return sampling && r < static_cast<int64_t>(step.sampling.size()) &&
+           step.sampling[static_cast<size_t>(r)].sample;
+  };
+  // The logits rows: the step's (logit_rows), or in a padded step every row, padding included
+  // (the graph computes them all; only the first `num_rows` are the step's).
   const std::vector<int64_t>& rows = s.planner.logit_rows(step);
-  const int64_t vocab = s.config.vocab_size;
   const int64_t num_rows = static_cast<int64_t>(rows.size());
+  const int64_t head_rows = padded > 0 ? padded : num_rows;
+  const int64_t n = static_cast<int64_t>(step.sampling.size());
+  int64_t sampled_rows = 0;
+  if (sampling) {
+    PA_CHECK(s.config.vocab_size <= kMaxSampledVocab,
+             "step: sampling on the device holds vocabularies up to {}, the model's is {}",
+             kMaxSampledVocab, s.config.vocab_size);
+  }
+  if (sampling || padded > 0) {
+    s.host_sampling.assign(static_cast<size_t>(head_rows), DeviceRowSampling{});
+    for (int64_t r = 0; r < n; ++r) {
+      if (!sampled_on_device(r)) continue;
+      DeviceRowSampling& spec = s.host_sampling[static_cast<size_t>(r)];
+      spec.filter = ops::row_filter(step.sampling[static_cast<size_t>(r)]);
+      spec.sample = 1;
+      ++sampled_rows;
+    }
+  }
+  const int64_t t = ctx.tokens;
+  copy_to_device(s, s.sample_spec.data(), s.host_sampling.data(),
+                 sampling || padded > 0 ? head_rows : 0);
+  copy_to_device(s, s.token_ids.data(), ids.data(), t);
+  copy_to_device(s, s.positions.data(), ctx.positions.data(), t);
+  copy_to_device(s, s.slots.data(), ctx.slots.data(), t);
   std::vector<int32_t> row_index(rows.begin(), rows.end());
-  copy_to_device(s, s.logit_rows.data(), row_index.data(), num_rows);
+  for (int64_t r = num_rows; r < head_rows; ++r) row_index.push_back(static_cast<int32_t>(r));
+  copy_to_device(s, s.logit_rows.data(), row_index.data(), head_rows);
+  s.tokens = t;
+  s.step = &ctx;
+  s.pool = &pool;
+
+  // The graph of this size, if it was captured with this step's workspace, buffers and pool.
+  size_t graph_index = 0;
+  bool replay = false;
+  if (padded > 0 && !s.graph_sizes.empty()) {
+    graph_index = static_cast<size_t>(
+        std::lower_bound(s.graph_sizes.begin(), s.graph_sizes.end(), padded) -
+        s.graph_sizes.begin());
+    const State::Graph& graph = s.graphs[graph_index];
+    replay = graph.exec != nullptr &&
+             graph.workspace_generation == s.planner.workspace_generation() &&
+             graph.buffers_generation == s.buffers_generation && graph.pool == pool_key(pool);
+  }
+
+  const int64_t vocab = s.config.vocab_size;
   Logits logits;
   logits.rows = num_rows;
   logits.vocab = vocab;
   logits.values.resize(static_cast<size_t>((num_rows - sampled_rows) * vocab));
   const int64_t chunk = std::min(s.max_tokens, kLogitChunk);
   int64_t value_row = 0;
-  for (int64_t start = 0; start < num_rows; start += chunk) {
-    const int64_t count = std::min(chunk, num_rows - start);
-    AddNormArgs norm;
-    norm.residual = ptr<float>(s.residual);
-    norm.add = ptr<float>(s.branch);
-    norm.weight = ptr<float>(s.final_norm);
-    norm.out = s.head_x.data();
-    norm.out_dtype = s.compute;
-    norm.row_index = ptr<int32_t>(s.logit_rows) + start;
-    norm.rows = count;
-    norm.dim = hidden;
-    norm.eps = s.eps;
-    add_rms_norm(norm, s.stream);
-    s.blas->linear(count, vocab, hidden, s.head_x.data(), hidden, s.lm_head->data(), hidden,
-                   s.compute, s.logits.data(), vocab, DType::kF32);
-    if (sampling) {
-      sample_rows(ptr<float>(s.logits), count, vocab, ptr<DeviceRowSampling>(s.sample_spec) + start,
-                  ptr<ops::SampledToken>(s.sampled) + start, s.stream);
-    }
-    // The rows left to the host, a run of consecutive ones per copy. Into pageable memory: returns
-    // when the copy is done (the next chunk's GEMM, later on the stream, overwrites the buffer).
+  // The rows of chunk [start, start + count) left to the host, a run of consecutive ones per copy.
+  // Into pageable memory: returns when the copy is done (a later GEMM overwrites the buffer).
+  const auto copy_rows_out = [&](int64_t start, int64_t count) {
     for (int64_t r = 0; r < count;) {
       if (sampled_on_device(start + r)) {
         ++r;
@@ -494,6 +630,25 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
       value_row += end - r;
       r = end;
     }
+  };
+  if (padded > 0) {
+    // One head pass over the padded rows (graph_batch: one chunk, or every row sampled), then the
+    // step's rows out.
+    if (replay) {
+      PA_CUDA_CHECK(cudaGraphLaunch(s.graphs[graph_index].exec, s.stream));
+    } else {
+      enqueue_graph_body(s, head_rows);
+    }
+    if (num_rows - sampled_rows > 0) copy_rows_out(0, num_rows);
+  } else {
+    enqueue_layers(s);
+    // The rows asked for, in chunks: with Step::sampling, the sampled rows of each chunk are drawn
+    // on the device (sampling.cu) and only the other rows' logits are copied back.
+    for (int64_t start = 0; start < num_rows; start += chunk) {
+      const int64_t count = std::min(chunk, num_rows - start);
+      enqueue_head_chunk(s, start, count, sampling);
+      copy_rows_out(start, count);
+    }
   }
   if (sampling && n > 0) {
     logits.sampled.resize(static_cast<size_t>(n));
@@ -503,8 +658,6 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
   }
   PA_CUDA_CHECK(cudaEventRecord(s.done_event, s.stream));
   PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  s.step = nullptr;
-  s.pool = nullptr;
   Model::DeviceTiming timing;
   float ms = 0;
   PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.call_event, s.done_event));
@@ -513,9 +666,16 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
     PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.previous_done_event, s.call_event));
     timing.gap_seconds = ms * 1e-3;
   }
+  timing.graph = replay;
   s.timing = timing;
   std::swap(s.done_event, s.previous_done_event);
   s.has_previous_done = true;
+  if (replay) ++s.graph_replays;
+  // A size's first step ran eagerly (above): capture its graph for the next one, on the idle
+  // stream (capture enqueues nothing).
+  if (padded > 0 && !replay && !s.graph_sizes.empty()) capture_graph(s, graph_index, head_rows);
+  s.step = nullptr;
+  s.pool = nullptr;
   for (int64_t r = 0; sampling && r < n; ++r) {
     if (!sampled_on_device(r)) {
       logits.sampled[static_cast<size_t>(r)] = ops::SampledToken{};  // the kernel skipped it

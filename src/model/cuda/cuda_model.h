@@ -13,12 +13,14 @@
 //             nothing is allocated per step except when a step needs more attention pages or a
 //             larger batch than any before (the metadata buffers grow).
 //
-// Where CUDA graphs go (not done yet): a decode step of a dense model touches only fixed buffers
-// (ids, positions, slots and metadata copied in; cuBLAS with its fixed workspace; the backends
-// plan on the device), so it can be captured per padded batch size from embedding to lm_head
-// and replayed after the host copies. MoE layers route on the host (the router logits come back
-// once per MoE layer: a synchronisation) until routing and a grouped expert GEMM run on the
-// device.
+//   graphs    a decode step of a model without MoE layers (ModelOptions::cuda_graph_max_batch)
+//             is padded to the next graph size (1, 2, 4, 8, 16, 32, 48, ...; padding rows store
+//             nothing and attend to nothing) and, from that size's second step on, replays one
+//             CUDA graph from embedding to the sampling kernel: the host only copies the step's
+//             ids, positions, slots, metadata and sampling specs into the fixed buffers and plans
+//             the attention (a device kernel) before the launch. MoE layers route on the host
+//             (the router logits come back once per MoE layer: a synchronisation), so those models
+//             run eagerly until routing and a grouped expert GEMM run on the device.
 #pragma once
 
 #include <cstdint>

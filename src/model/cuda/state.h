@@ -118,6 +118,22 @@ struct CudaModel::State final : DeviceStep {
   bool has_previous_done = false;
   std::optional<Model::DeviceTiming> timing;
 
+  // CUDA graphs of decode steps (cuda_model.cpp): graph_sizes are the padded batch sizes (empty:
+  // off); graphs[i] the step of graph_sizes[i] requests, from embedding to the sampling kernel,
+  // captured after that size's first (eager) step. A graph holds the device pointers it was
+  // captured with: it is stale once the planner's workspaces, the metadata buffers
+  // (buffers_generation) or the pool change, and is captured again.
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    int64_t workspace_generation = -1, buffers_generation = -1;
+    const void* pool = nullptr;
+  };
+  std::vector<int32_t> graph_sizes;
+  std::vector<Graph> graphs;
+  int64_t buffers_generation = 0;
+  bool has_moe = false;
+  int64_t graph_replays = 0, graph_captures = 0;
+
   // The step being run.
   int64_t tokens = 0;
   const StepContext* step = nullptr;

@@ -30,6 +30,9 @@
 //    and DeepSeek-V2-Lite / V3 (MLA 512 + 64, 16 and 128 heads, MoE) with few layers, narrow MLPs
 //    and a small vocabulary, bf16 on the GPU (auto picks the "cuda" backend: checked) against the
 //    CPU model with a bf16 KV cache, at the bf16 criterion above; and page size 1 vs 16 on the GPU.
+// 3b. CUDA graphs: decode steps over changing subsets of requests (sizes that repeat and pad)
+//    replay graphs whose logits match the CPU model and the eager GPU steps at the bf16
+//    criterion; a MoE model's decode runs eagerly.
 // 4. Errors: a step larger than max_step_tokens, a pool on another device, a token outside the
 //    vocabulary (the device pool unchanged), a compute dtype that is not a float.
 // Skips without a GPU (CI); scripts/gpu-check runs it with PAGEDATTN_REQUIRE_GPU=1.
@@ -39,6 +42,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -457,6 +461,137 @@ INSTANTIATE_TEST_SUITE_P(Configs, CudaRealShapes,
                                            RealShape{"deepseek_v2_lite", "deepseek_v2_lite.json"},
                                            RealShape{"deepseek_v3", "deepseek_v3.json"}),
                          [](const auto& info) { return info.param.name; });
+
+// ---- 3b. CUDA graphs of decode steps ----
+
+// Requests that join and leave: a prefill of every prompt, then decode steps over changing
+// subsets of them (batch sizes that repeat, so that graphs are captured and replayed, and sizes
+// that pad: 3 -> 4, 5 -> 8, 17 -> 32). Every decode row of the graph model (the default options)
+// is compared with the CPU model at the bf16 criterion and with the same GPU model launched
+// eagerly (cuda_graph_max_batch 0); the steps that replayed a graph are counted.
+class CudaGraphs : public ::testing::TestWithParam<RealShape> {};
+
+TEST_P(CudaGraphs, DecodeReplaysMatchTheCpuModelAndEagerSteps) {
+  REQUIRE_GPU();
+  ModelConfig config = shrink(GetParam().config_file);
+  config.moe.reset();  // MoE layers route on the host: no graphs (DecodeOfMoeModelsRunsEagerly)
+  testing::RandomWeights random(config);
+  random.scale(config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", 4.0f);
+  ModelOptions graph_options = cuda_options();
+  graph_options.max_positions = 1024;
+  ModelOptions eager_options = graph_options;
+  eager_options.cuda_graph_max_batch = 0;
+  ModelOptions cpu_options = testing::cpu_options();
+  cpu_options.max_positions = 1024;
+  Model graph(config, random.weights, graph_options);
+  Model eager(config, random.weights, eager_options);
+  Model cpu(config, random.weights, cpu_options);
+
+  constexpr int kRequests = 20;
+  const std::vector<int> batch_sizes = {3, 3, 5, 3, 17, 20, 17, 1, 1, 20, 9, 9, 5, 5, 17};
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size) - 1);
+  std::uniform_int_distribution<int> length(4, 40);
+  std::vector<std::vector<int32_t>> prompts(kRequests);
+  for (auto& prompt : prompts) {
+    prompt.resize(static_cast<size_t>(length(rng)));
+    for (int32_t& t : prompt) t = token(rng);
+  }
+  // The steps, fixed up front so that the three models see the same ones.
+  std::vector<std::vector<int>> members;
+  std::vector<std::vector<int32_t>> step_tokens;
+  for (int size : batch_sizes) {
+    std::vector<int> all(kRequests);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    all.resize(static_cast<size_t>(size));
+    std::sort(all.begin(), all.end());
+    members.push_back(all);
+    std::vector<int32_t> tokens(static_cast<size_t>(size));
+    for (int32_t& t : tokens) t = token(rng);
+    step_tokens.push_back(tokens);
+  }
+  struct Run {
+    Rows rows;
+    int graph_steps = 0;
+  };
+  const auto run = [&](Model& model) {
+    KvPool pool = model.make_kv_pool(pool_config(DType::kBF16, 16));
+    testing::PageSource pages(pool.num_pages(), 31);
+    std::vector<testing::Sequence> seqs(kRequests);
+    Step prefill;
+    for (int r = 0; r < kRequests; ++r) {
+      seqs[r].reserve(static_cast<int64_t>(prompts[r].size()) + 16, 16, pages);
+      prefill.requests.push_back({prompts[r], 0, {}, seqs[r].block_table});
+    }
+    model.forward(prefill, pool);
+    for (int r = 0; r < kRequests; ++r) seqs[r].tokens = prompts[r];
+    Run out;
+    for (size_t d = 0; d < members.size(); ++d) {
+      Step step;
+      for (size_t i = 0; i < members[d].size(); ++i) {
+        const testing::Sequence& seq = seqs[members[d][i]];
+        step.requests.push_back({std::span<const int32_t>(step_tokens[d]).subspan(i, 1),
+                                 static_cast<int32_t>(seq.tokens.size()),
+                                 {},
+                                 seq.block_table});
+      }
+      const Logits logits = model.forward(step, pool);
+      EXPECT_EQ(logits.rows, static_cast<int64_t>(members[d].size()));
+      for (int64_t r = 0; r < logits.rows; ++r) {
+        out.rows.emplace_back(logits.row(r).begin(), logits.row(r).end());
+      }
+      for (size_t i = 0; i < members[d].size(); ++i) {
+        seqs[members[d][i]].tokens.push_back(step_tokens[d][i]);
+      }
+      const auto timing = model.last_device_timing();
+      out.graph_steps += timing && timing->graph;
+    }
+    return out;
+  };
+  const Run expected = run(cpu);
+  const Run eager_run = run(eager);
+  const Run graph_run = run(graph);
+  EXPECT_EQ(eager_run.graph_steps, 0);
+  // Sizes 4, 4, 8, 4, 32, 32, 32, 1, 1, 32, 16, 16, 8, 8, 32: at least the repeats of 32, 1, 16
+  // and 8 replay (a size captured before the decode workspace last grew is captured again).
+  EXPECT_GE(graph_run.graph_steps, 6) << "graph replays";
+  const Comparison vs_cpu = between(graph_run.rows, expected.rows);
+  const Comparison vs_eager = between(graph_run.rows, eager_run.rows);
+  fmt::print("{}: graph decode vs cpu: {}; vs eager: {}; {} of {} steps replayed\n",
+             GetParam().name, vs_cpu.str(), vs_eager.str(), graph_run.graph_steps,
+             members.size());
+  expect_bf16_bound(vs_cpu, false, GetParam().name + " graphs vs cpu");
+  expect_bf16_bound(vs_eager, false, GetParam().name + " graphs vs eager");
+  expect_bf16_bound(between(eager_run.rows, expected.rows), false,
+                    GetParam().name + " eager vs cpu");
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, CudaGraphs,
+                         ::testing::Values(RealShape{"qwen3_0_6b", "qwen3_0_6b.json"},
+                                           RealShape{"llama3_2_1b", "llama3_2_1b.json"},
+                                           RealShape{"deepseek_v2_lite_dense",
+                                                     "deepseek_v2_lite.json"}),
+                         [](const auto& info) { return info.param.name; });
+
+// A model with MoE layers runs every decode step eagerly (its routing reads the router's logits
+// on the host), and says so through last_device_timing.
+TEST(CudaGraphsMoe, DecodeOfMoeModelsRunsEagerly) {
+  REQUIRE_GPU();
+  const ModelConfig config = shrink("deepseek_v2_lite.json");
+  ASSERT_TRUE(config.moe.has_value());
+  testing::RandomWeights random(config);
+  ModelOptions options = cuda_options();
+  options.max_positions = 1024;
+  Model model(config, random.weights, options);
+  KvPool pool = model.make_kv_pool(pool_config(DType::kBF16, 16));
+  testing::PageSource pages(pool.num_pages(), 3);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  const std::vector<int32_t> decodes = {6, 7, 8, 9};
+  testing::run_sequence(model, pool, pages, prompt, decodes);
+  ASSERT_TRUE(model.last_device_timing().has_value());
+  EXPECT_FALSE(model.last_device_timing()->graph);
+}
 
 // ---- 4. errors ----
 

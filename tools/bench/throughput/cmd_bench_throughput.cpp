@@ -63,6 +63,7 @@ struct ThroughputOptions {
   std::string kv_dtype = "bf16";
   std::string backend = "auto";
   std::string device = "auto";
+  bool enforce_eager = false;  // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
   int threads = 0;
   double ceiling_time = 1.0;
   int64_t ceiling_mib = 0;
@@ -131,6 +132,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
   engine::RuntimeOptions runtime_options;
   runtime_options.model.backend = options.backend;
   runtime_options.model.device = options.device;
+  if (options.enforce_eager) runtime_options.model.cuda_graph_max_batch = 0;
   runtime_options.model.threads = options.threads;
   runtime_options.page_size = options.page_size;
   runtime_options.kv_dtype = kv_dtype;
@@ -277,6 +279,8 @@ void run_bench_throughput(const ThroughputOptions& options) {
         "inside a forward (host planning, MoE routing's round trip) is not separated out.\n",
         100 * idle.between_steps, 100 * idle.steady_decode, idle.steady_decode_steps,
         idle.steady_decode_gap_ms);
+    fmt::print("CUDA graphs: {} of {} decode-only steps replayed one{}\n", idle.graph_steps,
+               idle.decode_steps, options.enforce_eager ? " (--enforce-eager)" : "");
     fmt::print("ceilings after the run: read {:.1f} GB/s, GEMM {:.1f} TFLOP/s (before: {:.1f}, "
                "{:.1f})\n",
                after.gpu.read_gbs, after.gpu.matmul_tflops, before.gpu.read_gbs,
@@ -321,6 +325,8 @@ void run_bench_throughput(const ThroughputOptions& options) {
       row["gpu_idle_between_steps"] = idle.between_steps;
       row["gpu_idle_steady_decode"] = idle.steady_decode;
       row["gpu_gap_ms_median"] = idle.steady_decode_gap_ms;
+      row["graph_steps"] = idle.graph_steps;
+      row["decode_steps"] = idle.decode_steps;
     }
     const nlohmann::json document = {
         {"benchmark", "throughput"},
@@ -403,6 +409,8 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--device", options->device,
                   "where the model runs: auto (cuda:0 when usable, else cpu), cpu, cuda, cuda:N")
       ->capture_default_str();
+  cmd->add_flag("--enforce-eager", options->enforce_eager,
+                "On a GPU: launch every decode step kernel by kernel (no CUDA graphs)");
   cmd->add_option("--threads", options->threads, "CPU threads (0: all cores)");
   cmd->add_option("--ceiling-time", options->ceiling_time,
                   "seconds of samples for each ceiling (memory read, GEMM)")

@@ -66,6 +66,7 @@ void TimedRunner::record(const engine::StepPlan& plan, double seconds) {
     if (const auto timing = model_->last_device_timing()) {
       record.device_span_s = timing->span_seconds;
       record.device_gap_s = timing->gap_seconds;
+      record.graph = timing->graph;
     }
   }
   records.push_back(record);

@@ -12,6 +12,8 @@ GpuIdle gpu_idle(std::span<const StepRecord> steps, double wall_s) {
   std::vector<double> steady_gap_ms;
   for (size_t i = 0; i < steps.size(); ++i) {
     const StepRecord& step = steps[i];
+    idle.graph_steps += step.graph ? 1 : 0;
+    idle.decode_steps += step.shape.decode_only() ? 1 : 0;
     if (step.device_gap_s < 0) continue;
     gaps += step.device_gap_s;
     if (i > 0 && step.shape.decode_only() && steps[i - 1].shape.decode_only() &&
