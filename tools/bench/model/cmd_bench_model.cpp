@@ -8,9 +8,11 @@
 //            C 1024 on a GPU): the step time beside its floor, max(weight + KV bytes / streaming
 //            read ceiling, FLOPs / GEMM ceiling), both measured in the same run.
 // A step is ModelRuntime::forward on a hand-built StepPlan (the engine's form): pages of each
-// sequence in a fixed shuffled order (as a pool looks after some churn), the logits of each
-// sequence's last token copied back, as the engine gets them. The time is the median over --reps
-// calls after --warmup, wall clock around the whole call (host planning and the logits' copy
+// sequence in a fixed shuffled order (as a pool looks after some churn), and each sequence's
+// next token as the engine gets it: on a GPU drawn on the device (ModelRuntime::forward_sampled,
+// temperature 0.6: only token ids come back; decode steps replay CUDA graphs unless
+// --enforce-eager), on the CPU from the logits copied back. The time is the median over --reps
+// calls after --warmup, wall clock around the whole call (host planning and the copies back
 // included: what an engine waits for). The KV the decode rows read was never written (zeros):
 // the time does not depend on its values. Bytes and FLOPs per step are the throughput
 // benchmark's (tools/bench/throughput/roofline.h).
@@ -48,6 +50,7 @@ struct ModelBenchOptions {
   std::string model;
   std::string shape;
   std::string device = "auto";
+  bool enforce_eager = false;  // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
   std::vector<std::string> prefill;  // "BxL"
   std::vector<int32_t> batch;        // decode batch sizes
   int32_t context = 1024;            // decode: tokens per sequence after the step
@@ -177,6 +180,7 @@ void run_bench_model(ModelBenchOptions options) {
   engine::RuntimeOptions runtime_options;
   runtime_options.model.backend = options.backend;
   runtime_options.model.device = options.device;
+  if (options.enforce_eager) runtime_options.model.cuda_graph_max_batch = 0;
   runtime_options.model.threads = options.threads;
   runtime_options.model.max_step_tokens = max_tokens;
   runtime_options.page_size = options.page_size;
@@ -230,16 +234,30 @@ void run_bench_model(ModelBenchOptions options) {
                "x floor", "of GEMM ceiling"});
   nlohmann::json json_rows = nlohmann::json::array();
   std::vector<float> logits;
+  std::vector<ops::RowSampling> sampling;
+  std::vector<ops::SampledToken> sampled;
+  const bool model_sampling = runtime->prefers_model_sampling();
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
     const std::string name = row.decode ? fmt::format("decode {} x {}", row.batch, row.length)
                                         : fmt::format("prefill {} x {}", row.batch, row.length);
     fmt::print(stderr, "[{}/{}] {}\n", i + 1, rows.size(), name);
-    logits.resize(static_cast<size_t>(row.plan.num_logit_rows) * runtime->vocab_size());
+    const auto logit_rows = static_cast<size_t>(row.plan.num_logit_rows);
+    logits.resize(logit_rows * runtime->vocab_size());
+    ops::RowSampling drawn;
+    drawn.sample = true;
+    drawn.temperature = 0.6;
+    drawn.seed = 1;
+    sampling.assign(model_sampling ? logit_rows : 0, drawn);
+    sampled.assign(sampling.size(), ops::SampledToken{});
     std::vector<double> samples;
     for (int32_t r = 0; r < options.warmup + options.reps; ++r) {
       const auto start = Clock::now();
-      runtime->forward(row.plan, logits);
+      if (model_sampling) {
+        runtime->forward_sampled(row.plan, sampling, logits, sampled);
+      } else {
+        runtime->forward(row.plan, logits);
+      }
       const double s = std::chrono::duration<double>(Clock::now() - start).count();
       if (r >= options.warmup) samples.push_back(s);
     }
@@ -317,6 +335,8 @@ void add_bench_model_command(CLI::App& bench) {
   cmd->add_option("--device", options->device,
                   "where the model runs: auto (cuda:0 when usable, else cpu), cpu, cuda, cuda:N")
       ->capture_default_str();
+  cmd->add_flag("--enforce-eager", options->enforce_eager,
+                "On a GPU: launch every decode step kernel by kernel (no CUDA graphs)");
   cmd->add_option("--prefill", options->prefill,
                   "prefill rows BATCHxLENGTH (default: 1x2048 16x512 on a GPU, 1x128 on the CPU; "
                   "with --batch only: none)");
