@@ -70,8 +70,8 @@ OpDesc StepPlanner::describe(bool decode, const KvPool& pool) const {
   return op;
 }
 
-StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool,
-                                  const ops::RopeTable& rope, int32_t padded_batch) {
+StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool, const ops::RopeTable& rope,
+                                  int32_t padded_batch) {
   PA_CHECK(!step.requests.empty(), "step: no requests");
   PA_CHECK(pool.is_mla() == mla_, "step: the KV pool holds {} caches, the model needs {}",
            pool.is_mla() ? "latent" : "K/V", mla_ ? "latent" : "K/V");

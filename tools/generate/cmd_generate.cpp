@@ -17,8 +17,8 @@
 
 #include "pagedattn/chat_template.h"
 #include "pagedattn/engine.h"
-#include "pagedattn/engine_generate.h"
 #include "pagedattn/engine_detokenizer.h"
+#include "pagedattn/engine_generate.h"
 #include "pagedattn/engine_runtime.h"
 #include "pagedattn/error.h"
 #include "pagedattn/tokenizer.h"
@@ -83,7 +83,8 @@ std::vector<int32_t> prompt_ids(const GenerateOptions& options, const fs::path& 
   if (std::ifstream config_in(model_dir / "tokenizer_config.json"); config_in) {
     config = nlohmann::json::parse(config_in, nullptr, /*allow_exceptions=*/false);
   }
-  ChatOptions chat_options = chat_options_from_config(config.is_discarded() ? nlohmann::json::object() : config);
+  ChatOptions chat_options =
+      chat_options_from_config(config.is_discarded() ? nlohmann::json::object() : config);
   chat_options.add_generation_prompt = true;
   if (chat.contains("tools")) chat_options.tools = chat["tools"];
   const ChatTemplate compiled = ChatTemplate::compile(std::string(*source));
@@ -94,7 +95,8 @@ std::vector<int32_t> prompt_ids(const GenerateOptions& options, const fs::path& 
 
 void run_generate(const GenerateOptions& options) {
   using Clock = std::chrono::steady_clock;
-  const fs::path model_dir = options.model.empty() ? default_model_directory() : fs::path(options.model);
+  const fs::path model_dir =
+      options.model.empty() ? default_model_directory() : fs::path(options.model);
   const auto load_start = Clock::now();
 
   engine::RuntimeOptions runtime_options;
@@ -138,12 +140,13 @@ void run_generate(const GenerateOptions& options) {
   }
   const auto start = Clock::now();
   std::optional<Clock::time_point> first_token;
-  const auto completions = engine::generate(
-      engine, {std::move(prompt)}, params, [&](size_t, const engine::RequestEvent& event) {
-        if (!event.token_ids.empty() && !first_token) first_token = Clock::now();
-        std::fputs(event.text.c_str(), stdout);
-        std::fflush(stdout);
-      });
+  const auto completions = engine::generate(engine, {std::move(prompt)}, params,
+                                            [&](size_t, const engine::RequestEvent& event) {
+                                              if (!event.token_ids.empty() && !first_token)
+                                                first_token = Clock::now();
+                                              std::fputs(event.text.c_str(), stdout);
+                                              std::fflush(stdout);
+                                            });
   const engine::Completion& last = completions.at(0).at(0);
   const int64_t generated = static_cast<int64_t>(last.tokens.size());
   const int64_t prompt_tokens = last.num_prompt_tokens;
@@ -153,8 +156,8 @@ void run_generate(const GenerateOptions& options) {
     throw Error(fmt::format("generation failed: {}", last.error));
   }
   const double total_s = std::chrono::duration<double>(end - start).count();
-  const double ttft_s = first_token ? std::chrono::duration<double>(*first_token - start).count()
-                                    : total_s;
+  const double ttft_s =
+      first_token ? std::chrono::duration<double>(*first_token - start).count() : total_s;
   const double decode_s = total_s - ttft_s;
   fmt::print(stderr,
              "\n{} prompt tokens, {} generated ({}); time to first token {:.1f} ms; "
@@ -174,8 +177,9 @@ void add_generate_command(CLI::App& parent) {
                       "default: the embedded models/austen-3m");
   command->add_option("--prompt", options->prompt, "the text to continue")
       ->default_str(kDefaultPrompt);
-  command->add_option("--chat", options->chat_file,
-                      "a JSON file {\"messages\": [...]} rendered with the model's chat template")
+  command
+      ->add_option("--chat", options->chat_file,
+                   "a JSON file {\"messages\": [...]} rendered with the model's chat template")
       ->excludes("--prompt");
   command->add_option("--max-tokens", options->max_tokens, "tokens to generate at most")
       ->capture_default_str()

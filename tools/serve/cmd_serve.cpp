@@ -33,8 +33,8 @@ namespace pagedattn::tools {
 namespace {
 
 struct ServeOptions {
-  std::string model_dir;  // empty: the embedded default model
-  std::string shape;      // or a random-weight model of a named shape (model_random.h)
+  std::string model_dir;      // empty: the embedded default model
+  std::string shape;          // or a random-weight model of a named shape (model_random.h)
   std::string tokenizer_dir;  // empty: the model directory's
   std::string served_name;
   std::string host = "127.0.0.1";
@@ -42,7 +42,7 @@ struct ServeOptions {
   int32_t num_pages = 0;  // 0: the runner's choice
   int32_t page_size = 16;
   std::string device = "auto";
-  bool enforce_eager = false;  // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
+  bool enforce_eager = false;       // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
   double kv_memory_fraction = 0.8;  // of the device memory free after loading (CUDA)
   int64_t max_tokens_per_step = 2048;
   int32_t max_running = 256;
@@ -109,8 +109,9 @@ ServedModel load_served_model(const ServeOptions& options) {
            "serve: --shape {} needs --tokenizer DIR (a random-weight model has no tokenizer of its "
            "own; any tokenizer whose ids fit in the shape's vocabulary)",
            options.shape);
-  const std::filesystem::path directory =
-      options.model_dir.empty() ? default_model_directory() : std::filesystem::path(options.model_dir);
+  const std::filesystem::path directory = options.model_dir.empty()
+                                              ? default_model_directory()
+                                              : std::filesystem::path(options.model_dir);
   const std::filesystem::path tokenizer_directory =
       options.tokenizer_dir.empty() ? directory : std::filesystem::path(options.tokenizer_dir);
   engine::RuntimeOptions runtime_options;
@@ -122,10 +123,9 @@ ServedModel load_served_model(const ServeOptions& options) {
   runtime_options.max_sequences = options.max_running;  // no more pages than that can use
   // The same random weights for a shape on every start (seed 0), as bench throughput has them.
   std::unique_ptr<engine::ModelRuntime> runtime =
-      options.shape.empty()
-          ? engine::ModelRuntime::open(directory, runtime_options)
-          : engine::ModelRuntime::random(model::model_shape(options.shape), /*seed=*/0,
-                                         runtime_options);
+      options.shape.empty() ? engine::ModelRuntime::open(directory, runtime_options)
+                            : engine::ModelRuntime::random(model::model_shape(options.shape),
+                                                           /*seed=*/0, runtime_options);
   auto tokenizer = std::make_shared<tokenizer::Tokenizer>(
       tokenizer::Tokenizer::from_directory(tokenizer_directory));
   PA_CHECK(tokenizer->vocab_size() <= runtime->vocab_size(),

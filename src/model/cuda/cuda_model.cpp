@@ -399,8 +399,8 @@ int32_t graph_batch(State& s, const Step& step, const KvPool& pool) {
     }
   }
   if (s.planner.backend_for(/*decode=*/true, pool).name() != "cuda") return 0;
-  const int32_t size = *std::lower_bound(s.graph_sizes.begin(), s.graph_sizes.end(),
-                                         static_cast<int32_t>(num_reqs));
+  const int32_t size =
+      *std::lower_bound(s.graph_sizes.begin(), s.graph_sizes.end(), static_cast<int32_t>(num_reqs));
   if (size > std::min(s.max_tokens, kLogitChunk)) {
     if (step.sampling.size() != static_cast<size_t>(num_reqs)) return 0;
     for (const ops::RowSampling& row : step.sampling) {
@@ -509,8 +509,10 @@ void capture_graph(State& s, size_t index, int64_t rows) {
   if (!failure.empty()) {
     cudaGetLastError();
     graph.exec = nullptr;
-    fmt::print(stderr, "pagedattn: CUDA graph capture of a {}-request decode step failed ({}); "
-               "decode steps run eagerly from now on\n", s.graph_sizes[index], failure);
+    fmt::print(stderr,
+               "pagedattn: CUDA graph capture of a {}-request decode step failed ({}); "
+               "decode steps run eagerly from now on\n",
+               s.graph_sizes[index], failure);
     for (State::Graph& other : s.graphs) {
       if (other.exec != nullptr) cudaGraphExecDestroy(other.exec);
       other = State::Graph{};
@@ -530,7 +532,8 @@ void capture_graph(State& s, size_t index, int64_t rows) {
 Logits CudaModel::forward(const Step& step, KvPool& pool) {
   State& s = *state_;
   PA_CUDA_CHECK(cudaSetDevice(s.device.index));
-  // The stream is idle here (every forward ends synchronised): the event takes the time of the call.
+  // The stream is idle here (every forward ends synchronised): the event takes the time of the
+  // call.
   PA_CUDA_CHECK(cudaEventRecord(s.call_event, s.stream));
   int64_t total = 0;
   for (const RequestStep& request : step.requests)
@@ -597,9 +600,9 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
   size_t graph_index = 0;
   bool replay = false;
   if (padded > 0 && !s.graph_sizes.empty()) {
-    graph_index = static_cast<size_t>(
-        std::lower_bound(s.graph_sizes.begin(), s.graph_sizes.end(), padded) -
-        s.graph_sizes.begin());
+    graph_index =
+        static_cast<size_t>(std::lower_bound(s.graph_sizes.begin(), s.graph_sizes.end(), padded) -
+                            s.graph_sizes.begin());
     const State::Graph& graph = s.graphs[graph_index];
     replay = graph.exec != nullptr &&
              graph.workspace_generation == s.planner.workspace_generation() &&

@@ -559,8 +559,7 @@ TEST_P(CudaGraphs, DecodeReplaysMatchTheCpuModelAndEagerSteps) {
   const Comparison vs_cpu = between(graph_run.rows, expected.rows);
   const Comparison vs_eager = between(graph_run.rows, eager_run.rows);
   fmt::print("{}: graph decode vs cpu: {}; vs eager: {}; {} of {} steps replayed\n",
-             GetParam().name, vs_cpu.str(), vs_eager.str(), graph_run.graph_steps,
-             members.size());
+             GetParam().name, vs_cpu.str(), vs_eager.str(), graph_run.graph_steps, members.size());
   expect_bf16_bound(vs_cpu, false, GetParam().name + " graphs vs cpu");
   expect_bf16_bound(vs_eager, false, GetParam().name + " graphs vs eager");
   expect_bf16_bound(between(eager_run.rows, expected.rows), false,

@@ -50,7 +50,7 @@ struct ModelBenchOptions {
   std::string model;
   std::string shape;
   std::string device = "auto";
-  bool enforce_eager = false;  // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
+  bool enforce_eager = false;        // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
   std::vector<std::string> prefill;  // "BxL"
   std::vector<int32_t> batch;        // decode batch sizes
   int32_t context = 1024;            // decode: tokens per sequence after the step
@@ -131,7 +131,8 @@ void run_bench_model(ModelBenchOptions options) {
                                                           : model::load_model_config(options.model);
   if (options.page_size < 1)
     throw Error(fmt::format("--page-size {} (expected >= 1)", options.page_size));
-  if (options.context < 1) throw Error(fmt::format("--context {} (expected >= 1)", options.context));
+  if (options.context < 1)
+    throw Error(fmt::format("--context {} (expected >= 1)", options.context));
   for (const int32_t b : options.batch) {
     if (b < 1) throw Error(fmt::format("--batch {} (expected >= 1)", b));
   }
@@ -188,8 +189,8 @@ void run_bench_model(ModelBenchOptions options) {
   runtime_options.num_pages = pages;
   const auto load_start = Clock::now();
   std::string model_name;
-  const std::unique_ptr<engine::ModelRuntime> runtime = open_model_source(
-      "bench model", options.model, options.shape, runtime_options, &model_name);
+  const std::unique_ptr<engine::ModelRuntime> runtime =
+      open_model_source("bench model", options.model, options.shape, runtime_options, &model_name);
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
   const model::ModelConfig& model_config = runtime->config();
   const double bytes_per_weight =
@@ -209,8 +210,8 @@ void run_bench_model(ModelBenchOptions options) {
   const RunCeilings ceilings = measure_run_ceilings(device, options.ceiling_time,
                                                     options.ceiling_mib, "before the rows", true);
   const double read_gbs = ceilings.read_gbs, gemm_gflops = ceilings.gemm_gflops;
-  const std::string gemm_name = fmt::format("{} {}x{}x{}", ceilings.gemm, ceilings.gemm_m,
-                                            ceilings.gemm_k, ceilings.gemm_n);
+  const std::string gemm_name =
+      fmt::format("{} {}x{}x{}", ceilings.gemm, ceilings.gemm_m, ceilings.gemm_k, ceilings.gemm_n);
   const std::string& machine = ceilings.machine;
 
   // The rows, each plan built once (pages shuffled once for the whole run).
@@ -264,7 +265,8 @@ void run_bench_model(ModelBenchOptions options) {
     const double seconds = median(samples);
     const StepShape shape = shape_of(row.plan);
     const StepCost step = step_cost(cost, shape);
-    const double memory_s = step.bytes / (read_gbs * 1e9), compute_s = step.flops / (gemm_gflops * 1e9);
+    const double memory_s = step.bytes / (read_gbs * 1e9),
+                 compute_s = step.flops / (gemm_gflops * 1e9);
     const double floor_s = std::max(memory_s, compute_s);
     const bool memory_bound = memory_s >= compute_s;
     const double tflops = step.flops / seconds / 1e12, gbs = step.bytes / seconds / 1e9;
@@ -297,9 +299,12 @@ void run_bench_model(ModelBenchOptions options) {
       "every sequence + its new KV; FLOPs = 2 x parameters per token + lm_head rows + attention "
       "over each token's causal context. x floor = median / floor (1.00 is the roofline); of "
       "GEMM ceiling = the step's FLOP rate / the GEMM ceiling ({}). Times are whole calls "
-      "(planning and the logits' copy included){}.\n",
+      "(planning and the copy back included: {}).\n",
       read_gbs, gemm_gflops, gemm_name,
-      on_gpu ? "; decode steps run eagerly (no CUDA graph yet)" : "");
+      !on_gpu ? "the logits"
+      : options.enforce_eager
+          ? "the sampled tokens; every step launched eagerly, --enforce-eager"
+          : "the sampled tokens; decode steps replay CUDA graphs, dense models");
 
   if (!options.json_path.empty()) {
     const nlohmann::json document = {

@@ -180,9 +180,11 @@ void run_bench_throughput(const ThroughputOptions& options) {
       "model: {} ({}, {} layers, {} of weights as stored) on {}; {} {}, loaded in {:.1f} s\n",
       model_name, model::architecture_name(model_config.architecture),
       model_config.num_hidden_layers, gb(static_cast<double>(runtime->weight_bytes())),
-      device.str(), on_gpu ? "device memory of the model (weights, buffers):" : "the runtime "
-      "holds more (f32 copies, RoPE tables):", gb(static_cast<double>(runtime->model().owned_bytes())),
-      load_s);
+      device.str(),
+      on_gpu ? "device memory of the model (weights, buffers):"
+             : "the runtime "
+               "holds more (f32 copies, RoPE tables):",
+      gb(static_cast<double>(runtime->model().owned_bytes())), load_s);
   fmt::print(
       "KV pool: {} pages of {} tokens ({}, {}); engine: max running {}, max tokens per "
       "step {}, prefix cache {}, sampling {}; {} threads\n",
@@ -194,14 +196,14 @@ void run_bench_throughput(const ThroughputOptions& options) {
   // The ceilings of the device the model runs on, measured in this command: on the CPU a
   // streaming read and the library's f32 GEMM path on the same threads; on a GPU a streaming
   // read of device memory and a cuBLAS bf16 GEMM (device_ceilings.h).
-  const RunCeilings before = measure_run_ceilings(device, options.ceiling_time,
-                                                  options.ceiling_mib, "before the run", true);
+  const RunCeilings before = measure_run_ceilings(device, options.ceiling_time, options.ceiling_mib,
+                                                  "before the run", true);
   const double read_gbs = before.read_gbs;
 
   std::fflush(stdout);  // the set-up lines before a long run, also into a log
   const RunResult run = run_requests(engine, runner, std::move(requests), options.temperature);
-  const RunCeilings after = measure_run_ceilings(device, options.ceiling_time,
-                                                 options.ceiling_mib, "after the run", false);
+  const RunCeilings after = measure_run_ceilings(device, options.ceiling_time, options.ceiling_mib,
+                                                 "after the run", false);
 
   // Medians per step, and the roofline over the same steps.
   const engine::EngineStats& stats = run.stats;
@@ -281,10 +283,10 @@ void run_bench_throughput(const ThroughputOptions& options) {
         idle.steady_decode_gap_ms);
     fmt::print("CUDA graphs: {} of {} decode-only steps replayed one{}\n", idle.graph_steps,
                idle.decode_steps, options.enforce_eager ? " (--enforce-eager)" : "");
-    fmt::print("ceilings after the run: read {:.1f} GB/s, GEMM {:.1f} TFLOP/s (before: {:.1f}, "
-               "{:.1f})\n",
-               after.gpu.read_gbs, after.gpu.matmul_tflops, before.gpu.read_gbs,
-               before.gpu.matmul_tflops);
+    fmt::print(
+        "ceilings after the run: read {:.1f} GB/s, GEMM {:.1f} TFLOP/s (before: {:.1f}, "
+        "{:.1f})\n",
+        after.gpu.read_gbs, after.gpu.matmul_tflops, before.gpu.read_gbs, before.gpu.matmul_tflops);
   } else {
     fmt::print("{}", ceiling_footer(before.cpu_read, after.cpu_read, 0.0));
   }
@@ -355,8 +357,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
           {"read_gbs_after", after.read_gbs},
           {"gemm_gflops", before.gemm_gflops},
           {"gemm", before.gemm},
-          {"gemm_shape",
-           fmt::format("{}x{}x{}", before.gemm_m, before.gemm_k, before.gemm_n)}}},
+          {"gemm_shape", fmt::format("{}x{}x{}", before.gemm_m, before.gemm_k, before.gemm_n)}}},
         {"metadata", metadata},
         {"rows", nlohmann::json::array({row})}};
     std::ofstream out(options.json_path);

@@ -37,8 +37,8 @@ DeviceCeilings measure_device_ceilings(Device device) {
   c.matmul_size = measured.matmul_size;
   return c;
 #else
-  throw Error(fmt::format("bench throughput: device {} needs pagedattn built with CUDA",
-                          device.str()));
+  throw Error(
+      fmt::format("bench throughput: device {} needs pagedattn built with CUDA", device.str()));
 #endif
 }
 
