@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "cuda/cuda_backend.h"
 #include "model/cuda/kernels.h"
+#include "model/cuda/moe.h"
 #include "model/cuda/sampling.h"
 #include "model/cuda/state.h"
 #include "model/layers.h"
@@ -263,6 +264,35 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
         expert.down = up.linear(name + ".down_proj", {&ew.down_proj});
         moe->experts.push_back(std::move(expert));
       }
+      // The device path: 16-bit GEMM inputs, no expert biases, rows of 16-byte multiples.
+      const int64_t expert_width = moe->experts.front().down.in();
+      moe->device_routing = s.compute != DType::kF32 &&
+                            moe_config.n_routed_experts <= kMoeMaxExperts && hidden % 8 == 0 &&
+                            expert_width % 8 == 0;
+      for (const MlpLayer& expert : moe->experts) {
+        moe->device_routing = moe->device_routing && expert.gate_up.bias.data() == nullptr &&
+                              expert.down.bias.data() == nullptr &&
+                              expert.down.in() == expert_width;
+      }
+      if (moe->device_routing) {
+        std::vector<const void*> gate_up, down;
+        for (const MlpLayer& expert : moe->experts) {
+          gate_up.push_back(expert.gate_up.weight.data());
+          down.push_back(expert.down.weight.data());
+        }
+        const auto pointers = [&](const std::vector<const void*>& values) {
+          DeviceBuffer buffer(values.size() * sizeof(void*));
+          PA_CUDA_CHECK(cudaMemcpy(buffer.data(), values.data(), values.size() * sizeof(void*),
+                                   cudaMemcpyHostToDevice));
+          return buffer;
+        };
+        moe->gate_up_weights = pointers(gate_up);
+        moe->down_weights = pointers(down);
+        if (moe->correction_bias.defined()) {
+          moe->bias_f32 = up.vector(mlp + ".gate.e_score_correction_bias", moe->correction_bias,
+                                    moe_config.n_routed_experts);
+        }
+      }
       if (w.moe.shared_experts.defined()) {
         const MlpWeights& sw = w.moe.shared_experts;
         moe->shared.gate_up =
@@ -331,6 +361,9 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
     s.source_row = s.allocate(t * k * 4);
     s.position = s.allocate(t * k * 4);
     s.route_weight = s.allocate(t * k * f);
+    const int64_t routed = std::min(t, kDeviceMoeMaxTokens) * k;
+    s.expert_ids = s.allocate(routed * 4);
+    s.moe_tiles = s.allocate(moe_max_tiles(routed, static_cast<int32_t>(experts)) * 3 * 4);
   }
   const int64_t chunk = std::min(t, kLogitChunk);
   s.head_x = s.allocate(chunk * hidden * c);
@@ -346,7 +379,6 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
   s.kv_last_page_len = s.allocate(t * 4);
 
   s.planner = StepPlanner(config, Selection::parse(options.backend), device, &s);
-  s.has_moe = any_moe != nullptr;
   PA_CHECK(options.cuda_graph_max_batch >= 0, "model: cuda_graph_max_batch {} (expected >= 0)",
            options.cuda_graph_max_batch);
   // Padded sizes 1, 2, 4, 8, 16, 32, 48, ...: at most 15 padding rows past 16 requests.
@@ -384,13 +416,13 @@ int64_t CudaModel::free_device_bytes() const {
 namespace {
 
 // The padded batch size of `step`'s CUDA graph, or 0 when the step runs eagerly: a decode step
-// (one new token and its logits row per request) of a model without MoE layers (their routing
-// reads the router's logits on the host), on the tuned "cuda" attention kernels (they read every
-// size from the device), of at most the largest graph size. With more rows than one lm_head
-// chunk, every row must be sampled on the device (the eager loop copies each chunk's logits out
-// before the next chunk overwrites them).
+// (one new token and its logits row per request) whose MoE layers, if any, route on the device
+// (moe.h: bf16 / f16 weights, at most kDeviceMoeMaxTokens requests), on the tuned "cuda" attention
+// kernels (they read every size from the device), of at most the largest graph size. With more rows
+// than one lm_head chunk, every row must be sampled on the device (the eager loop copies each
+// chunk's logits out before the next chunk overwrites them).
 int32_t graph_batch(State& s, const Step& step, const KvPool& pool) {
-  if (s.graph_sizes.empty() || s.has_moe) return 0;
+  if (s.graph_sizes.empty()) return 0;
   const int64_t num_reqs = static_cast<int64_t>(step.requests.size());
   if (num_reqs == 0 || num_reqs > s.graph_sizes.back()) return 0;
   for (const RequestStep& request : step.requests) {
@@ -401,6 +433,10 @@ int32_t graph_batch(State& s, const Step& step, const KvPool& pool) {
   if (s.planner.backend_for(/*decode=*/true, pool).name() != "cuda") return 0;
   const int32_t size =
       *std::lower_bound(s.graph_sizes.begin(), s.graph_sizes.end(), static_cast<int32_t>(num_reqs));
+  // MoE layers: only where they route on the device for a step of this size.
+  for (const DecoderLayer& layer : s.layers) {
+    if (layer.moe && !(layer.moe->device_routing && size <= kDeviceMoeMaxTokens)) return 0;
+  }
   if (size > std::min(s.max_tokens, kLogitChunk)) {
     if (step.sampling.size() != static_cast<size_t>(num_reqs)) return 0;
     for (const ops::RowSampling& row : step.sampling) {

@@ -9,15 +9,19 @@
 //       q_nope_h · W_UK_h for every head in one strided-batched GEMM; run_mla over the latent
 //       cache; o_h = o_latent_h · W_UV_hᵀ (another batched GEMM); o_proj.
 // MLP   gate_up = x · Wᵀ, SiLU·mul, down.
-// MoE   router logits in f32 (x in f32 · router f32), copied to the host and routed there with
-//       ops::moe_route (the CPU model's routing, so both choose the same experts); the (token,
-//       expert) pairs sorted by expert (a counting sort), their rows of x gathered, each expert's
-//       rows through gate_up / SiLU·mul / down as GEMMs over its rows, then one weighted combine
-//       per token in a fixed order, plus the shared experts.
+// MoE   router logits in f32 (x in f32 · router f32). Steps of at most kDeviceMoeMaxTokens
+//       tokens with 16-bit weights route on the device (moe.h: ops::moe_route's algorithm, a
+//       counting sort by expert, two grouped GEMMs over tiles of each expert's rows): no round
+//       trip, so a decode step can be one graph. Larger steps (prefill) copy the logits to the
+//       host and route there with ops::moe_route (the CPU model's routing), sort the (token,
+//       expert) pairs by expert, and run each expert's rows through gate_up / SiLU·mul / down as
+//       cuBLAS GEMMs. Either way the rows of x are gathered by expert and combined per token in a
+//       fixed order with the weights, plus the shared experts.
 #include <numeric>
 
 #include "core/check.h"
 #include "model/cuda/kernels.h"
+#include "model/cuda/moe.h"
 #include "model/cuda/state.h"
 #include "pagedattn/cuda_store.h"
 
@@ -236,6 +240,40 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
   linear_f32(s, w.o, s.o.data(), t, ptr<float>(s.branch), s.config.hidden_size);
 }
 
+namespace {
+
+// moe_mlp without the host: routing, the sort and the tile table on the device (moe.h), then the
+// two grouped GEMMs over the tiles instead of a GEMM per expert.
+void moe_mlp_on_device(State& s, MoeLayer& moe) {
+  const int64_t t = s.tokens, hidden = s.config.hidden_size;
+  const int32_t experts = moe.routing.num_experts, k = moe.routing.top_k;
+  const int64_t pairs = t * k, tiles = moe_max_tiles(pairs, experts);
+  moe_route_device(ptr<float>(s.router_logits), t, moe.routing, ptr<float>(moe.bias_f32),
+                   ptr<int32_t>(s.expert_ids), ptr<float>(s.route_weight), s.stream);
+  moe_sort_device(ptr<int32_t>(s.expert_ids), pairs, k, experts, ptr<int32_t>(s.position),
+                  ptr<int32_t>(s.source_row), ptr<int32_t>(s.moe_tiles), tiles, s.stream);
+  const int64_t c = s.compute_size(), width = moe.experts.front().down.in();
+  gather_rows(s.x.data(), ptr<int32_t>(s.source_row), s.expert_x.data(), pairs, hidden * c,
+              s.stream);
+  moe_grouped_gemm(s.expert_x.data(), hidden, moe.gate_up_weights.as<const void* const>(),
+                   s.compute, 2 * width, hidden, ptr<int32_t>(s.moe_tiles), tiles,
+                   ptr<float>(s.expert_gate_up), 2 * width, s.stream);
+  silu_mul(ptr<float>(s.expert_gate_up), pairs, width, s.expert_act.data(), s.compute, width,
+           s.stream);
+  moe_grouped_gemm(s.expert_act.data(), width, moe.down_weights.as<const void* const>(), s.compute,
+                   hidden, width, ptr<int32_t>(s.moe_tiles), tiles, ptr<float>(s.expert_out),
+                   hidden, s.stream);
+  const float* shared = nullptr;
+  if (moe.shared.defined()) {
+    dense_mlp(s, moe.shared, s.x.data(), t, ptr<float>(s.shared_out));
+    shared = ptr<float>(s.shared_out);
+  }
+  moe_combine(ptr<float>(s.expert_out), ptr<int32_t>(s.position), ptr<float>(s.route_weight),
+              shared, t, k, hidden, ptr<float>(s.branch), s.stream);
+}
+
+}  // namespace
+
 void dense_mlp(State& s, const MlpLayer& mlp, const void* x, int64_t rows, float* out) {
   const int64_t width = mlp.down.in();
   float* gate_up = ptr<float>(s.gate_up);
@@ -244,12 +282,20 @@ void dense_mlp(State& s, const MlpLayer& mlp, const void* x, int64_t rows, float
   linear_f32(s, mlp.down, s.act.data(), rows, out, s.config.hidden_size);
 }
 
+bool moe_on_device(const State& s, const MoeLayer& moe) {
+  return moe.device_routing && s.tokens <= kDeviceMoeMaxTokens;
+}
+
 void moe_mlp(State& s, MoeLayer& moe) {
   const int64_t t = s.tokens, hidden = s.config.hidden_size;
   const int32_t experts = moe.routing.num_experts, k = moe.routing.top_k;
-  // Router logits in f32, to the host (this waits for the stream), routed as on the CPU.
   s.blas->linear(t, experts, hidden, s.x_f32.data(), hidden, moe.router.data(), hidden, DType::kF32,
                  s.router_logits.data(), experts, DType::kF32);
+  if (moe_on_device(s, moe)) {
+    moe_mlp_on_device(s, moe);
+    return;
+  }
+  // Router logits in f32, to the host (this waits for the stream), routed as on the CPU.
   moe.logits.resize(static_cast<size_t>(t * experts));
   PA_CUDA_CHECK(cudaMemcpyAsync(moe.logits.data(), s.router_logits.data(),
                                 moe.logits.size() * sizeof(float), cudaMemcpyDeviceToHost,

@@ -12,7 +12,8 @@
 //   MLP   gate_up f32 [T, 2 I]; act C [T, I] (I the widest dense / shared MLP)
 //   MoE   router_logits f32 [T, E]; expert_x C [T k, hidden]; expert_gate_up f32 [T k, 2 I_e];
 //         expert_act C [T k, I_e]; expert_out f32 [T k, hidden]; shared_out f32 [T, hidden];
-//         source_row, position i32 [T k]; route_weight f32 [T k]
+//         source_row, position i32 [T k]; route_weight f32 [T k]; expert_ids i32 [T' k] and
+//         moe_tiles i32 [moe_max_tiles(T' k, E), 3] (device routing, T' = min(T, 256))
 //   head  head_x C [R, hidden]; logits f32 [R, vocab] (R = kLogitChunk rows per lm_head call);
 //         sample_spec DeviceRowSampling [T], sampled (token, logprob) [T]: Step::sampling
 //   step  token_ids, positions, logit_rows i32 [T]; slots i64 [T]; qo_indptr, kv_indptr i32
@@ -39,6 +40,10 @@ namespace pagedattn::model::cuda {
 
 inline constexpr int64_t kDefaultMaxStepTokens = 4096;
 inline constexpr int64_t kLogitChunk = 128;
+// Steps of at most this many tokens route their MoE layers on the device (moe.h: no round trip,
+// so a decode step can be one graph); larger ones (prefill) route on the host and run one cuBLAS
+// GEMM per expert, whose rows are then many.
+inline constexpr int64_t kDeviceMoeMaxTokens = 256;
 
 struct GqaLayer {
   DeviceLinear qkv, o;
@@ -63,6 +68,10 @@ struct MoeLayer {
   ops::MoeRouterConfig routing;
   std::vector<MlpLayer> experts;
   MlpLayer shared;  // or undefined
+  // The device path (moe.h; compute dtype bf16 / f16, experts without biases): the router's
+  // correction bias in f32, and each expert's gate_up / down weight pointers.
+  bool device_routing = false;
+  DeviceBuffer bias_f32, gate_up_weights, down_weights;
   // Host scratch of the routing, reused across steps.
   std::vector<float> logits;
   ops::MoeAssignment assignment;
@@ -105,7 +114,7 @@ struct CudaModel::State final : DeviceStep {
   DeviceBuffer mla_q, qa, qa_c, kv_a, q_nope_c, q_latent, q_latent_a, q_pe, o_latent, o_latent_c, o;
   DeviceBuffer gate_up, act;
   DeviceBuffer router_logits, expert_x, expert_gate_up, expert_act, expert_out, shared_out,
-      source_row, position, route_weight;
+      source_row, position, route_weight, expert_ids, moe_tiles;
   DeviceBuffer head_x, logits, sample_spec, sampled;
   std::vector<DeviceRowSampling> host_sampling;  // the step's specs, uploaded from here
   DeviceBuffer token_ids, positions, logit_rows, slots, qo_indptr, kv_indptr, kv_last_page_len,
@@ -131,7 +140,6 @@ struct CudaModel::State final : DeviceStep {
   std::vector<int32_t> graph_sizes;
   std::vector<Graph> graphs;
   int64_t buffers_generation = 0;
-  bool has_moe = false;
   int64_t graph_replays = 0, graph_captures = 0;
 
   // The step being run.
@@ -153,6 +161,8 @@ void gqa_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index
 void mla_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index);
 void dense_mlp(CudaModel::State& s, const MlpLayer& mlp, const void* x, int64_t rows, float* out);
 void moe_mlp(CudaModel::State& s, MoeLayer& moe);
+// Whether moe_mlp routes a step of s.tokens tokens on the device (no host synchronisation).
+bool moe_on_device(const CudaModel::State& s, const MoeLayer& moe);
 
 // A buffer's device pointer as T* (null for an empty buffer).
 template <class T>

@@ -189,8 +189,9 @@ TEST_P(SamplingKernel, MatchesCpuReference) {
     const std::vector<float> row =
         ::pagedattn::testing::random_sampling_row(rng, vocab, static_cast<int>(r % 4));
     logits.insert(logits.end(), row.begin(), row.end());
-    specs.push_back(r < 8 ? edge_row(static_cast<size_t>(r), vocab, rng())
-                          : to_row_sampling(::pagedattn::testing::random_sampling_spec(rng, vocab)));
+    specs.push_back(r < 8
+                        ? edge_row(static_cast<size_t>(r), vocab, rng())
+                        : to_row_sampling(::pagedattn::testing::random_sampling_spec(rng, vocab)));
   }
   // One non-greedy row with nothing to sample.
   std::fill(logits.begin() + 9 * vocab, logits.begin() + 10 * vocab, -kInf);
@@ -314,7 +315,8 @@ TEST_P(SamplingInModel, SampledRowsEqualCpuReferenceOverTheSameLogits) {
   ASSERT_EQ(full.rows, rows);
   std::mt19937_64 rng(21);
   for (int64_t r = 0; r < rows; ++r) {
-    ops::RowSampling spec = to_row_sampling(::pagedattn::testing::random_sampling_spec(rng, full.vocab));
+    ops::RowSampling spec =
+        to_row_sampling(::pagedattn::testing::random_sampling_spec(rng, full.vocab));
     spec.sample = r % 3 != 2;
     step.sampling.push_back(spec);
   }

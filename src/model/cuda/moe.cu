@@ -1,0 +1,333 @@
+// MoE routing, sorting and the grouped expert GEMM on the device (see moe.h).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "model/cuda/moe.h"
+
+namespace pagedattn::model::cuda {
+namespace {
+
+using ::pagedattn::cuda::check_launch;
+
+// ---- routing: one thread per token, ops::moe_route's steps ----
+
+// Indices of the k largest of values[0, n) (ties: the lower index), best first: the order of
+// ops::moe_route's partial sort.
+__device__ void top_k_indices(const float* values, int32_t n, int32_t k, int32_t* out) {
+  for (int32_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    for (int32_t e = 0; e < n; ++e) {
+      bool taken = false;
+      for (int32_t i = 0; i < j; ++i) taken = taken || out[i] == e;
+      if (taken) continue;
+      if (best < 0 || values[e] > values[best]) best = e;
+    }
+    out[j] = best;
+  }
+}
+
+__global__ void route_kernel(const float* logits, int64_t tokens, ops::MoeRouterConfig config,
+                             const float* bias, int32_t* expert_ids, float* weights) {
+  const int64_t t = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const int32_t experts = config.num_experts, k = config.top_k;
+  const int32_t groups = config.num_groups > 0 ? config.num_groups : 1;
+  const int32_t per_group = experts / groups;
+  float scores[kMoeMaxExperts], choice[kMoeMaxExperts];
+  const float* row = logits + t * experts;
+  if (config.method == ops::MoeRouting::kSigmoidNoAuxTc) {
+    for (int32_t e = 0; e < experts; ++e) {
+      scores[e] = 1.0f / (1.0f + expf(-row[e]));
+      choice[e] = scores[e] + bias[e];
+    }
+  } else {
+    float max = -INFINITY;
+    for (int32_t e = 0; e < experts; ++e) max = fmaxf(max, row[e]);
+    float sum = 0.0f;
+    for (int32_t e = 0; e < experts; ++e) sum += (scores[e] = expf(row[e] - max));
+    for (int32_t e = 0; e < experts; ++e) choice[e] = (scores[e] /= sum);
+  }
+  if (config.method != ops::MoeRouting::kSoftmaxGreedy) {
+    float group_score[kMoeMaxExperts];
+    for (int32_t g = 0; g < groups; ++g) {
+      const float* c = choice + g * per_group;
+      if (config.method == ops::MoeRouting::kSoftmaxGroupLimited) {
+        float best = c[0];
+        for (int32_t i = 1; i < per_group; ++i) best = c[i] > best ? c[i] : best;
+        group_score[g] = best;
+      } else {
+        int32_t best[2];
+        top_k_indices(c, per_group, 2, best);
+        group_score[g] = c[best[0]] + c[best[1]];
+      }
+    }
+    int32_t kept[kMoeMaxExperts];
+    top_k_indices(group_score, groups, config.topk_groups, kept);
+    for (int32_t e = 0; e < experts; ++e) {
+      bool keep = false;
+      for (int32_t i = 0; i < config.topk_groups; ++i) keep = keep || kept[i] == e / per_group;
+      if (!keep) {
+        choice[e] = config.method == ops::MoeRouting::kSigmoidNoAuxTc ? -INFINITY : 0.0f;
+      }
+    }
+  }
+  int32_t* ids = expert_ids + t * k;
+  float* w = weights + t * k;
+  top_k_indices(choice, experts, k, ids);
+  float sum = 0.0f;
+  for (int32_t j = 0; j < k; ++j) sum += (w[j] = scores[ids[j]]);
+  const bool normalize =
+      config.norm_topk_prob && (config.method == ops::MoeRouting::kSigmoidNoAuxTc || k > 1);
+  const float denominator = config.method == ops::MoeRouting::kSigmoidNoAuxTc ? sum + 1e-20f : sum;
+  for (int32_t j = 0; j < k; ++j) {
+    if (normalize) w[j] /= denominator;
+    w[j] *= config.routed_scaling_factor;
+  }
+}
+
+// ---- the counting sort and the tile table: one block ----
+
+constexpr int kSortThreads = 1024;
+
+__global__ void __launch_bounds__(kSortThreads)
+    sort_kernel(const int32_t* expert_ids, int64_t pairs, int32_t top_k, int32_t experts,
+                int32_t* position, int32_t* source_row, int32_t* tiles, int64_t max_tiles) {
+  __shared__ int32_t count[kMoeMaxExperts];
+  __shared__ int32_t start[kMoeMaxExperts];
+  for (int32_t e = threadIdx.x; e < experts; e += kSortThreads) count[e] = 0;
+  __syncthreads();
+  // The pair's index inside its expert, kept in `position` until the starts are known.
+  for (int64_t p = threadIdx.x; p < pairs; p += kSortThreads) {
+    position[p] = atomicAdd(&count[expert_ids[p]], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t row = 0;
+    int64_t tile = 0;
+    for (int32_t e = 0; e < experts; ++e) {
+      start[e] = row;
+      for (int32_t first = 0; first < count[e]; first += kMoeTileRows, ++tile) {
+        tiles[tile * 3] = e;
+        tiles[tile * 3 + 1] = row + first;
+        tiles[tile * 3 + 2] = min(kMoeTileRows, count[e] - first);
+      }
+      row += count[e];
+    }
+    for (; tile < max_tiles; ++tile) tiles[tile * 3] = -1;
+  }
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < pairs; p += kSortThreads) {
+    const int32_t row = start[expert_ids[p]] + position[p];
+    position[p] = row;
+    source_row[row] = static_cast<int32_t>(p / top_k);
+  }
+}
+
+// ---- the grouped GEMM: mma.sync m16n8k16, 32 x 128 tiles, K in steps of 32 ----
+
+constexpr int kBm = kMoeTileRows, kBn = 128, kBk = 32;
+constexpr int kThreads = 128;     // 4 warps, each 32 rows x 32 columns
+constexpr int kStride = kBk + 8;  // shared row stride in elements (80 bytes: ldmatrix rows
+                                  // 16-byte aligned, banks staggered)
+
+__device__ __forceinline__ void copy16(void* smem, const void* global, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;  // 0: zero-fill
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
+               "r"(bytes));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+template <class T>
+__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                    unsigned b1);
+template <>
+__device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[4], const unsigned (&a)[4],
+                                                   unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma<__half>(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                            unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    grouped_gemm_kernel(const T* a, int64_t lda, const void* const* weights, int64_t n, int64_t k,
+                        const int32_t* tiles, float* c, int64_t ldc) {
+  const int32_t expert = tiles[blockIdx.y * 3];
+  if (expert < 0) return;
+  const int32_t first = tiles[blockIdx.y * 3 + 1], rows = tiles[blockIdx.y * 3 + 2];
+  const int64_t col0 = int64_t{blockIdx.x} * kBn;
+  const T* w = static_cast<const T*>(weights[expert]);
+  __shared__ __align__(16) T sa[2][kBm * kStride];
+  __shared__ __align__(16) T sb[2][kBn * kStride];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  // Stage loads: A 32 rows x 4 chunks of 8 (one per thread), B 128 rows x 4 chunks (four).
+  const auto load = [&](int stage, int64_t k0) {
+    {
+      const int r = tid >> 2, chunk = tid & 3;
+      const int64_t kk = k0 + chunk * 8;
+      const bool valid = r < rows && kk < k;
+      copy16(&sa[stage][r * kStride + chunk * 8], valid ? a + (int64_t{first} + r) * lda + kk : a,
+             valid);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int index = tid + i * kThreads;
+      const int r = index >> 2, chunk = index & 3;
+      const int64_t kk = k0 + chunk * 8, col = col0 + r;
+      const bool valid = col < n && kk < k;
+      copy16(&sb[stage][r * kStride + chunk * 8], valid ? w + col * k + kk : w, valid);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+
+  float acc[2][4][4] = {};
+  const int64_t steps = (k + kBk - 1) / kBk;
+  load(0, 0);
+  for (int64_t step = 0; step < steps; ++step) {
+    const int stage = static_cast<int>(step & 1);
+    if (step + 1 < steps) {
+      load(stage ^ 1, (step + 1) * kBk);
+      asm volatile("cp.async.wait_group 1;\n" ::);
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kBk; kk += 16) {
+      unsigned af[2][4];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        ldmatrix_x4(af[m], &sa[stage][(m * 16 + (lane & 15)) * kStride + kk + (lane >> 4) * 8]);
+      }
+#pragma unroll
+      for (int pair = 0; pair < 2; ++pair) {
+        // Two n8 tiles: lanes 0-7 / 8-15 their first 8 columns at k and k + 8, 16-31 the next 8.
+        unsigned bf[4];
+        const int row = warp * 32 + pair * 16 + (lane & 7) + ((lane >> 4) << 3);
+        ldmatrix_x4(bf, &sb[stage][row * kStride + kk + ((lane >> 3) & 1) * 8]);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          mma<T>(acc[m][pair * 2], af[m], bf[0], bf[1]);
+          mma<T>(acc[m][pair * 2 + 1], af[m], bf[2], bf[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  // C fragments: c0, c1 at (row g, columns 2t, 2t + 1), c2, c3 at row g + 8.
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t col = col0 + warp * 32 + j * 8 + 2 * t;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = m * 16 + g + half * 8;
+        if (r >= rows) continue;
+        float* out = c + (int64_t{first} + r) * ldc + col;
+        if (col < n) out[0] = acc[m][j][half * 2];
+        if (col + 1 < n) out[1] = acc[m][j][half * 2 + 1];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void moe_route_device(const float* logits, int64_t tokens, const ops::MoeRouterConfig& config,
+                      const float* correction_bias, int32_t* expert_ids, float* weights,
+                      void* stream) {
+  if (tokens == 0) return;
+  if (config.num_experts < 1 || config.num_experts > kMoeMaxExperts || config.top_k < 1 ||
+      config.top_k > config.num_experts) {
+    throw_error("moe_route_device: " + std::to_string(config.num_experts) + " experts, top " +
+                std::to_string(config.top_k) +
+                " (expected 1 <= top_k <= experts <= " + std::to_string(kMoeMaxExperts) + ")");
+  }
+  if (config.method == ops::MoeRouting::kSigmoidNoAuxTc && correction_bias == nullptr) {
+    throw_error("moe_route_device: noaux_tc routing without its correction bias");
+  }
+  if (config.method != ops::MoeRouting::kSoftmaxGreedy &&
+      (config.num_groups < 1 || config.num_experts % config.num_groups != 0 ||
+       config.topk_groups < 1 || config.topk_groups > config.num_groups ||
+       (config.method == ops::MoeRouting::kSigmoidNoAuxTc &&
+        config.num_experts / config.num_groups < 2))) {
+    throw_error("moe_route_device: n_group " + std::to_string(config.num_groups) + ", topk_group " +
+                std::to_string(config.topk_groups) + " for " + std::to_string(config.num_experts) +
+                " experts (expected groups dividing the experts, 1 <= topk_group <= n_group, "
+                ">= 2 experts per group for noaux_tc)");
+  }
+  constexpr int kRouteThreads = 64;
+  route_kernel<<<static_cast<unsigned>((tokens + kRouteThreads - 1) / kRouteThreads), kRouteThreads,
+                 0, static_cast<cudaStream_t>(stream)>>>(logits, tokens, config, correction_bias,
+                                                         expert_ids, weights);
+  check_launch("moe route_kernel");
+}
+
+void moe_sort_device(const int32_t* expert_ids, int64_t pairs, int32_t top_k, int32_t experts,
+                     int32_t* position, int32_t* source_row, int32_t* tiles, int64_t max_tiles,
+                     void* stream) {
+  if (experts < 1 || experts > kMoeMaxExperts) {
+    throw_error("moe_sort_device: " + std::to_string(experts) + " experts (expected 1 .. " +
+                std::to_string(kMoeMaxExperts) + ")");
+  }
+  if (max_tiles < moe_max_tiles(pairs, experts)) {
+    throw_error("moe_sort_device: a tile table of " + std::to_string(max_tiles) +
+                " entries (needs " + std::to_string(moe_max_tiles(pairs, experts)) + ")");
+  }
+  sort_kernel<<<1, kSortThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      expert_ids, pairs, top_k, experts, position, source_row, tiles, max_tiles);
+  check_launch("moe sort_kernel");
+}
+
+void moe_grouped_gemm(const void* a, int64_t lda, const void* const* weights, DType dtype,
+                      int64_t n, int64_t k, const int32_t* tiles, int64_t max_tiles, float* c,
+                      int64_t ldc, void* stream) {
+  if (max_tiles == 0 || n == 0) return;
+  if (k % 8 != 0 || lda % 8 != 0 || k < 8) {
+    throw_error("moe_grouped_gemm: k " + std::to_string(k) + ", lda " + std::to_string(lda) +
+                " (expected multiples of 8)");
+  }
+  if (max_tiles > 65535) {
+    throw_error("moe_grouped_gemm: " + std::to_string(max_tiles) + " tiles (at most 65535)");
+  }
+  const dim3 grid(static_cast<unsigned>((n + kBn - 1) / kBn), static_cast<unsigned>(max_tiles));
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (dtype == DType::kBF16) {
+    grouped_gemm_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(
+        static_cast<const __nv_bfloat16*>(a), lda, weights, n, k, tiles, c, ldc);
+  } else if (dtype == DType::kF16) {
+    grouped_gemm_kernel<__half><<<grid, kThreads, 0, s>>>(static_cast<const __half*>(a), lda,
+                                                          weights, n, k, tiles, c, ldc);
+  } else {
+    throw_error("moe_grouped_gemm: dtype " + std::string(dtype_name(dtype)) +
+                " (expected bf16 or f16)");
+  }
+  check_launch("moe grouped_gemm_kernel");
+}
+
+}  // namespace pagedattn::model::cuda

@@ -1,0 +1,57 @@
+// MoE on the device, without a round trip to the host (moe.cu): what a decode step of a DeepSeek
+// model needs to run as one CUDA graph. For one MoE layer of T tokens, top-k of E experts:
+//
+//   moe_route_device   router logits [T, E] f32 -> expert ids and weights [T, k], one thread per
+//                      token running ops::moe_route's algorithm step for step (include/pagedattn/
+//                      moe.h: softmax / grouped / sigmoid + correction bias, ties to the lower
+//                      index), so that both choose the same experts up to exp's last bit;
+//   moe_sort_device    a counting sort of the T·k (token, slot) pairs by expert in one block:
+//                      position[p] (the pair's row in the expert-sorted buffers), source_row[r]
+//                      (the token of row r), and the tile table of the grouped GEMM: entries
+//                      (expert, first row, rows) of at most kMoeTileRows rows, the unused ones
+//                      with expert -1. A row's place inside its expert depends on thread timing;
+//                      its values do not (every row of the GEMM is computed alone);
+//   moe_grouped_gemm   for each tile, C[rows, N] f32 = A[rows, K] · W_eᵀ with W_e [N, K] the
+//                      expert's weight (a device array of E pointers), bf16 or f16 inputs on
+//                      tensor cores (mma.sync m16n8k16, f32 accumulation), K a multiple of 8.
+//
+// The grid of each launch depends on T, E, N and K only, never on the routing, so the launches
+// can be captured in a graph. Tested against ops::moe_route and a float64 GEMM in
+// tests/model/cuda/moe_cuda_test.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "pagedattn/dtype.h"
+#include "pagedattn/moe.h"
+
+namespace pagedattn::model::cuda {
+
+inline constexpr int32_t kMoeTileRows = 32;
+inline constexpr int32_t kMoeMaxExperts = 512;
+
+// Tile-table entries a sort of `pairs` pairs over `experts` experts may need (launch size).
+inline int64_t moe_max_tiles(int64_t pairs, int32_t experts) {
+  return (pairs + kMoeTileRows - 1) / kMoeTileRows + experts;
+}
+
+// logits [tokens, E] f32 (read only); correction_bias [E] f32 on the device for kSigmoidNoAuxTc
+// (else null); expert_ids, weights [tokens, top_k].
+void moe_route_device(const float* logits, int64_t tokens, const ops::MoeRouterConfig& config,
+                      const float* correction_bias, int32_t* expert_ids, float* weights,
+                      void* stream);
+
+// expert_ids [pairs] (pair p = token p / top_k, slot p % top_k) -> position [pairs],
+// source_row [pairs], tiles [max_tiles, 3] (expert, first row, rows).
+void moe_sort_device(const int32_t* expert_ids, int64_t pairs, int32_t top_k, int32_t experts,
+                     int32_t* position, int32_t* source_row, int32_t* tiles, int64_t max_tiles,
+                     void* stream);
+
+// For each tile of `tiles` [max_tiles, 3]: rows [first, first + rows) of c (f32, row stride ldc)
+// = the same rows of a (row stride lda) · weights[expert]ᵀ ([n, k], row-major). dtype bf16 or
+// f16; k, lda multiples of 8; 16-byte aligned a and weights.
+void moe_grouped_gemm(const void* a, int64_t lda, const void* const* weights, DType dtype,
+                      int64_t n, int64_t k, const int32_t* tiles, int64_t max_tiles, float* c,
+                      int64_t ldc, void* stream);
+
+}  // namespace pagedattn::model::cuda

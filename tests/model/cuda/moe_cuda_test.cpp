@@ -1,0 +1,313 @@
+// MoE on the device (src/model/cuda/moe.h) against independent references:
+// - routing: moe_route_device against ops::moe_route (the CPU model's routing, itself tested
+//   against transformers through the DeepSeek fixtures) for the three methods, with and without
+//   norm_topk_prob: the same experts in the same order for every token, and weights within 1e-6
+//   relative (the device's expf may differ from the host's exp in the last bit; the logits are
+//   spread so that no choice is that close to a tie);
+// - the counting sort + grouped GEMM: random assignments with empty experts, one expert with more
+//   rows than a tile (several tiles), one with all tokens in a second case; the rows gathered by
+//   expert through the model's own gather kernel, both grouped GEMMs' outputs compared element by
+//   element with a float64 product of the same bf16 / f16 values, within
+//   4 * K * 2^-24 * sum |a||w| (f32 accumulation of K terms); and the sort's invariants (every
+//   pair has one row, each row's token is the pair's, rows of an expert contiguous, tiles cover
+//   each expert's rows once).
+// Skips without a GPU; scripts/gpu-check runs it with PAGEDATTN_REQUIRE_GPU=1.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/gpu_skip.h"
+#include "cuda/cuda_backend.h"
+#include "model/cuda/kernels.h"
+#include "model/cuda/moe.h"
+#include "pagedattn/moe.h"
+
+namespace pagedattn::model {
+namespace {
+
+std::string gpu_unusable() {
+  const Support support = ::pagedattn::cuda::device_available();
+  return support ? std::string() : support.reason;
+}
+#define REQUIRE_GPU() PA_SKIP_OR_FAIL_WITHOUT_GPU(gpu_unusable())
+
+template <class T>
+struct DeviceArray {
+  T* data = nullptr;
+  size_t count = 0;
+  explicit DeviceArray(size_t n) : count(n) {
+    if (cudaMalloc(reinterpret_cast<void**>(&data), std::max<size_t>(n, 1) * sizeof(T)) !=
+        cudaSuccess) {
+      ADD_FAILURE() << "cudaMalloc failed";
+      data = nullptr;
+    }
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
+    EXPECT_EQ(cudaMemcpy(data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(data); }
+  DeviceArray(const DeviceArray&) = delete;
+  std::vector<T> host() const {
+    std::vector<T> out(count);
+    EXPECT_EQ(cudaMemcpy(out.data(), data, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+};
+
+// ---- routing ----
+
+struct RouteCase {
+  std::string name;
+  ops::MoeRouting method;
+  int32_t experts, top_k, groups, topk_groups;
+  bool norm;
+};
+void PrintTo(const RouteCase& c, std::ostream* os) { *os << c.name; }
+
+class MoeRouteDevice : public ::testing::TestWithParam<RouteCase> {};
+
+TEST_P(MoeRouteDevice, SameExpertsAndWeightsAsTheHostRouting) {
+  REQUIRE_GPU();
+  const RouteCase& c = GetParam();
+  ops::MoeRouterConfig config;
+  config.method = c.method;
+  config.num_experts = c.experts;
+  config.top_k = c.top_k;
+  config.num_groups = c.groups;
+  config.topk_groups = c.topk_groups;
+  config.norm_topk_prob = c.norm;
+  config.routed_scaling_factor = 2.5f;
+  constexpr int64_t kTokens = 300;
+  std::mt19937 rng(41);
+  // Logits spread over [-4, 4) in steps of 1/64 plus a distinct offset per expert, so no two
+  // experts of a token tie within far more than exp's rounding.
+  std::vector<float> logits(static_cast<size_t>(kTokens * c.experts));
+  for (int64_t t = 0; t < kTokens; ++t) {
+    std::vector<int32_t> order(static_cast<size_t>(c.experts));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int32_t e = 0; e < c.experts; ++e) {
+      logits[static_cast<size_t>(t * c.experts + e)] =
+          -4.0f +
+          8.0f * static_cast<float>(order[static_cast<size_t>(e)]) / static_cast<float>(c.experts);
+    }
+  }
+  std::vector<float> bias(static_cast<size_t>(c.experts));
+  std::uniform_int_distribution<int> step(-32, 32);
+  for (float& b : bias) b = static_cast<float>(step(rng)) / 256.0f;
+  const bool sigmoid = c.method == ops::MoeRouting::kSigmoidNoAuxTc;
+
+  ops::MoeAssignment expected;
+  std::vector<float> host_logits = logits;  // moe_route computes its scores in place
+  ops::moe_route(
+      TensorView::contiguous(host_logits.data(), DType::kF32, {kTokens, c.experts}), config,
+      sigmoid ? TensorView::contiguous(bias.data(), DType::kF32, {c.experts}) : TensorView{},
+      expected);
+
+  DeviceArray<float> d_logits(logits), d_bias(bias);
+  DeviceArray<int32_t> d_ids(static_cast<size_t>(kTokens * c.top_k));
+  DeviceArray<float> d_weights(static_cast<size_t>(kTokens * c.top_k));
+  cuda::moe_route_device(d_logits.data, kTokens, config, sigmoid ? d_bias.data : nullptr,
+                         d_ids.data, d_weights.data, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<int32_t> ids = d_ids.host();
+  const std::vector<float> weights = d_weights.host();
+  int64_t wrong_ids = 0;
+  double worst = 0;
+  for (size_t p = 0; p < ids.size(); ++p) {
+    wrong_ids += ids[p] != expected.experts[p];
+    const double want = expected.weights[p];
+    worst = std::max(worst, std::abs(weights[p] - want) / std::max(std::abs(want), 1e-30));
+  }
+  EXPECT_EQ(wrong_ids, 0) << c.name << ": expert ids differing from the host routing";
+  EXPECT_LE(worst, 1e-6) << c.name << ": worst relative weight difference";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Methods, MoeRouteDevice,
+    ::testing::Values(
+        RouteCase{"softmax_greedy_v2_lite", ops::MoeRouting::kSoftmaxGreedy, 64, 6, 1, 1, false},
+        RouteCase{"softmax_greedy_norm", ops::MoeRouting::kSoftmaxGreedy, 64, 6, 1, 1, true},
+        RouteCase{"softmax_group_limited_v2", ops::MoeRouting::kSoftmaxGroupLimited, 160, 6, 8, 3,
+                  false},
+        RouteCase{"sigmoid_noaux_tc_v3", ops::MoeRouting::kSigmoidNoAuxTc, 256, 8, 8, 4, true},
+        RouteCase{"sigmoid_top1", ops::MoeRouting::kSigmoidNoAuxTc, 32, 1, 4, 2, true}),
+    [](const auto& info) { return info.param.name; });
+
+// ---- the sort and the grouped GEMM ----
+
+float round_to(DType dtype, float v) {
+  return dtype == DType::kBF16 ? __bfloat162float(__float2bfloat16_rn(v))
+                               : __half2float(__float2half_rn(v));
+}
+
+// Host values in `dtype` as raw 16-bit words.
+std::vector<uint16_t> to_words(DType dtype, const std::vector<float>& values) {
+  std::vector<uint16_t> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kBF16) {
+      const __nv_bfloat16 b = __float2bfloat16_rn(values[i]);
+      std::memcpy(&out[i], &b, 2);
+    } else {
+      const __half h = __float2half_rn(values[i]);
+      std::memcpy(&out[i], &h, 2);
+    }
+  }
+  return out;
+}
+
+struct GemmCase {
+  std::string name;
+  DType dtype;
+  int32_t tokens, top_k, experts;
+  int64_t n, k;
+  bool all_to_one;  // every token's first choice is expert 3
+};
+void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.name; }
+
+class MoeGroupedGemm : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(MoeGroupedGemm, SortedRowsTimesEachExpertEqualFloat64) {
+  REQUIRE_GPU();
+  const GemmCase& c = GetParam();
+  const int64_t pairs = int64_t{c.tokens} * c.top_k;
+  std::mt19937 rng(53);
+  // Assignments: distinct experts per token, drawn from the first 3/4 of the experts (the last
+  // quarter stays empty), with expert 5 in most tokens' choices (more rows than one tile).
+  std::vector<int32_t> ids(static_cast<size_t>(pairs));
+  std::uniform_int_distribution<int32_t> pick(0, c.experts * 3 / 4 - 1);
+  for (int32_t t = 0; t < c.tokens; ++t) {
+    std::vector<int32_t> chosen;
+    if (c.all_to_one) chosen.push_back(3);
+    if (t % 4 != 0 && std::find(chosen.begin(), chosen.end(), 5) == chosen.end())
+      chosen.push_back(5);
+    while (static_cast<int32_t>(chosen.size()) < c.top_k) {
+      const int32_t e = pick(rng);
+      if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+    }
+    std::shuffle(chosen.begin() + (c.all_to_one ? 1 : 0), chosen.end(), rng);
+    std::copy(chosen.begin(), chosen.end(), ids.begin() + int64_t{t} * c.top_k);
+  }
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(int64_t{c.tokens} * c.k));
+  for (float& v : x) v = round_to(c.dtype, uniform(rng));
+  std::vector<std::vector<float>> w(static_cast<size_t>(c.experts));
+  for (auto& matrix : w) {
+    matrix.resize(static_cast<size_t>(c.n * c.k));
+    for (float& v : matrix) v = round_to(c.dtype, uniform(rng));
+  }
+
+  // Device: sort, gather x's rows by expert, the grouped GEMM.
+  const int64_t max_tiles = cuda::moe_max_tiles(pairs, c.experts);
+  DeviceArray<int32_t> d_ids(ids), d_position(static_cast<size_t>(pairs)),
+      d_source(static_cast<size_t>(pairs)), d_tiles(static_cast<size_t>(max_tiles * 3));
+  cuda::moe_sort_device(d_ids.data, pairs, c.top_k, c.experts, d_position.data, d_source.data,
+                        d_tiles.data, max_tiles, nullptr);
+  DeviceArray<uint16_t> d_x(to_words(c.dtype, x)), d_sorted(static_cast<size_t>(pairs * c.k));
+  cuda::gather_rows(d_x.data, d_source.data, d_sorted.data, pairs, c.k * 2, nullptr);
+  std::vector<std::unique_ptr<DeviceArray<uint16_t>>> d_w;
+  std::vector<const void*> pointers;
+  for (const auto& matrix : w) {
+    d_w.push_back(std::make_unique<DeviceArray<uint16_t>>(to_words(c.dtype, matrix)));
+    pointers.push_back(d_w.back()->data);
+  }
+  DeviceArray<const void*> d_pointers(pointers);
+  DeviceArray<float> d_out(static_cast<size_t>(pairs * c.n));
+  ASSERT_EQ(cudaMemset(d_out.data, 0xff, d_out.count * sizeof(float)), cudaSuccess);  // NaN
+  cuda::moe_grouped_gemm(d_sorted.data, c.k, d_pointers.data, c.dtype, c.n, c.k, d_tiles.data,
+                         max_tiles, d_out.data, c.n, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<int32_t> position = d_position.host(), source = d_source.host(),
+                             tiles = d_tiles.host();
+  const std::vector<float> out = d_out.host();
+
+  // The sort: a permutation whose rows hold each pair's token, experts in ascending runs.
+  std::vector<int32_t> row_expert(static_cast<size_t>(pairs), -1);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int32_t row = position[static_cast<size_t>(p)];
+    ASSERT_GE(row, 0);
+    ASSERT_LT(row, pairs);
+    ASSERT_EQ(row_expert[static_cast<size_t>(row)], -1) << "row " << row << " holds two pairs";
+    row_expert[static_cast<size_t>(row)] = ids[static_cast<size_t>(p)];
+    EXPECT_EQ(source[static_cast<size_t>(row)], p / c.top_k) << "pair " << p;
+  }
+  EXPECT_TRUE(std::is_sorted(row_expert.begin(), row_expert.end()));
+  // The tiles: each expert's rows exactly once, in tiles of at most kMoeTileRows.
+  std::vector<int32_t> covered(static_cast<size_t>(pairs), 0);
+  int64_t used = 0;
+  for (int64_t i = 0; i < max_tiles; ++i) {
+    const int32_t e = tiles[static_cast<size_t>(i * 3)];
+    if (e < 0) continue;
+    ++used;
+    const int32_t first = tiles[static_cast<size_t>(i * 3 + 1)],
+                  rows = tiles[static_cast<size_t>(i * 3 + 2)];
+    ASSERT_GE(rows, 1);
+    ASSERT_LE(rows, cuda::kMoeTileRows);
+    for (int32_t r = first; r < first + rows; ++r) {
+      ASSERT_EQ(row_expert[static_cast<size_t>(r)], e) << "tile " << i << " row " << r;
+      ++covered[static_cast<size_t>(r)];
+    }
+  }
+  EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), pairs) << "rows covered once";
+  std::map<int32_t, int64_t> rows_of;
+  for (int32_t e : ids) ++rows_of[e];
+  EXPECT_GT(rows_of[5], cuda::kMoeTileRows) << "the case has an expert over several tiles";
+
+  // Every element against float64.
+  int64_t bad = 0;
+  double worst = 0;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int32_t e = ids[static_cast<size_t>(p)];
+    const int64_t token = p / c.top_k, row = position[static_cast<size_t>(p)];
+    for (int64_t j = 0; j < c.n; ++j) {
+      double sum = 0, magnitude = 0;
+      for (int64_t q = 0; q < c.k; ++q) {
+        const double term = double{x[static_cast<size_t>(token * c.k + q)]} *
+                            w[static_cast<size_t>(e)][static_cast<size_t>(j * c.k + q)];
+        sum += term;
+        magnitude += std::abs(term);
+      }
+      const double got = out[static_cast<size_t>(row * c.n + j)];
+      const double bound = 4.0 * static_cast<double>(c.k) * std::ldexp(1.0, -24) * magnitude;
+      const double error = std::abs(got - sum);
+      worst = std::max(worst, error / std::max(bound, 1e-300));
+      if (!(error <= bound)) {
+        if (++bad <= 5) {
+          ADD_FAILURE() << c.name << ": pair " << p << " (token " << token << ", expert " << e
+                        << ") column " << j << ": " << got << " vs " << sum << " (bound " << bound
+                        << ")";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << c.name << ": elements outside the bound; worst error / bound " << worst;
+  fmt::print("{}: {} pairs, {} tiles used, worst error / bound {:.3f}\n", c.name, pairs, used,
+             worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MoeGroupedGemm,
+    ::testing::Values(
+        // DeepSeek-V2-Lite's gate_up (N 2 x 1408, K 2048) at a decode batch of 64, bf16.
+        GemmCase{"gate_up_b64_bf16", DType::kBF16, 64, 6, 64, 2816, 2048, false},
+        // Its down projection (N 2048, K 1408), f16, a ragged N and K tail.
+        GemmCase{"down_b64_f16", DType::kF16, 64, 6, 64, 2048, 1408, false},
+        GemmCase{"ragged_n_k_bf16", DType::kBF16, 60, 4, 16, 200, 264, false},
+        // Every token's first choice the same expert: one expert over many tiles.
+        GemmCase{"all_to_one_bf16", DType::kBF16, 200, 2, 8, 136, 128, true}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace pagedattn::model
