@@ -266,9 +266,9 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
       }
       // The device path: 16-bit GEMM inputs, no expert biases, rows of 16-byte multiples.
       const int64_t expert_width = moe->experts.front().down.in();
-      moe->device_routing = s.compute != DType::kF32 &&
-                            moe_config.n_routed_experts <= kMoeMaxExperts && hidden % 8 == 0 &&
-                            expert_width % 8 == 0;
+      moe->device_routing =
+          s.compute != DType::kF32 && moe_config.n_routed_experts <= kMoeMaxExperts &&
+          moe_config.n_group <= kMoeMaxGroups && hidden % 8 == 0 && expert_width % 8 == 0;
       for (const MlpLayer& expert : moe->experts) {
         moe->device_routing = moe->device_routing && expert.gate_up.bias.data() == nullptr &&
                               expert.down.bias.data() == nullptr &&

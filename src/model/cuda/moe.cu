@@ -52,7 +52,7 @@ __global__ void route_kernel(const float* logits, int64_t tokens, ops::MoeRouter
     for (int32_t e = 0; e < experts; ++e) choice[e] = (scores[e] /= sum);
   }
   if (config.method != ops::MoeRouting::kSoftmaxGreedy) {
-    float group_score[kMoeMaxExperts];
+    float group_score[kMoeMaxGroups];
     for (int32_t g = 0; g < groups; ++g) {
       const float* c = choice + g * per_group;
       if (config.method == ops::MoeRouting::kSoftmaxGroupLimited) {
@@ -65,7 +65,7 @@ __global__ void route_kernel(const float* logits, int64_t tokens, ops::MoeRouter
         group_score[g] = c[best[0]] + c[best[1]];
       }
     }
-    int32_t kept[kMoeMaxExperts];
+    int32_t kept[kMoeMaxGroups];
     top_k_indices(group_score, groups, config.topk_groups, kept);
     for (int32_t e = 0; e < experts; ++e) {
       bool keep = false;
@@ -272,14 +272,16 @@ void moe_route_device(const float* logits, int64_t tokens, const ops::MoeRouterC
     throw_error("moe_route_device: noaux_tc routing without its correction bias");
   }
   if (config.method != ops::MoeRouting::kSoftmaxGreedy &&
-      (config.num_groups < 1 || config.num_experts % config.num_groups != 0 ||
-       config.topk_groups < 1 || config.topk_groups > config.num_groups ||
+      (config.num_groups < 1 || config.num_groups > kMoeMaxGroups ||
+       config.num_experts % config.num_groups != 0 || config.topk_groups < 1 ||
+       config.topk_groups > config.num_groups ||
        (config.method == ops::MoeRouting::kSigmoidNoAuxTc &&
         config.num_experts / config.num_groups < 2))) {
     throw_error("moe_route_device: n_group " + std::to_string(config.num_groups) + ", topk_group " +
                 std::to_string(config.topk_groups) + " for " + std::to_string(config.num_experts) +
-                " experts (expected groups dividing the experts, 1 <= topk_group <= n_group, "
-                ">= 2 experts per group for noaux_tc)");
+                " experts (expected at most " + std::to_string(kMoeMaxGroups) +
+                " groups dividing the experts, 1 <= topk_group <= n_group, >= 2 experts per "
+                "group for noaux_tc)");
   }
   constexpr int kRouteThreads = 64;
   route_kernel<<<static_cast<unsigned>((tokens + kRouteThreads - 1) / kRouteThreads), kRouteThreads,

@@ -28,7 +28,8 @@
 namespace pagedattn::model::cuda {
 
 inline constexpr int32_t kMoeTileRows = 32;
-inline constexpr int32_t kMoeMaxExperts = 512;
+inline constexpr int32_t kMoeMaxExperts = 256;  // DeepSeek-V3: 256, V2: 160
+inline constexpr int32_t kMoeMaxGroups = 64;
 
 // Tile-table entries a sort of `pairs` pairs over `experts` experts may need (launch size).
 inline int64_t moe_max_tiles(int64_t pairs, int32_t experts) {
