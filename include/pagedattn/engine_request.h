@@ -73,6 +73,9 @@ struct TokenLogprob {
   int32_t token = 0;
   float logprob = 0.0f;  // of the model's distribution (raw logits, before any processing)
   std::vector<std::pair<int32_t, float>> top;  // the top-n (token, logprob), best first
+  // 1 + the tokens ranked before `token` (a higher logit, or an equal one and a lower id: the
+  // order of `top`); 0 where not computed (a token drawn by the model on the device).
+  int32_t rank = 0;
 };
 
 // One event of one choice: the tokens (and text) produced since the previous event, and on the

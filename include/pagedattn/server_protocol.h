@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -93,6 +94,11 @@ struct PreparedRequest {
   bool include_usage = false;  // stream_options.include_usage
   // Chat: logprobs true (top_logprobs in params.logprobs); completions: logprobs = k.
   bool logprobs = false;
+  // vLLM's prompt_logprobs = n: the answer carries "prompt_logprobs", null for the first prompt
+  // token then one {token id: {logprob, rank, decoded_token}} per token (the token and the top
+  // n): on each completions choice, at the top of a chat completion; in a stream, on the first
+  // chunk of each choice (completions) or of the answer (chat).
+  std::optional<int32_t> prompt_logprobs;
   // Chat with tools and tool_choice "auto": the output is parsed into tool calls in this format
   // (kNone: not parsed). parallel_tool_calls false keeps the first call only.
   ToolCallFormat tool_call_format = ToolCallFormat::kNone;

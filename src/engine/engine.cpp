@@ -378,7 +378,7 @@ void Engine::sample_rows(const ScheduleResult& result) {
     if (job.position < 0 && !row_sampling_.empty() &&
         row_sampling_[static_cast<size_t>(job.row)].sample) {
       const ops::SampledToken& drawn = model_sampled_[static_cast<size_t>(job.row)];
-      sampled_[sample_slot[static_cast<size_t>(j)]] = TokenLogprob{drawn.token, drawn.logprob, {}};
+      sampled_[sample_slot[static_cast<size_t>(j)]] = TokenLogprob{drawn.token, drawn.logprob, {}, 0};
       continue;
     }
     const std::span<const float> logits =

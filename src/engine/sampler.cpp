@@ -134,6 +134,9 @@ TokenLogprob Sampler::score(std::span<const float> logits, int32_t token, int32_
   TokenLogprob result;
   result.token = token;
   result.logprob = logprob(token);
+  int32_t ahead = 0;
+  for (size_t t = 0; t < vocab; ++t) ahead += before(logits, static_cast<int32_t>(t), token) ? 1 : 0;
+  result.rank = ahead + 1;
   const size_t n = std::min<size_t>(static_cast<size_t>(std::max(top_n, 0)), vocab);
   if (n > 0) {
     order_.resize(vocab);

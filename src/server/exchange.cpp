@@ -50,11 +50,26 @@ void Exchange::echo_prompt(const engine::RequestEvent& event, detail::ChoiceOutp
   output.text = request.prompt_texts[prompt] + output.text;
   if (!request.logprobs) return;
   std::vector<engine::TokenLogprob> entries;
-  entries.push_back({request.prompts[prompt].front(), 0.0f, {}});
+  entries.push_back({request.prompts[prompt].front(), 0.0f, {}, 0});
   entries.insert(entries.end(), event.prompt_logprobs.begin(), event.prompt_logprobs.end());
+  // The engine may have scored more alternatives (prompt_logprobs asked more): logprobs' own n.
+  const size_t top = static_cast<size_t>(request.params.logprobs.value_or(0));
+  for (engine::TokenLogprob& entry : entries) {
+    if (entry.top.size() > top) entry.top.resize(top);
+  }
   entries.insert(entries.end(), output.logprobs.begin(), output.logprobs.end());
   output.logprobs = std::move(entries);
   output.first_logprob_null = true;
+}
+
+void Exchange::take_prompt_logprobs(const engine::RequestEvent& event,
+                                    detail::ChoiceOutput& output) const {
+  if (!request.prompt_logprobs) return;
+  // Chat has one prompt: its entries go once, with the first choice.
+  if (head.endpoint == Endpoint::kChat && event.index != 0) return;
+  output.has_prompt_logprobs = true;
+  output.prompt_top = *request.prompt_logprobs;
+  output.prompt_logprobs = event.prompt_logprobs;
 }
 
 void Exchange::apply(const engine::RequestEvent& event) {
@@ -66,6 +81,7 @@ void Exchange::apply(const engine::RequestEvent& event) {
     usage.cached_tokens += event.num_cached_tokens;
   usage.completion_tokens += static_cast<int64_t>(event.token_ids.size());
   if (request.echo && !choice.received_first) echo_prompt(event, choice.output);
+  if (!choice.received_first) take_prompt_logprobs(event, choice.output);
   choice.received_first = true;
   choice.output.text += event.text;
   choice.output.logprobs.insert(choice.output.logprobs.end(), event.logprobs.begin(),
@@ -123,7 +139,9 @@ std::string Exchange::stream_text(const engine::RequestEvent& event) {
   piece.logprobs = event.logprobs;
   // Echo: the choice's first chunk starts with the prompt.
   if (request.echo && !choice.sent_first) echo_prompt(event, piece);
-  const bool has_content = !piece.text.empty() || !piece.logprobs.empty();
+  if (!choice.sent_first) take_prompt_logprobs(event, piece);
+  const bool has_content =
+      !piece.text.empty() || !piece.logprobs.empty() || piece.has_prompt_logprobs;
   if (!choice.sent_first && head.endpoint == Endpoint::kChat) {
     // The role comes first, alone, as OpenAI sends it.
     detail::ChoiceOutput role;

@@ -42,7 +42,7 @@ constexpr std::array kCommonFields = {
     "model", "stream", "stream_options", "temperature", "top_p", "n", "stop", "max_tokens",
     "presence_penalty", "frequency_penalty", "logit_bias", "seed", "user", "logprobs",
     // vLLM's extensions.
-    "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids"};
+    "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids", "prompt_logprobs"};
 constexpr std::array kChatFields = {
     "messages", "max_completion_tokens", "top_logprobs",        "response_format", "store",
     "metadata", "service_tier",          "parallel_tool_calls", "tools",           "tool_choice"};
@@ -313,6 +313,12 @@ PreparedRequest parse(std::string_view body, Endpoint endpoint, const ParseConte
   }
   if (max_tokens)
     params.max_tokens = static_cast<int32_t>(std::min<int64_t>(*max_tokens, INT32_MAX));
+  // vLLM's prompt_logprobs: each prompt token's logprob under the tokens before it, with the top
+  // n alternatives (the engine scores max(n, echo's logprobs) and each output keeps its own n).
+  if (const auto k = read_integer(request, "prompt_logprobs", 0, engine::kMaxLogprobs)) {
+    prepared.prompt_logprobs = static_cast<int32_t>(*k);
+    params.prompt_logprobs = std::max(params.prompt_logprobs.value_or(0), *prepared.prompt_logprobs);
+  }
 
   // The model comes after the fields: a request malformed in any way is a 400 whatever it names.
   const Json* model = find(request, "model");

@@ -4,6 +4,7 @@
 // prompt's tokens first, the first one's logprob and top_logprobs null; each top_logprobs holds
 // the token itself besides the top n, as OpenAI's do). `bytes`
 // are the token's raw bytes (TextFront::token_bytes); `token` is spelled by token_string().
+// vLLM's prompt_logprobs: [null, {"<id>": {logprob, rank, decoded_token}, ...}, ...].
 #include "responses.h"
 
 #include <fmt/format.h>
@@ -82,6 +83,28 @@ Json chat_logprobs(const std::vector<engine::TokenLogprob>& logprobs, const Text
     content.push_back(std::move(item));
   }
   return {{"content", std::move(content)}};
+}
+
+// vLLM's prompt_logprobs: null for the prompt's first token, then per token an object keyed by
+// token id (as a string) holding the token itself and its top alternatives, each
+// {logprob, rank, decoded_token}.
+Json vllm_prompt_logprobs(const ChoiceOutput& choice, const TextFront& front) {
+  Json list = Json::array({nullptr});
+  for (const engine::TokenLogprob& entry : choice.prompt_logprobs) {
+    Json item = Json::object();
+    const auto add = [&](int32_t token, float logprob, int32_t rank) {
+      item[std::to_string(token)] = {{"logprob", logprob},
+                                     {"rank", rank},
+                                     {"decoded_token", token_string(front.token_bytes(token))}};
+    };
+    const size_t top = std::min(entry.top.size(), static_cast<size_t>(choice.prompt_top));
+    for (size_t i = 0; i < top; ++i) {
+      add(entry.top[i].first, entry.top[i].second, static_cast<int32_t>(i) + 1);
+    }
+    add(entry.token, entry.logprob, entry.rank);
+    list.push_back(std::move(item));
+  }
+  return list;
 }
 
 Json completion_logprobs(const std::vector<engine::TokenLogprob>& logprobs, bool first_null,
@@ -165,10 +188,15 @@ std::string completion_body(const ResponseHead& head, const std::vector<ChoiceOu
       item["logprobs"] =
           logprobs ? completion_logprobs(choice.logprobs, choice.first_logprob_null, front, offset)
                    : Json(nullptr);
+      if (choice.has_prompt_logprobs) item["prompt_logprobs"] = vllm_prompt_logprobs(choice, front);
     }
     list.push_back(std::move(item));
   }
   body["choices"] = std::move(list);
+  // Chat: one prompt, its entries at the top of the answer (as vLLM puts them).
+  if (head.endpoint == Endpoint::kChat && !choices.empty() && choices[0].has_prompt_logprobs) {
+    body["prompt_logprobs"] = vllm_prompt_logprobs(choices[0], front);
+  }
   body["usage"] = usage_json(usage);
   if (head.endpoint == Endpoint::kChat) body["system_fingerprint"] = nullptr;
   return dump(body);
@@ -192,8 +220,12 @@ std::string chunk_event(const ResponseHead& head, const ChoiceOutput& choice, bo
         logprobs && !choice.logprobs.empty()
             ? completion_logprobs(choice.logprobs, choice.first_logprob_null, front, offset)
             : Json(nullptr);
+    if (choice.has_prompt_logprobs) item["prompt_logprobs"] = vllm_prompt_logprobs(choice, front);
   }
   body["choices"] = Json::array({std::move(item)});
+  if (head.endpoint == Endpoint::kChat && choice.has_prompt_logprobs) {
+    body["prompt_logprobs"] = vllm_prompt_logprobs(choice, front);
+  }
   if (include_usage) body["usage"] = nullptr;
   return "data: " + dump(body) + "\n\n";
 }

@@ -45,6 +45,12 @@ struct ChoiceOutput {
   // Completions echo: logprobs[0] is the prompt's first token, which has no logprob (nothing
   // before it): token_logprobs[0] and top_logprobs[0] are null, as OpenAI and vLLM send them.
   bool first_logprob_null = false;
+  // PreparedRequest::prompt_logprobs: the prompt's entries from its second token (the engine's
+  // RequestEvent::prompt_logprobs), the alternatives kept to prompt_top of them; sent when
+  // has_prompt_logprobs.
+  bool has_prompt_logprobs = false;
+  int32_t prompt_top = 0;
+  std::vector<engine::TokenLogprob> prompt_logprobs;
   engine::FinishReason finish_reason = engine::FinishReason::kNone;
   // Chat whose output was parsed for tool calls: the message's content is null when empty, and
   // a choice that called tools and stopped finishes with "tool_calls".

@@ -97,6 +97,8 @@ struct Exchange {
   // Echo: what a choice's answer starts with (the prompt's text; with logprobs its tokens' entries,
   // the first without a logprob), from the choice's first event (which carries prompt_logprobs).
   void echo_prompt(const engine::RequestEvent& event, detail::ChoiceOutput& output) const;
+  // PreparedRequest::prompt_logprobs: the choice's first event's prompt entries into `output`.
+  void take_prompt_logprobs(const engine::RequestEvent& event, detail::ChoiceOutput& output) const;
   bool all_finished() const { return num_finished == static_cast<int32_t>(choices.size()); }
   // Metrics, the log line, the pending count. `cancelled`: the client went away.
   void complete(bool cancelled);

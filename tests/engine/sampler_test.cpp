@@ -245,7 +245,14 @@ TEST(Sampler, LogprobsAreRawLogSoftmaxWithTopN) {
       EXPECT_EQ(result.top[i].first, order[i]);
       EXPECT_NEAR(result.top[i].second, ref(order[i]), 1e-5);
     }
+    // rank: the token's place in that order (ties: the lower id first), from 1.
+    const auto place = std::find(order.begin(), order.end(), result.token) - order.begin();
+    EXPECT_EQ(result.rank, place + 1);
   }
+  // With ties: a row of equal logits ranks by id.
+  const std::vector<float> flat(7, 0.5f);
+  EXPECT_EQ(sampler.score(flat, 4, 2).rank, 5);
+  EXPECT_EQ(sampler.score(flat, 0, 0).rank, 1);
 }
 
 TEST(Sampler, GreedyTiesTakeLowestIdAndBiasCanForceAToken) {

@@ -5,7 +5,8 @@
 // the fake model's row before them, computed here in float64 from reference_logits, with the top
 // k and the token itself among the alternatives); max_tokens 0
 // with echo (scoring only); a bad element refusing the whole batch before anything runs; and a
-// client leaving a batch (non-streaming or streaming) cancelling every prompt, all pages back.
+// client leaving a batch (non-streaming or streaming) cancelling every prompt, all pages back;
+// vLLM's prompt_logprobs field (token, rank and top n of every prompt token after the first).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -14,6 +15,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <numeric>
 #include <thread>
 
 #include "server/http_client.h"
@@ -90,6 +93,119 @@ void expect_offsets(const Json& logprobs, size_t prompt_length, const std::strin
   }
   for (size_t i = prompt_length + 1; i < offsets.size(); ++i) {
     EXPECT_GE(offsets[i], offsets[i - 1]) << what;
+  }
+}
+
+// vLLM's prompt_logprobs list for `prompt`: null, then per token an object holding the token
+// (its logprob and rank under the fake model's row before it, from reference_logits) and the
+// top_n best tokens of that row with ranks 1..n, each with its decoded_token.
+void expect_vllm_prompt_logprobs(const Json& list, const std::vector<int32_t>& prompt,
+                                 size_t top_n, const std::string& what) {
+  ASSERT_TRUE(list.is_array()) << what << ": " << list.dump();
+  ASSERT_EQ(list.size(), prompt.size()) << what;
+  EXPECT_TRUE(list[0].is_null()) << what;
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    const std::vector<int32_t> prefix(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(i));
+    const std::vector<double> expected = reference_logprobs(prefix);
+    std::vector<float> logits(kVocab);
+    engine::testing::reference_logits(prefix, logits);
+    // The row's order: higher logit first, ties by id.
+    std::vector<int32_t> order(kVocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
+    });
+    std::map<int32_t, int32_t> want;  // token -> rank
+    for (size_t r = 0; r < top_n; ++r) want[order[r]] = static_cast<int32_t>(r) + 1;
+    const int32_t token = prompt[i];
+    want[token] = static_cast<int32_t>(std::find(order.begin(), order.end(), token) -
+                                       order.begin()) +
+                  1;
+    const Json& entry = list[i];
+    ASSERT_TRUE(entry.is_object()) << what << " token " << i;
+    ASSERT_EQ(entry.size(), want.size()) << what << " token " << i << ": " << entry.dump();
+    for (const auto& [id, rank] : want) {
+      const std::string key = std::to_string(id);
+      ASSERT_TRUE(entry.contains(key)) << what << " token " << i << " lacks " << key;
+      EXPECT_EQ(entry[key]["rank"], rank) << what << " token " << i << " id " << id;
+      EXPECT_NEAR(entry[key]["logprob"].get<double>(), expected[static_cast<size_t>(id)], 1e-5)
+          << what << " token " << i << " id " << id;
+      // A byte token: the character, or (a byte of a multi-byte character) "bytes:\xNN".
+      if (id < 0x80) {
+        EXPECT_EQ(entry[key]["decoded_token"], std::string(1, static_cast<char>(id))) << what;
+      } else if (id < 0x100) {
+        EXPECT_EQ(entry[key]["decoded_token"], fmt::format("bytes:\\x{:02x}", id)) << what;
+      }
+    }
+  }
+}
+
+// vLLM's prompt_logprobs field: on each completions choice (with echo's logprobs keeping their
+// own n when both are asked), at the top of a chat completion, on the first streamed chunk of
+// each completions choice; out of range it is a 400 naming it.
+TEST(PromptLogprobs, VllmFieldOnCompletionsChatAndStreams) {
+  TestServer server;
+  const std::string prompt = "rank me";
+  Json request = {{"model", "test-model"}, {"prompt", prompt},       {"max_tokens", 2},
+                  {"temperature", 0},      {"prompt_logprobs", 3}, {"n", 2}};
+  HttpResponse response = http_request(server.port(), "POST", "/v1/completions", request.dump());
+  ASSERT_EQ(response.status, 200) << response.body;
+  Json body = Json::parse(response.body);
+  ASSERT_EQ(body["choices"].size(), 2u);
+  for (const Json& choice : body["choices"]) {
+    expect_vllm_prompt_logprobs(choice["prompt_logprobs"], bytes_of(prompt), 3, "completions");
+    EXPECT_TRUE(choice["logprobs"].is_null());
+  }
+  // With echo and logprobs 1: the echoed entries keep 1 alternative, prompt_logprobs 3.
+  request["echo"] = true;
+  request["logprobs"] = 1;
+  request["n"] = 1;
+  request["max_tokens"] = 0;
+  response = http_request(server.port(), "POST", "/v1/completions", request.dump());
+  ASSERT_EQ(response.status, 200) << response.body;
+  body = Json::parse(response.body);
+  expect_echo_logprobs(body["choices"][0]["logprobs"], bytes_of(prompt), {}, 1, "echo");
+  expect_vllm_prompt_logprobs(body["choices"][0]["prompt_logprobs"], bytes_of(prompt), 3,
+                              "echo + prompt_logprobs");
+
+  // Chat: at the top of the answer, over the rendered prompt.
+  const Json chat = {{"model", "test-model"},
+                     {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                     {"max_tokens", 2},
+                     {"prompt_logprobs", 0}};
+  response = http_request(server.port(), "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(response.status, 200) << response.body;
+  body = Json::parse(response.body);
+  expect_vllm_prompt_logprobs(body["prompt_logprobs"], bytes_of("user: hi\nassistant: "), 0,
+                              "chat");
+
+  // Streamed completions: the first chunk of each choice.
+  Json streamed = {{"model", "test-model"}, {"prompt", {"ab", "cde"}}, {"max_tokens", 3},
+                   {"prompt_logprobs", 2},  {"stream", true},          {"ignore_eos", true}};
+  const StreamResult result = stream_request(server.port(), "/v1/completions", streamed.dump());
+  ASSERT_EQ(result.status, 200) << result.failure;
+  std::vector<int> seen(2, 0);
+  for (size_t e = 0; e + 1 < result.events.size(); ++e) {
+    const Json chunk = Json::parse(result.events[e]);
+    const Json& choice = chunk["choices"][0];
+    const size_t index = choice["index"];
+    ASSERT_LT(index, 2u);
+    if (seen[index]++ == 0) {
+      expect_vllm_prompt_logprobs(choice["prompt_logprobs"], bytes_of(index == 0 ? "ab" : "cde"),
+                                  2, fmt::format("stream choice {}", index));
+    } else {
+      EXPECT_FALSE(choice.contains("prompt_logprobs")) << "only the first chunk";
+    }
+  }
+  EXPECT_EQ(seen[0] > 0 && seen[1] > 0, true);
+
+  // Out of range: a 400 naming the field.
+  for (const Json bad : {Json(-1), Json(21), Json("3")}) {
+    Json wrong = request;
+    wrong["prompt_logprobs"] = bad;
+    response = http_request(server.port(), "POST", "/v1/completions", wrong.dump());
+    EXPECT_EQ(response.status, 400) << bad.dump();
+    EXPECT_EQ(Json::parse(response.body)["error"]["param"], "prompt_logprobs") << bad.dump();
   }
 }
 
