@@ -430,6 +430,8 @@ int32_t graph_batch(State& s, const Step& step, const KvPool& pool) {
       return 0;
     }
   }
+  // (A pool of the wrong kind is left to prepare(), which names the problem.)
+  if (pool.is_mla() != s.config.is_mla()) return 0;
   if (s.planner.backend_for(/*decode=*/true, pool).name() != "cuda") return 0;
   const int32_t size =
       *std::lower_bound(s.graph_sizes.begin(), s.graph_sizes.end(), static_cast<int32_t>(num_reqs));
