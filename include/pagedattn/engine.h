@@ -78,9 +78,11 @@ struct EngineStats {
   int64_t num_computed_tokens = 0;   // tokens through the model
   int64_t num_generated_tokens = 0;  // tokens sampled
   int64_t num_finished = 0;          // requests (all choices done)
-  // Host time spent, over all steps: inbox + scheduling + plan building; the runner's forward;
+  // Host time spent, over all steps: inbox + scheduling decisions (pages, preemption); the plan
+  // (the step's token ids and block tables, the rows the runner samples); the runner's forward;
   // sampling, stop checks and events. Their ratio is the host overhead per step.
   double schedule_seconds = 0.0;
+  double plan_seconds = 0.0;
   double forward_seconds = 0.0;
   double sample_seconds = 0.0;
 };
@@ -181,6 +183,7 @@ class Engine {
   int64_t num_generated_tokens_ = 0;
   int64_t num_finished_ = 0;
   double schedule_seconds_ = 0.0;
+  double plan_seconds_ = 0.0;
   double forward_seconds_ = 0.0;
   double sample_seconds_ = 0.0;
 };

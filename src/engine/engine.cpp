@@ -453,9 +453,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 bool Engine::step() {
+  // Four timed phases (EngineStats): schedule, plan, forward, sample.
   const auto start = std::chrono::steady_clock::now();
   drain_inbox();
-  ScheduleResult result = scheduler_->schedule();
+  ScheduleResult result;
+  scheduler_->schedule(&result);
   for (Sequence* sequence : result.rejected) {
     Choice& choice = *choices_.at(sequence->id);
     const int32_t pages = kv_->pages_for(sequence->num_tokens());
@@ -475,11 +477,14 @@ bool Engine::step() {
     publish_stats();
     return worked;
   }
+  const auto plan_start = std::chrono::steady_clock::now();
+  scheduler_->fill_plan(&result);
   ++num_steps_;
   num_computed_tokens_ += result.plan.num_tokens;
   const size_t vocab = static_cast<size_t>(limits_.vocab_size);
   logits_.resize(static_cast<size_t>(result.plan.num_logit_rows) * vocab);
   plan_model_sampling(result);
+  plan_seconds_ += seconds_since(plan_start);
   const auto forward_start = std::chrono::steady_clock::now();
   try {
     if (row_sampling_.empty()) {
@@ -550,6 +555,7 @@ void Engine::publish_stats() {
   stats.num_generated_tokens = num_generated_tokens_;
   stats.num_finished = num_finished_;
   stats.schedule_seconds = schedule_seconds_;
+  stats.plan_seconds = plan_seconds_;
   stats.forward_seconds = forward_seconds_;
   stats.sample_seconds = sample_seconds_;
   std::lock_guard lock(stats_mutex_);

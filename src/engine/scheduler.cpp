@@ -74,11 +74,7 @@ Sequence* Scheduler::newest_unscheduled(const Sequence* except) const {
 void Scheduler::schedule_tokens(Sequence* sequence, int64_t count, ScheduleResult* result) {
   ScheduledSequence entry;
   entry.sequence = sequence->id;
-  const auto begin = sequence->tokens.begin() + static_cast<ptrdiff_t>(sequence->num_computed);
-  entry.token_ids.assign(begin, begin + static_cast<ptrdiff_t>(count));
   entry.first_position = sequence->num_computed;
-  const auto table = kv_.block_table(sequence->id);
-  entry.block_table.assign(table.begin(), table.end());
   const bool reaches_end = sequence->num_computed + count == sequence->num_tokens();
   entry.num_logit_rows = reaches_end ? 1 : 0;
   // Prompt scoring: every new token from the chunk's first on is a row (the rows before the
@@ -94,12 +90,32 @@ void Scheduler::schedule_tokens(Sequence* sequence, int64_t count, ScheduleResul
   }
   result->plan.sequences.push_back(std::move(entry));
   result->scheduled.push_back(sequence);
+  result->counts.push_back(count);
   sequence->scheduled_step = step_;
 }
 
+void Scheduler::fill_plan(ScheduleResult* result) const {
+  for (size_t i = 0; i < result->scheduled.size(); ++i) {
+    const Sequence& sequence = *result->scheduled[i];
+    ScheduledSequence& entry = result->plan.sequences[i];
+    const auto begin = sequence.tokens.begin() + static_cast<ptrdiff_t>(entry.first_position);
+    entry.token_ids.assign(begin, begin + static_cast<ptrdiff_t>(result->counts[i]));
+    const auto table = kv_.block_table(sequence.id);
+    entry.block_table.assign(table.begin(), table.end());
+  }
+}
+
 ScheduleResult Scheduler::schedule() {
-  ++step_;
   ScheduleResult result;
+  schedule(&result);
+  fill_plan(&result);
+  return result;
+}
+
+void Scheduler::schedule(ScheduleResult* out) {
+  ++step_;
+  *out = ScheduleResult{};
+  ScheduleResult& result = *out;
   result.plan.page_size = kv_.page_size();
   int64_t budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step
                                                    : std::numeric_limits<int64_t>::max();
@@ -186,7 +202,6 @@ ScheduleResult Scheduler::schedule() {
       if (sequence->score_prompt) scoring_left -= count;
     }
   }
-  return result;
 }
 
 void Scheduler::complete(const ScheduleResult& result) {
