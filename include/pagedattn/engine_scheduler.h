@@ -83,10 +83,11 @@ class Scheduler {
 
   // The next step: decides it, then fills its plan.
   ScheduleResult schedule();
-  // The step's decisions into `result` (cleared first): the scheduled sequences with their new
-  // token counts, each plan entry's sequence, first position and logit rows, the plan's totals,
-  // pages grown, preemptions and rejections. The entries' token ids and block tables are left
-  // empty for fill_plan (the engine times the two apart).
+  // The step's decisions into `result` (cleared first, its buffers kept for reuse: the engine
+  // passes the same one every step): the scheduled sequences with their new token counts, each
+  // plan entry's sequence, first position and logit rows, the plan's totals, pages grown,
+  // preemptions and rejections. The entries' token ids and block tables are not yet filled
+  // (stale): fill_plan does that (the engine times the two apart).
   void schedule(ScheduleResult* result);
   // Copies each scheduled sequence's new token ids and block table into its plan entry. The
   // tables are final once schedule() returns: a scheduled sequence's pages are never taken back

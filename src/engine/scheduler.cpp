@@ -72,7 +72,10 @@ Sequence* Scheduler::newest_unscheduled(const Sequence* except) const {
 }
 
 void Scheduler::schedule_tokens(Sequence* sequence, int64_t count, ScheduleResult* result) {
-  ScheduledSequence entry;
+  // The plan's entries beyond the scheduled ones are the previous step's, reused in place.
+  const size_t index = result->scheduled.size();
+  if (index == result->plan.sequences.size()) result->plan.sequences.emplace_back();
+  ScheduledSequence& entry = result->plan.sequences[index];
   entry.sequence = sequence->id;
   entry.first_position = sequence->num_computed;
   const bool reaches_end = sequence->num_computed + count == sequence->num_tokens();
@@ -84,11 +87,9 @@ void Scheduler::schedule_tokens(Sequence* sequence, int64_t count, ScheduleResul
   }
   result->plan.num_tokens += count;
   result->plan.num_logit_rows += entry.num_logit_rows;
-  if (count == 1 && reaches_end &&
-      result->plan.num_decodes == static_cast<int32_t>(result->plan.sequences.size())) {
+  if (count == 1 && reaches_end && result->plan.num_decodes == static_cast<int32_t>(index)) {
     ++result->plan.num_decodes;
   }
-  result->plan.sequences.push_back(std::move(entry));
   result->scheduled.push_back(sequence);
   result->counts.push_back(count);
   sequence->scheduled_step = step_;
@@ -114,9 +115,17 @@ ScheduleResult Scheduler::schedule() {
 
 void Scheduler::schedule(ScheduleResult* out) {
   ++step_;
-  *out = ScheduleResult{};
+  // Cleared, keeping every buffer: the plan's entries (and their token and block-table vectors)
+  // are reused in place, so a steady batch allocates nothing here or in fill_plan.
   ScheduleResult& result = *out;
   result.plan.page_size = kv_.page_size();
+  result.plan.num_decodes = 0;
+  result.plan.num_tokens = 0;
+  result.plan.num_logit_rows = 0;
+  result.scheduled.clear();
+  result.counts.clear();
+  result.preempted.clear();
+  result.rejected.clear();
   int64_t budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step
                                                    : std::numeric_limits<int64_t>::max();
   int64_t scoring_left =
@@ -202,6 +211,7 @@ void Scheduler::schedule(ScheduleResult* out) {
       if (sequence->score_prompt) scoring_left -= count;
     }
   }
+  result.plan.sequences.resize(result.scheduled.size());
 }
 
 void Scheduler::complete(const ScheduleResult& result) {
