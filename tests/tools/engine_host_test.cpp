@@ -6,7 +6,8 @@
 //  - The summaries: medians, 90th percentiles and means on hand-made steps, the phases as the
 //    differences of two stats snapshots, the idle fraction.
 //  - The command end to end through the binary with a few short scenarios: exit 0, both tables,
-//    and a JSON whose counts follow from the flags; bad flags name the flag and the value.
+//    and a JSON whose counts follow from the flags; with the embedded model's tokenizer and a
+//    stop string; bad flags name the flag and the value.
 #ifdef PAGEDATTN_TEST_THROUGHPUT
 
 #include <gtest/gtest.h>
@@ -347,6 +348,34 @@ TEST_F(Cli, BenchEngineHostRunsItsScenarios) {
   }
 }
 
+// With a tokenizer (the embedded model's, 4,096 ids) every token is detokenized and stop strings
+// are matched: the runner draws ids of the tokenizer's vocabulary, the workload's prompt ids are
+// capped to it, and nothing ends early (the stop string never appears).
+TEST_F(Cli, BenchEngineHostDetokenizesWithATokenizer) {
+  const fs::path tokenizer =
+      kWorkload.parent_path().parent_path().parent_path() / "models" / "austen-3m";
+  const fs::path json = fs::temp_directory_path() /
+                        ("pagedattn_engine_host_tok_" + std::to_string(::getpid()) + ".json");
+  const CliRun run = run_cli(
+      "bench engine-host --scenarios workload decode --requests 3 --max-input-len 30 "
+      "--max-output-len 6 --batches 2 --steps 4 --warmup 1 --prompt-len 8 --tokenizer " +
+      tokenizer.string() + " --stop @@@@ --json " + json.string());
+  ASSERT_EQ(run.status, 0) << run.output;
+  for (const char* text : {"vocabulary 4096 (the tokenizer's)", "every token detokenized",
+                           "stop string \"@@@@\"", "decode B=2"}) {
+    EXPECT_NE(run.output.find(text), std::string::npos) << text << "\n" << run.output;
+  }
+  std::ifstream in(json);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  fs::remove(json);
+  EXPECT_EQ(doc["engine"]["vocab"], 4096);
+  EXPECT_EQ(doc["engine"]["tokenizer"], tokenizer.string());
+  EXPECT_EQ(doc["engine"]["stop"], nlohmann::json::array({"@@@@"}));
+  ASSERT_EQ(doc["rows"].size(), 2u);
+  EXPECT_EQ(doc["rows"][1]["steps"].get<int64_t>(), 4);
+  EXPECT_EQ(doc["rows"][1]["decode_steps"].get<int64_t>(), 4);
+}
+
 TEST_F(Cli, BenchEngineHostNamesBadFlags) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"bench engine-host --device-step-ms 0", "--device-step-ms 0"},
@@ -359,6 +388,8 @@ TEST_F(Cli, BenchEngineHostNamesBadFlags) {
       {"bench engine-host --metadata commit", "--metadata commit"},
       {"bench engine-host --requests 300", "--requests 300"},
       {"bench engine-host --workload /nonexistent/w.json", "/nonexistent/w.json"},
+      {"bench engine-host --stop END", "--stop"},
+      {"bench engine-host --tokenizer /nonexistent/tok", "/nonexistent/tok"},
   };
   for (const auto& [arguments, expected] : cases) {
     const CliRun run = run_cli(arguments);

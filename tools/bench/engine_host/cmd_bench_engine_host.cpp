@@ -27,6 +27,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -34,8 +35,10 @@
 
 #include "core/check.h"
 #include "pagedattn/engine.h"
+#include "pagedattn/engine_detokenizer.h"
 #include "pagedattn/error.h"
 #include "pagedattn/model_random.h"
+#include "pagedattn/tokenizer.h"
 #include "tools/bench/engine_host/host_steps.h"
 #include "tools/bench/engine_host/null_runner.h"
 #include "tools/bench/engine_host/prepare_timing.h"
@@ -72,6 +75,8 @@ struct EngineHostOptions {
   int64_t max_tokens_per_step = 2048;
   bool no_prefix_cache = false;
   bool host_sampling = false;
+  std::string tokenizer;           // a directory with tokenizer.json: detokenize every token
+  std::vector<std::string> stops;  // stop strings on every request (need --tokenizer)
   double prepare_time = 0.2;
   std::string json_path;
   std::vector<std::string> metadata;
@@ -98,7 +103,7 @@ fs::path workload_path(const std::string& given) {
 class Bench {
  public:
   Bench(const EngineHostOptions& options, int32_t vocab, std::vector<int32_t> eos,
-        int32_t max_running, int64_t num_pages)
+        int32_t max_running, int64_t num_pages, engine::DetokenizerFactory detokenizer)
       : runner_(vocab, eos) {
     engine::EngineConfig config;
     config.num_pages = static_cast<int32_t>(num_pages);
@@ -110,7 +115,7 @@ class Bench {
     config.eos_token_ids = std::move(eos);
     config.seed = options.selection.seed;
     if (options.host_sampling) config.model_sampling = false;
-    engine_ = std::make_unique<engine::Engine>(config, runner_);
+    engine_ = std::make_unique<engine::Engine>(config, runner_, std::move(detokenizer));
     last_ = engine_->stats();
   }
 
@@ -163,6 +168,13 @@ class Bench {
   std::vector<std::string> errors_;
 };
 
+// What every scenario's engine shares.
+struct Setup {
+  int32_t vocab = 0;
+  std::vector<int32_t> eos;                // never drawn by the runner
+  engine::DetokenizerFactory detokenizer;  // empty: none (--tokenizer)
+};
+
 int64_t pages_for(int64_t tokens, int32_t page_size) {
   return (tokens + page_size - 1) / page_size;
 }
@@ -173,42 +185,44 @@ struct ScenarioResult {
   int32_t batch = 0;
   double context_start = 0, context_end = 0;  // decode: mean context over the measured steps
   int64_t output_tokens = 0;
-  double wall_s = 0, cpu_s = 0, other_cores = -1;
+  double wall_s = 0;  // the measured steps, stream draining included
   HostSummary summary;
 };
 
-// CPU use over a scenario, to tell a quiet machine from a shared one.
+// CPU use over a stretch of the command, to tell a quiet machine from a shared one: the cores
+// other processes kept busy (/proc/stat's busy time less this process's), < 0 if unknown.
 struct CpuWatch {
-  double cpu_start = 0, busy_start = 0;
+  double cpu_start = process_cpu_seconds();
+  double busy_start = machine_busy_seconds();
   Clock::time_point start = Clock::now();
-  CpuWatch() : cpu_start(process_cpu_seconds()), busy_start(machine_busy_seconds()) {}
-  void finish(ScenarioResult* result) const {
-    result->wall_s = std::chrono::duration<double>(Clock::now() - start).count();
-    result->cpu_s = process_cpu_seconds() - cpu_start;
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+  double other_cores() const {
+    const double wall = seconds();
+    const double cpu = process_cpu_seconds() - cpu_start;
     const double busy = machine_busy_seconds();
-    if (busy_start >= 0 && busy >= 0 && result->wall_s > 0) {
-      result->other_cores = std::max(0.0, busy - busy_start - result->cpu_s) / result->wall_s;
-    }
+    if (busy_start < 0 || busy < 0 || wall <= 0) return -1;
+    return std::max(0.0, busy - busy_start - cpu) / wall;
   }
 };
 
-ScenarioResult run_workload(const EngineHostOptions& options, int32_t vocab,
-                            const std::vector<int32_t>& eos, const fs::path& path) {
+ScenarioResult run_workload(const EngineHostOptions& options, const Setup& setup,
+                            const fs::path& path) {
   const Workload workload = load_workload(path);
-  WorkloadRequests requests = select_requests(workload, options.selection);
-  PA_CHECK(options.selection.max_token_id < vocab,
-           "bench engine-host: the workload's token ids go up to {}, --vocab is {}",
-           options.selection.max_token_id, vocab);
+  // nano-vllm's prompt ids are in [0, 10000]; a smaller vocabulary (a small --tokenizer) caps them.
+  WorkloadSelection selection = options.selection;
+  selection.max_token_id = std::min(selection.max_token_id, setup.vocab - 1);
+  WorkloadRequests requests = select_requests(workload, selection);
   const size_t n = requests.prompts.size();
   int64_t pages = 1;
   for (size_t r = 0; r < n; ++r) {
     pages += pages_for(static_cast<int64_t>(requests.prompts[r].size()) + requests.output_lens[r],
                        options.page_size);
   }
-  Bench bench(options, vocab, eos, options.max_running, pages);
+  Bench bench(options, setup.vocab, setup.eos, options.max_running, pages, setup.detokenizer);
   engine::SamplingParams params;
   params.temperature = options.temperature;
   params.ignore_eos = true;
+  params.stop = options.stops;
   for (size_t r = 0; r < n; ++r) {
     params.max_tokens = requests.output_lens[r];
     bench.add(std::move(requests.prompts[r]), params);
@@ -225,7 +239,7 @@ ScenarioResult run_workload(const EngineHostOptions& options, int32_t vocab,
     const HostStep step = bench.step();
     if (step.sequences > 0) steps.push_back(step);
   }
-  watch.finish(&result);
+  result.wall_s = watch.seconds();
   for (size_t r = 0; r < n; ++r) {
     const int32_t expected = requests.output_lens[r];
     PA_CHECK(bench.reason(r) == engine::FinishReason::kLength && bench.tokens(r) == expected,
@@ -238,8 +252,8 @@ ScenarioResult run_workload(const EngineHostOptions& options, int32_t vocab,
   return result;
 }
 
-ScenarioResult run_decode(const EngineHostOptions& options, int32_t vocab,
-                          const std::vector<int32_t>& eos, int32_t batch) {
+ScenarioResult run_decode(const EngineHostOptions& options, const Setup& setup, int32_t batch) {
+  const int32_t vocab = setup.vocab;
   // Steps before every request decodes: the prefill chunks of the budget, one more to be sure.
   const int64_t prompt_tokens = int64_t{batch} * (options.prompt_len + options.page_size);
   const int64_t fill_steps =
@@ -254,10 +268,12 @@ ScenarioResult run_decode(const EngineHostOptions& options, int32_t vocab,
     for (int32_t& token : prompt) token = static_cast<int32_t>(random() % 10001 % vocab);
     pages += pages_for(static_cast<int64_t>(prompt.size()) + max_tokens, options.page_size);
   }
-  Bench bench(options, vocab, eos, std::max(batch, options.max_running), pages);
+  Bench bench(options, vocab, setup.eos, std::max(batch, options.max_running), pages,
+              setup.detokenizer);
   engine::SamplingParams params;
   params.temperature = options.temperature;
   params.ignore_eos = true;
+  params.stop = options.stops;
   params.max_tokens = max_tokens;
   for (auto& prompt : prompts) bench.add(prompt, params);
 
@@ -292,7 +308,7 @@ ScenarioResult run_decode(const EngineHostOptions& options, int32_t vocab,
              i, step.sequences, step.decodes);
     steps.push_back(step);
   }
-  watch.finish(&result);
+  result.wall_s = watch.seconds();
   result.context_end = mean_context();
   result.output_tokens = int64_t{options.steps} * batch;
   result.summary = summarize(steps);
@@ -336,56 +352,79 @@ void run_bench_engine_host(const EngineHostOptions& options) {
       throw Error(fmt::format("--scenarios {} (expected workload, decode, prepare)", scenario));
     }
   }
+  if (!options.stops.empty() && options.tokenizer.empty()) {
+    throw Error("--stop: stop strings are matched on the detokenized text: pass --tokenizer DIR");
+  }
   const nlohmann::json metadata = parse_metadata(options.metadata);
   const model::ModelConfig shape = model::model_shape(kShape);
-  const int32_t vocab = options.vocab > 0 ? options.vocab : static_cast<int32_t>(shape.vocab_size);
-  std::vector<int32_t> eos;
+  // With a tokenizer every token is detokenized (as a server does), so the runner draws ids the
+  // tokenizer knows: its vocabulary unless --vocab is smaller.
+  std::optional<tokenizer::Tokenizer> tok;
+  if (!options.tokenizer.empty()) tok = tokenizer::Tokenizer::from_directory(options.tokenizer);
+  Setup setup;
+  if (options.vocab > 0) {
+    setup.vocab = options.vocab;
+  } else {
+    setup.vocab = static_cast<int32_t>(tok ? tok->vocab_size() : shape.vocab_size);
+  }
+  if (tok && setup.vocab > tok->vocab_size()) {
+    throw Error(fmt::format("--vocab {}: the tokenizer at {} has {} ids", setup.vocab,
+                            options.tokenizer, tok->vocab_size()));
+  }
+  if (tok) setup.detokenizer = engine::make_detokenizer_factory(*tok);
   for (const int64_t id : shape.eos_token_ids) {
-    if (id < vocab) eos.push_back(static_cast<int32_t>(id));
+    if (id < setup.vocab) setup.eos.push_back(static_cast<int32_t>(id));
   }
   const fs::path path = wants(options, "workload") ? workload_path(options.workload) : fs::path();
   const double device_s = options.device_step_ms * 1e-3;
+  std::string vocab_source = kShape;
+  if (options.vocab > 0) vocab_source = "--vocab";
+  if (options.vocab == 0 && tok) vocab_source = "the tokenizer's";
+  std::string text = "no detokenizer";
+  if (tok) text = "every token detokenized (the tokenizer at " + options.tokenizer + ")";
+  for (const std::string& stop : options.stops) text += fmt::format(", stop string \"{}\"", stop);
 
   fmt::print(
       "bench engine-host: the engine's host time per step over a null model runner (no model "
       "compute; tokens a function of each row's seed, choice and position, never EOS); vocabulary "
       "{} ({}), page size {}, max running {}, max tokens per step {}, prefix cache {}, sampling "
-      "{}; "
-      "GPU idle against a {:.2f} ms device step\n",
-      vocab, options.vocab > 0 ? "--vocab" : kShape, options.page_size, options.max_running,
+      "{}, "
+      "{}; GPU idle against a {:.2f} ms device step\n",
+      setup.vocab, vocab_source, options.page_size, options.max_running,
       options.max_tokens_per_step, options.no_prefix_cache ? "off" : "on",
-      options.host_sampling ? "on the host (--host-sampling)" : "by the runner",
+      options.host_sampling ? "on the host (--host-sampling)" : "by the runner", text,
       options.device_step_ms);
   fmt::print("{}\n", machine_description());
   std::fflush(stdout);
 
   std::vector<ScenarioResult> results;
+  const CpuWatch watch;
   auto announce = [&](const std::string& what) {
     fmt::print(stderr, "bench engine-host: {}\n", what);
     std::fflush(stderr);
   };
   if (wants(options, "workload")) {
     announce(fmt::format("{} ...", path.string()));
-    results.push_back(run_workload(options, vocab, eos, path));
+    results.push_back(run_workload(options, setup, path));
   }
   std::vector<double> decode_context(options.batches.size(), 0);
   if (wants(options, "decode")) {
     for (size_t i = 0; i < options.batches.size(); ++i) {
       announce(fmt::format("decode B={}: {} steps ...", options.batches[i], options.steps));
-      results.push_back(run_decode(options, vocab, eos, options.batches[i]));
+      results.push_back(run_decode(options, setup, options.batches[i]));
       decode_context[i] = 0.5 * (results.back().context_start + results.back().context_end);
     }
   }
+  const double other_cores = results.empty() ? -1 : watch.other_cores();
 
   Table table({"scenario", "steps", "seqs/step", "schedule us", "plan us", "runner us", "post us",
-               "other us", "step us", "GPU idle %", "other load"});
+               "other us", "step us", "GPU idle %"});
   for (const ScenarioResult& r : results) {
     const HostSummary& s = r.summary;
     table.add_row({r.name, std::to_string(s.steps), fmt::format("{:.0f}", s.median_sequences),
                    cell(s.schedule_us), cell(s.plan_us), cell(s.runner_us), cell(s.post_us),
                    cell(s.other_us), cell(s.step_us),
-                   fmt::format("{:.2f}", 100 * idle_fraction(s.step_us.median * 1e-6, device_s)),
-                   r.other_cores >= 0 ? fmt::format("{:.2f}", r.other_cores) : "-"});
+                   fmt::format("{:.2f}", 100 * idle_fraction(s.step_us.median * 1e-6, device_s))});
   }
   if (table.rows() > 0) {
     fmt::print("\n{}", table.str());
@@ -396,9 +435,13 @@ void run_bench_engine_host(const EngineHostOptions& options) {
         "offered to the prefix cache, the sampled tokens taken, stop checks, events pushed to the "
         "streams, finished requests released; other: the rest of Engine::step (the stats "
         "snapshot, dropping the step's plan); step: the whole call. GPU idle % = step / (step + "
-        "{:.2f} ms) at the median, with nothing overlapped. other load: cores other processes "
-        "used during the scenario (above 0.1 the machine was shared).\n",
+        "{:.2f} ms) at the median, with nothing overlapped.\n",
         options.device_step_ms);
+    if (other_cores >= 0) {
+      fmt::print(
+          "Other processes kept {:.2f} cores busy during these runs{}\n", other_cores,
+          other_cores > 0.1 ? " (a shared machine: the figures are noisier and higher)" : "");
+    }
     for (const ScenarioResult& r : results) {
       if (r.kind == "decode") {
         fmt::print("{}: mean context {:.0f} to {:.0f} tokens over the measured steps\n", r.name,
@@ -466,8 +509,6 @@ void run_bench_engine_host(const EngineHostOptions& options) {
                       {"context_end", r.context_end},
                       {"output_tokens", r.output_tokens},
                       {"wall_s", r.wall_s},
-                      {"cpu_s", r.cpu_s},
-                      {"other_cores", r.other_cores},
                       {"schedule_us", spread_json(s.schedule_us)},
                       {"plan_us", spread_json(s.plan_us)},
                       {"runner_us", spread_json(s.runner_us)},
@@ -490,8 +531,11 @@ void run_bench_engine_host(const EngineHostOptions& options) {
         {"date", utc_timestamp()},
         {"machine", machine_description()},
         {"device_step_ms", options.device_step_ms},
+        {"other_cores", other_cores},
         {"engine",
-         {{"vocab", vocab},
+         {{"vocab", setup.vocab},
+          {"tokenizer", options.tokenizer},
+          {"stop", options.stops},
           {"page_size", options.page_size},
           {"max_running", options.max_running},
           {"max_tokens_per_step", options.max_tokens_per_step},
@@ -560,6 +604,12 @@ void add_bench_engine_host_command(CLI::App& bench) {
   cmd->add_flag("--host-sampling", options->host_sampling,
                 "sample every row on the host from logits the null runner fills (default: the "
                 "runner samples, as a GPU model does)");
+  cmd->add_option("--tokenizer", options->tokenizer,
+                  "a directory with tokenizer.json: every token is detokenized, as a server does "
+                  "(the runner then draws ids of its vocabulary)");
+  cmd->add_option("--stop", options->stops,
+                  "stop strings on every request, matched on the text (needs --tokenizer; one "
+                  "that matches ends a request early, which the workload reports as an error)");
   cmd->add_option("--prepare-time", options->prepare_time,
                   "seconds of StepPlanner::prepare calls per batch size")
       ->capture_default_str();
