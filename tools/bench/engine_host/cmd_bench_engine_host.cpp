@@ -14,7 +14,8 @@
 // forward = the runner's call, sample = post-processing and events), read after every step, and
 // the whole Engine::step call is timed around it; the events are drained from the streams after
 // each step, outside the timing (a server's handler threads do that). Medians and 90th
-// percentiles per step; the GPU idle fraction is step / (step + --device-step-ms).
+// percentiles per step; the GPU idle fraction is step / (step + --device-step-ms). With
+// --tokenizer DIR every token is also detokenized (and --stop strings matched), as in a server.
 //
 // Then the model's own host planning, which the engine does not see: StepPlanner::prepare on the
 // CPU for each decode batch at the context the decode scenario reached (prepare_timing.h).
@@ -434,7 +435,7 @@ void run_bench_engine_host(const EngineHostOptions& options) {
         "the call to the null runner (its draws) and the engine's check of its tokens; post: pages "
         "offered to the prefix cache, the sampled tokens taken, stop checks, events pushed to the "
         "streams, finished requests released; other: the rest of Engine::step (the stats "
-        "snapshot, dropping the step's plan); step: the whole call. GPU idle % = step / (step + "
+        "snapshot, the timers themselves); step: the whole call. GPU idle % = step / (step + "
         "{:.2f} ms) at the median, with nothing overlapped.\n",
         options.device_step_ms);
     if (other_cores >= 0) {

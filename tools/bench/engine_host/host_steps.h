@@ -24,7 +24,7 @@ struct HostStep {
   int32_t decodes = 0;    // of which single-token decodes
   int64_t tokens = 0;
   bool decode_only() const { return sequences > 0 && decodes == sequences; }
-  // What the phases leave out: publishing the stats, dropping the step's plan, the timers.
+  // What the phases leave out: publishing the stats, the timers themselves.
   double other_s() const { return step_s - schedule_s - plan_s - runner_s - post_s; }
 };
 
