@@ -96,6 +96,7 @@ void Scheduler::schedule_tokens(Sequence* sequence, int64_t count, ScheduleResul
 }
 
 void Scheduler::fill_plan(ScheduleResult* result) const {
+  PA_CHECK(result != nullptr, "fill_plan: no result");
   for (size_t i = 0; i < result->scheduled.size(); ++i) {
     const Sequence& sequence = *result->scheduled[i];
     ScheduledSequence& entry = result->plan.sequences[i];
@@ -114,6 +115,7 @@ ScheduleResult Scheduler::schedule() {
 }
 
 void Scheduler::schedule(ScheduleResult* out) {
+  PA_CHECK(out != nullptr, "schedule: no result");
   ++step_;
   // Cleared, keeping every buffer: the plan's entries (and their token and block-table vectors)
   // are reused in place, so a steady batch allocates nothing here or in fill_plan.
