@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -78,9 +79,11 @@ struct EngineStats {
   int64_t num_computed_tokens = 0;   // tokens through the model
   int64_t num_generated_tokens = 0;  // tokens sampled
   int64_t num_finished = 0;          // requests (all choices done)
-  // Host time spent, over all steps: inbox + scheduling + plan building; the runner's forward;
+  // Host time spent, over all steps: inbox + scheduling decisions (pages, preemption); the plan
+  // (the step's token ids and block tables, the rows the runner samples); the runner's forward;
   // sampling, stop checks and events. Their ratio is the host overhead per step.
   double schedule_seconds = 0.0;
+  double plan_seconds = 0.0;
   double forward_seconds = 0.0;
   double sample_seconds = 0.0;
 };
@@ -139,7 +142,8 @@ class Engine {
   // the runner sampled take its token), then advances each choice.
   void sample_rows(const ScheduleResult& result);
   // Appends the sampled token to `choice`, applies the stop checks, fills its pending event.
-  void advance(Choice& choice, TokenLogprob sampled);
+  // false: the choice finished (its events are sent; it may be destroyed).
+  bool advance(Choice& choice, TokenLogprob&& sampled);
   void finish(Choice& choice, FinishReason reason, std::string error = {});
   void flush_events(Choice& choice);
   void publish_stats();
@@ -152,7 +156,8 @@ class Engine {
   std::unique_ptr<PageAllocator> allocator_;
   std::unique_ptr<KvManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::vector<Sampler> samplers_;  // one per sampling thread
+  std::unique_ptr<ScheduleResult> step_;  // the step being run; its buffers reused every step
+  std::vector<Sampler> samplers_;         // one per sampling thread
   // One logits row's work: score prompt token position + 1 (position >= 0) or sample (-1).
   struct RowJob {
     Choice* choice;
@@ -160,8 +165,16 @@ class Engine {
     int64_t position;
   };
   std::vector<RowJob> row_jobs_;
-  std::vector<size_t> sample_slots_;  // per job: its index in sampled_ (sampling jobs)
+  // A job that needs the logits on the host: its index in row_jobs_ and, for a sampling job, in
+  // sampled_.
+  struct HostJob {
+    size_t job;
+    size_t slot;
+  };
+  std::vector<HostJob> host_jobs_;
   std::vector<Choice*> sampling_choices_;
+  std::vector<Choice*> step_choices_;  // of the step's scheduled sequences, in plan order
+  std::vector<Choice*> to_flush_;      // advanced this step and still running
   std::vector<TokenLogprob> sampled_;
   bool model_sampling_ = false;
   std::vector<ops::RowSampling> row_sampling_;  // [logit rows] when the runner samples some
@@ -169,7 +182,11 @@ class Engine {
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;  // live, engine thread
   std::unordered_map<SequenceId, Choice*> choices_;
   SequenceId next_sequence_ = 0;
-  std::vector<float> logits_;
+  // The step's logits, [logit rows, vocab] f32. Grown, never value-initialized: only rows the
+  // runner writes are read, so the rows it samples itself cost nothing, not even their pages.
+  std::unique_ptr<float[]> logits_buffer_;
+  size_t logits_capacity_ = 0;
+  std::span<float> logits_;
 
   std::unique_ptr<Inbox> inbox_;
   std::atomic<int64_t> next_request_{0};
@@ -181,6 +198,7 @@ class Engine {
   int64_t num_generated_tokens_ = 0;
   int64_t num_finished_ = 0;
   double schedule_seconds_ = 0.0;
+  double plan_seconds_ = 0.0;
   double forward_seconds_ = 0.0;
   double sample_seconds_ = 0.0;
 };

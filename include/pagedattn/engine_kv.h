@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <unordered_map>
 
 #include "pagedattn/engine_model_runner.h"
 #include "pagedattn/engine_prefix_cache.h"
@@ -35,7 +36,9 @@ class KvManager {
   // not enough pages even so (the sequence is unchanged).
   bool grow(SequenceId sequence, int64_t num_tokens);
   // Offers the full pages among the first `num_computed` tokens to the cache; returns how many
-  // full pages that is (the caller passes it back as `num_offered` to skip them next time).
+  // full pages that is (the caller passes it back as `num_offered` to skip them next time). The
+  // sequence's tokens may only have grown since its previous call (its walk of the tree resumes
+  // where that one ended: RadixCache::Cursor); release() forgets that.
   int32_t cache(SequenceId sequence, std::span<const int32_t> tokens, int64_t num_computed,
                 int32_t num_offered);
   void release(SequenceId sequence);
@@ -53,6 +56,7 @@ class KvManager {
  private:
   PageAllocator& allocator_;
   std::unique_ptr<RadixCache> cache_;
+  std::unordered_map<SequenceId, RadixCache::Cursor> cursors_;  // of sequences that cached pages
   int64_t hit_tokens_ = 0;
   int64_t query_tokens_ = 0;
 };

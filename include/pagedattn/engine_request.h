@@ -14,7 +14,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -79,7 +78,8 @@ struct TokenLogprob {
 };
 
 // One event of one choice: the tokens (and text) produced since the previous event, and on the
-// choice's last event its finish reason.
+// choice's last event its finish reason. (The engine empties its pending event field by field
+// after sending it, Engine::flush_events: a new field is emptied there too.)
 struct RequestEvent {
   int32_t index = 0;                   // which of the n choices (+ the request's first_index)
   std::vector<int32_t> token_ids;      // new tokens (the stop token included, as vLLM does)
@@ -98,14 +98,16 @@ struct RequestEvent {
 };
 
 // A thread-safe queue of one request's events. The engine pushes; one consumer pops. done() is
-// true once every choice has sent its finishing event and the queue is drained.
+// true once every choice has sent its finishing event and the queue is drained. The queue is a
+// vector that keeps its capacity, so a consumer that keeps up costs the engine no allocation per
+// event (a std::deque of events this size allocates a block every two).
 class RequestStream {
  public:
   // num_choices: every choice whose events come here (one request's n, or the choices of several
   // requests that share the stream: Engine::add_request with a first_index).
   explicit RequestStream(int32_t num_choices) : choices_left_(num_choices) {}
 
-  void push(RequestEvent event);
+  void push(RequestEvent&& event);
   std::optional<RequestEvent> try_pop();
   // Waits up to `timeout` for an event; nullopt on timeout (or when done).
   std::optional<RequestEvent> pop(std::chrono::milliseconds timeout);
@@ -116,7 +118,9 @@ class RequestStream {
  private:
   mutable std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<RequestEvent> events_;
+  std::optional<RequestEvent> take_front();  // with the lock held
+  std::vector<RequestEvent> events_;         // queued: [head_, size); before head_: taken
+  size_t head_ = 0;
   int32_t choices_left_;
 };
 

@@ -66,6 +66,7 @@ struct SchedulerConfig {
 struct ScheduleResult {
   StepPlan plan;
   std::vector<Sequence*> scheduled;  // parallel to plan.sequences
+  std::vector<int64_t> counts;       // parallel to scheduled: the new tokens of each
   std::vector<Sequence*> preempted;  // preempted in this step (now waiting)
   std::vector<Sequence*> rejected;   // removed: the pool can never hold them
 };
@@ -80,7 +81,18 @@ class Scheduler {
   // pages were offered to the prefix cache as they filled.
   void remove(Sequence* sequence);
 
+  // The next step: decides it, then fills its plan.
   ScheduleResult schedule();
+  // The step's decisions into `result` (cleared first, its buffers kept for reuse: the engine
+  // passes the same one every step): the scheduled sequences with their new token counts, each
+  // plan entry's sequence, first position and logit rows, the plan's totals, pages grown,
+  // preemptions and rejections. The entries' token ids and block tables are not yet filled
+  // (stale): fill_plan does that (the engine times the two apart).
+  void schedule(ScheduleResult* result);
+  // Copies each scheduled sequence's new token ids and block table into its plan entry. The
+  // tables are final once schedule() returns: a scheduled sequence's pages are never taken back
+  // in its step, and eviction frees only pages that no sequence holds.
+  void fill_plan(ScheduleResult* result) const;
   // After the step's forward: the scheduled tokens are now in the KV; offers new full pages to
   // the prefix cache.
   void complete(const ScheduleResult& result);

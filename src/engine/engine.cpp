@@ -85,6 +85,7 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, DetokenizerFactory deto
   threads = std::max(1, omp_get_max_threads());
 #endif
   samplers_.resize(static_cast<size_t>(threads));
+  step_ = std::make_unique<ScheduleResult>();
   model_sampling_ = config_.model_sampling.value_or(runner_.prefers_model_sampling());
   inbox_ = std::make_unique<Inbox>();
   publish_stats();
@@ -255,8 +256,18 @@ void Engine::flush_events(Choice& choice) {
     choice.sent_first = true;
   }
   request.stream->push(std::move(event));
-  event = RequestEvent{};
-  event.index = request.first_index + choice.sequence.index;
+  // Emptied field by field (a fresh RequestEvent assigned would construct and move every field
+  // of a large struct once per choice per step); the index stays.
+  event.token_ids.clear();
+  event.logprobs.clear();
+  event.prompt_logprobs.clear();
+  event.text.clear();
+  event.finish_reason = FinishReason::kNone;
+  event.stop_string.clear();
+  event.stop_token.reset();
+  event.error.clear();
+  event.num_prompt_tokens = 0;
+  event.num_cached_tokens = 0;
 }
 
 void Engine::finish(Choice& choice, FinishReason reason, std::string error) {
@@ -312,7 +323,7 @@ void Engine::plan_model_sampling(const ScheduleResult& result) {
     const ScheduledSequence& entry = result.plan.sequences[i];
     if (entry.num_logit_rows == 0) continue;
     row_sampling_.resize(row_sampling_.size() + static_cast<size_t>(entry.num_logit_rows - 1));
-    const Choice& choice = *choices_.at(result.scheduled[i]->id);
+    const Choice& choice = *step_choices_[i];
     const SamplingParams& params = choice.request->params;
     const bool eligible = entry.context_length() == choice.sequence.num_tokens() &&
                           choice.sequence.max_output > 0 && model_can_sample(params);
@@ -337,7 +348,7 @@ void Engine::sample_rows(const ScheduleResult& result) {
   for (size_t i = 0; i < result.scheduled.size(); ++i) {
     const ScheduledSequence& entry = result.plan.sequences[i];
     if (entry.num_logit_rows == 0) continue;
-    Choice* choice = choices_.at(result.scheduled[i]->id);
+    Choice* choice = step_choices_[i];
     Request& request = *choice->request;
     const int64_t end = entry.context_length();
     for (int64_t position = end - entry.num_logit_rows; position < end; ++position, ++row) {
@@ -354,43 +365,55 @@ void Engine::sample_rows(const ScheduleResult& result) {
       row_jobs_.push_back({choice, row - 1, -1});
     }
   }
-  const int64_t jobs = static_cast<int64_t>(row_jobs_.size());
   sampled_.resize(sampling_choices_.size());
-  // At most one thread per Sampler, whatever omp_set_num_threads says later.
-  [[maybe_unused]] const int thread_count = static_cast<int>(samplers_.size());
-  [[maybe_unused]] const bool parallel =
-      jobs > 1 && static_cast<size_t>(jobs) * vocab >= (1u << 20);
-  // Sampling jobs write sampled_ in the order they were listed.
-  std::vector<size_t>& sample_slot = sample_slots_;
-  sample_slot.assign(row_jobs_.size(), 0);
+  // Sampling jobs write sampled_ in the order they were listed. A job whose row the runner
+  // sampled takes its token here; the others (host_jobs_) need the logits.
+  host_jobs_.clear();
   for (size_t j = 0, next = 0; j < row_jobs_.size(); ++j) {
-    if (row_jobs_[j].position < 0) sample_slot[j] = next++;
-  }
-#pragma omp parallel for schedule(dynamic) if (parallel) num_threads(thread_count)
-  for (int64_t j = 0; j < jobs; ++j) {
-    size_t thread = 0;
-#ifdef _OPENMP
-    thread = static_cast<size_t>(omp_get_thread_num());
-#endif
-    const RowJob& job = row_jobs_[static_cast<size_t>(j)];
-    const Choice& choice = *job.choice;
-    const SamplingParams& params = choice.request->params;
+    const RowJob& job = row_jobs_[j];
+    const size_t slot = job.position < 0 ? next++ : 0;
     if (job.position < 0 && !row_sampling_.empty() &&
         row_sampling_[static_cast<size_t>(job.row)].sample) {
       const ops::SampledToken& drawn = model_sampled_[static_cast<size_t>(job.row)];
-      sampled_[sample_slot[static_cast<size_t>(j)]] = TokenLogprob{drawn.token, drawn.logprob, {}, 0};
+      TokenLogprob& out = sampled_[slot];
+      out.token = drawn.token;
+      out.logprob = drawn.logprob;
+      out.top.clear();
+      out.rank = 0;  // drawn on the device: not ranked
       continue;
     }
+    host_jobs_.push_back({j, slot});
+  }
+  const auto run = [&](const HostJob& host_job, size_t thread) {
+    const RowJob& job = row_jobs_[host_job.job];
+    const Choice& choice = *job.choice;
+    const SamplingParams& params = choice.request->params;
     const std::span<const float> logits =
-        std::span<const float>(logits_).subspan(static_cast<size_t>(job.row) * vocab, vocab);
+        logits_.subspan(static_cast<size_t>(job.row) * vocab, vocab);
     if (job.position >= 0) {
       const auto position = static_cast<size_t>(job.position);
       choice.request->prompt_logprobs[position] = samplers_[thread].score(
           logits, choice.sequence.tokens[position + 1], *params.prompt_logprobs);
     } else if (choice.sequence.max_output > 0) {
-      sampled_[sample_slot[static_cast<size_t>(j)]] =
-          samplers_[thread].sample(logits, params, context_of(choice));
+      sampled_[host_job.slot] = samplers_[thread].sample(logits, params, context_of(choice));
     }
+  };
+  const int64_t host_jobs = static_cast<int64_t>(host_jobs_.size());
+  // At most one thread per Sampler, whatever omp_set_num_threads says later. A step without
+  // enough host work never enters a parallel region (libgomp allocates a team even for one).
+  [[maybe_unused]] const int thread_count = static_cast<int>(samplers_.size());
+  const bool parallel = host_jobs > 1 && static_cast<size_t>(host_jobs) * vocab >= (1u << 20);
+  if (parallel) {
+#pragma omp parallel for schedule(dynamic) num_threads(thread_count)
+    for (int64_t j = 0; j < host_jobs; ++j) {
+      size_t thread = 0;
+#ifdef _OPENMP
+      thread = static_cast<size_t>(omp_get_thread_num());
+#endif
+      run(host_jobs_[static_cast<size_t>(j)], thread);
+    }
+  } else {
+    for (const HostJob& host_job : host_jobs_) run(host_job, 0);
   }
   // A request whose prompt is scored computes one row per prompt chunk from now on.
   for (const RowJob& job : row_jobs_) {
@@ -399,17 +422,20 @@ void Engine::sample_rows(const ScheduleResult& result) {
       for (auto& choice : request.choices) choice->sequence.score_prompt = false;
     }
   }
+  // A choice that finishes flushes its events (and may be destroyed); the others are flushed at
+  // the end of the step.
+  to_flush_.clear();
   for (size_t k = 0; k < sampling_choices_.size(); ++k) {
     Choice& choice = *sampling_choices_[k];
     if (choice.sequence.max_output == 0) {
       finish(choice, FinishReason::kLength);  // max_tokens 0: the prompt only
-    } else {
-      advance(choice, std::move(sampled_[k]));
+    } else if (advance(choice, std::move(sampled_[k]))) {
+      to_flush_.push_back(&choice);
     }
   }
 }
 
-void Engine::advance(Choice& choice, TokenLogprob sampled) {
+bool Engine::advance(Choice& choice, TokenLogprob&& sampled) {
   Sequence& sequence = choice.sequence;
   const SamplingParams& params = choice.request->params;
   const int32_t token = sampled.token;
@@ -425,7 +451,7 @@ void Engine::advance(Choice& choice, TokenLogprob sampled) {
       (!params.ignore_eos && contains(config_.eos_token_ids, token))) {
     choice.pending.stop_token = token;
     finish(choice, FinishReason::kStop);
-    return;
+    return false;
   }
   if (choice.detokenizer) {
     std::string text = choice.detokenizer->push(token);
@@ -435,13 +461,17 @@ void Engine::advance(Choice& choice, TokenLogprob sampled) {
       if (result.stop) {
         choice.pending.stop_string = *result.stop;
         finish(choice, FinishReason::kStop);
-        return;
+        return false;
       }
     } else {
       choice.pending.text += text;
     }
   }
-  if (sequence.num_output() >= sequence.max_output) finish(choice, FinishReason::kLength);
+  if (sequence.num_output() >= sequence.max_output) {
+    finish(choice, FinishReason::kLength);
+    return false;
+  }
+  return true;
 }
 
 namespace {
@@ -453,9 +483,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 bool Engine::step() {
+  // Four timed phases (EngineStats): schedule, plan, forward, sample.
   const auto start = std::chrono::steady_clock::now();
   drain_inbox();
-  ScheduleResult result = scheduler_->schedule();
+  ScheduleResult& result = *step_;
+  scheduler_->schedule(&result);
   for (Sequence* sequence : result.rejected) {
     Choice& choice = *choices_.at(sequence->id);
     const int32_t pages = kv_->pages_for(sequence->num_tokens());
@@ -475,11 +507,22 @@ bool Engine::step() {
     publish_stats();
     return worked;
   }
+  const auto plan_start = std::chrono::steady_clock::now();
+  scheduler_->fill_plan(&result);
+  step_choices_.clear();
+  for (const Sequence* sequence : result.scheduled)
+    step_choices_.push_back(choices_.at(sequence->id));
   ++num_steps_;
   num_computed_tokens_ += result.plan.num_tokens;
   const size_t vocab = static_cast<size_t>(limits_.vocab_size);
-  logits_.resize(static_cast<size_t>(result.plan.num_logit_rows) * vocab);
+  const size_t logit_floats = static_cast<size_t>(result.plan.num_logit_rows) * vocab;
+  if (logit_floats > logits_capacity_) {
+    logits_capacity_ = std::max(logit_floats, 2 * logits_capacity_);
+    logits_buffer_ = std::make_unique_for_overwrite<float[]>(logits_capacity_);
+  }
+  logits_ = std::span<float>(logits_buffer_.get(), logit_floats);
   plan_model_sampling(result);
+  plan_seconds_ += seconds_since(plan_start);
   const auto forward_start = std::chrono::steady_clock::now();
   try {
     if (row_sampling_.empty()) {
@@ -505,7 +548,9 @@ bool Engine::step() {
   const auto sample_start = std::chrono::steady_clock::now();
   scheduler_->complete(result);
   sample_rows(result);
-  for (auto& [id, choice] : choices_) flush_events(*choice);
+  // Only the choices advanced this step (and still running) have events pending: every other
+  // path that fills one (finish) flushes it at once.
+  for (Choice* choice : to_flush_) flush_events(*choice);
   sample_seconds_ += seconds_since(sample_start);
   publish_stats();
   return true;
@@ -550,6 +595,7 @@ void Engine::publish_stats() {
   stats.num_generated_tokens = num_generated_tokens_;
   stats.num_finished = num_finished_;
   stats.schedule_seconds = schedule_seconds_;
+  stats.plan_seconds = plan_seconds_;
   stats.forward_seconds = forward_seconds_;
   stats.sample_seconds = sample_seconds_;
   std::lock_guard lock(stats_mutex_);

@@ -48,11 +48,14 @@ int32_t KvManager::cache(SequenceId sequence, std::span<const int32_t> tokens, i
   if (!cache_ || full <= num_offered) return std::max(full, num_offered);
   const auto table = allocator_.block_table(sequence);
   cache_->insert(tokens.first(static_cast<size_t>(full) * static_cast<size_t>(page_size())),
-                 table.first(static_cast<size_t>(full)));
+                 table.first(static_cast<size_t>(full)), &cursors_[sequence]);
   return full;
 }
 
-void KvManager::release(SequenceId sequence) { allocator_.free(sequence); }
+void KvManager::release(SequenceId sequence) {
+  allocator_.free(sequence);
+  cursors_.erase(sequence);
+}
 
 int32_t KvManager::pages_for(int64_t num_tokens) const {
   return static_cast<int32_t>((num_tokens + page_size() - 1) / page_size());

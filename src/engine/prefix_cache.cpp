@@ -72,7 +72,7 @@ RadixCache::Node* RadixCache::split(Node* node, size_t num_pages) {
   allocator_.free(old_holder);
 
   Node* parent = node->parent;
-  auto it = parent->children.find(key_at(head->tokens, 0));
+  auto it = parent->children.find(page_at(head->tokens, 0));
   PA_CHECK(it != parent->children.end() && it->second.get() == node,
            "prefix cache: split lost its node");
   std::unique_ptr<Node> tail = std::move(it->second);
@@ -91,7 +91,7 @@ RadixCache::Match RadixCache::match(std::span<const int32_t> tokens, int64_t max
   Node* node = &root_;
   size_t page = 0;
   while (page < limit) {
-    const auto it = node->children.find(key_at(tokens, page));
+    const auto it = node->children.find(page_at(tokens, page));
     if (it == node->children.end()) break;
     Node* child = it->second.get();
     const size_t same = common_pages(*child, tokens, page, limit - page);
@@ -105,7 +105,8 @@ RadixCache::Match RadixCache::match(std::span<const int32_t> tokens, int64_t max
   return result;
 }
 
-int32_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t> pages) {
+int32_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t> pages,
+                           Cursor* cursor) {
   const size_t p = static_cast<size_t>(page_size_);
   PA_CHECK(tokens.size() >= pages.size() * p,
            "prefix cache: {} tokens cannot fill {} pages of {} tokens", tokens.size(), pages.size(),
@@ -113,8 +114,19 @@ int32_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int3
   ++clock_;
   Node* node = &root_;
   size_t page = 0;
+  if (cursor != nullptr && cursor->node != nullptr && cursor->evictions == evictions_ &&
+      cursor->pages <= pages.size()) {
+    // The walk from the root would reach the cursor's node: every node above it matches these
+    // tokens whole, and only an eviction removes nodes. It would also mark each node on the way as
+    // used; only the cursor's node is marked here, and its ancestors take its time when it is
+    // evicted (see evict), which is the only moment their times are read.
+    node = cursor->node;
+    page = cursor->pages;
+    node->last_used = clock_;
+  }
+  int32_t added = 0;
   while (page < pages.size()) {
-    const auto it = node->children.find(key_at(tokens, page));
+    const auto it = node->children.find(page_at(tokens, page));
     if (it == node->children.end()) {
       auto fresh = std::make_unique<Node>();
       fresh->tokens.assign(tokens.begin() + static_cast<ptrdiff_t>(page * p),
@@ -123,10 +135,12 @@ int32_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int3
       fresh->parent = node;
       fresh->last_used = clock_;
       fresh->holder = hold(fresh->pages);
-      const int32_t added = static_cast<int32_t>(fresh->pages.size());
+      added = static_cast<int32_t>(fresh->pages.size());
+      Node* fresh_raw = fresh.get();
       node->children.emplace(key_at(fresh->tokens, 0), std::move(fresh));
       num_cached_pages_ += added;
-      return added;
+      node = fresh_raw;
+      break;
     }
     Node* child = it->second.get();
     const size_t same = common_pages(*child, tokens, page, pages.size() - page);
@@ -135,7 +149,9 @@ int32_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int3
     page += same;
     node = child;
   }
-  return 0;
+  // The walk ends where the inserted pages end (a split cut the last node there if need be).
+  if (cursor != nullptr && node != &root_) *cursor = Cursor{node, pages.size(), evictions_};
+  return added;
 }
 
 bool RadixCache::evictable(const Node& node) const {
@@ -163,7 +179,11 @@ int32_t RadixCache::evict(int32_t num_pages) {
     allocator_.free(node->holder);
     freed += count;
     num_cached_pages_ -= count;
+    // A walk through `node` passed its parent too: the parent's time is at least node's (inserts
+    // that resume at a cursor mark only the node they resume at, not its ancestors).
+    parent->last_used = std::max(parent->last_used, node->last_used);
     parent->children.erase(key_at(node->tokens, 0));  // destroys `node`
+    ++evictions_;
     if (evictable(*parent)) leaves.emplace(parent->last_used, parent);
   }
   return freed;

@@ -85,7 +85,7 @@ const char* to_string(FinishReason reason) {
   return "unknown";
 }
 
-void RequestStream::push(RequestEvent event) {
+void RequestStream::push(RequestEvent&& event) {
   {
     std::lock_guard lock(mutex_);
     if (event.finished()) --choices_left_;
@@ -94,26 +94,34 @@ void RequestStream::push(RequestEvent event) {
   ready_.notify_all();
 }
 
+std::optional<RequestEvent> RequestStream::take_front() {
+  if (head_ == events_.size()) return std::nullopt;
+  std::optional<RequestEvent> event(std::move(events_[head_++]));
+  if (head_ == events_.size()) {
+    events_.clear();  // keeps the capacity
+    head_ = 0;
+  } else if (head_ >= 64 && 2 * head_ >= events_.size()) {
+    // A consumer that lags: drop the taken half, so the vector stays within twice the queue.
+    events_.erase(events_.begin(), events_.begin() + static_cast<ptrdiff_t>(head_));
+    head_ = 0;
+  }
+  return event;
+}
+
 std::optional<RequestEvent> RequestStream::try_pop() {
   std::lock_guard lock(mutex_);
-  if (events_.empty()) return std::nullopt;
-  RequestEvent event = std::move(events_.front());
-  events_.pop_front();
-  return event;
+  return take_front();
 }
 
 std::optional<RequestEvent> RequestStream::pop(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  ready_.wait_for(lock, timeout, [&] { return !events_.empty() || choices_left_ <= 0; });
-  if (events_.empty()) return std::nullopt;
-  RequestEvent event = std::move(events_.front());
-  events_.pop_front();
-  return event;
+  ready_.wait_for(lock, timeout, [&] { return head_ < events_.size() || choices_left_ <= 0; });
+  return take_front();
 }
 
 bool RequestStream::done() const {
   std::lock_guard lock(mutex_);
-  return choices_left_ <= 0 && events_.empty();
+  return choices_left_ <= 0 && head_ == events_.size();
 }
 
 bool RequestStream::all_finished() const {

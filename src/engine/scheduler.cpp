@@ -72,13 +72,12 @@ Sequence* Scheduler::newest_unscheduled(const Sequence* except) const {
 }
 
 void Scheduler::schedule_tokens(Sequence* sequence, int64_t count, ScheduleResult* result) {
-  ScheduledSequence entry;
+  // The plan's entries beyond the scheduled ones are the previous step's, reused in place.
+  const size_t index = result->scheduled.size();
+  if (index == result->plan.sequences.size()) result->plan.sequences.emplace_back();
+  ScheduledSequence& entry = result->plan.sequences[index];
   entry.sequence = sequence->id;
-  const auto begin = sequence->tokens.begin() + static_cast<ptrdiff_t>(sequence->num_computed);
-  entry.token_ids.assign(begin, begin + static_cast<ptrdiff_t>(count));
   entry.first_position = sequence->num_computed;
-  const auto table = kv_.block_table(sequence->id);
-  entry.block_table.assign(table.begin(), table.end());
   const bool reaches_end = sequence->num_computed + count == sequence->num_tokens();
   entry.num_logit_rows = reaches_end ? 1 : 0;
   // Prompt scoring: every new token from the chunk's first on is a row (the rows before the
@@ -88,19 +87,47 @@ void Scheduler::schedule_tokens(Sequence* sequence, int64_t count, ScheduleResul
   }
   result->plan.num_tokens += count;
   result->plan.num_logit_rows += entry.num_logit_rows;
-  if (count == 1 && reaches_end &&
-      result->plan.num_decodes == static_cast<int32_t>(result->plan.sequences.size())) {
+  if (count == 1 && reaches_end && result->plan.num_decodes == static_cast<int32_t>(index)) {
     ++result->plan.num_decodes;
   }
-  result->plan.sequences.push_back(std::move(entry));
   result->scheduled.push_back(sequence);
+  result->counts.push_back(count);
   sequence->scheduled_step = step_;
 }
 
+void Scheduler::fill_plan(ScheduleResult* result) const {
+  PA_CHECK(result != nullptr, "fill_plan: no result");
+  for (size_t i = 0; i < result->scheduled.size(); ++i) {
+    const Sequence& sequence = *result->scheduled[i];
+    ScheduledSequence& entry = result->plan.sequences[i];
+    const auto begin = sequence.tokens.begin() + static_cast<ptrdiff_t>(entry.first_position);
+    entry.token_ids.assign(begin, begin + static_cast<ptrdiff_t>(result->counts[i]));
+    const auto table = kv_.block_table(sequence.id);
+    entry.block_table.assign(table.begin(), table.end());
+  }
+}
+
 ScheduleResult Scheduler::schedule() {
-  ++step_;
   ScheduleResult result;
+  schedule(&result);
+  fill_plan(&result);
+  return result;
+}
+
+void Scheduler::schedule(ScheduleResult* out) {
+  PA_CHECK(out != nullptr, "schedule: no result");
+  ++step_;
+  // Cleared, keeping every buffer: the plan's entries (and their token and block-table vectors)
+  // are reused in place, so a steady batch allocates nothing here or in fill_plan.
+  ScheduleResult& result = *out;
   result.plan.page_size = kv_.page_size();
+  result.plan.num_decodes = 0;
+  result.plan.num_tokens = 0;
+  result.plan.num_logit_rows = 0;
+  result.scheduled.clear();
+  result.counts.clear();
+  result.preempted.clear();
+  result.rejected.clear();
   int64_t budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step
                                                    : std::numeric_limits<int64_t>::max();
   int64_t scoring_left =
@@ -186,7 +213,7 @@ ScheduleResult Scheduler::schedule() {
       if (sequence->score_prompt) scoring_left -= count;
     }
   }
-  return result;
+  result.plan.sequences.resize(result.scheduled.size());
 }
 
 void Scheduler::complete(const ScheduleResult& result) {

@@ -85,6 +85,10 @@ AllocStatus PageAllocator::grow(RequestId request, int64_t num_tokens) {
   PA_CHECK(num_tokens >= entry.num_tokens,
            "num_tokens: {} is fewer than request {} already holds ({}); requests never shrink",
            num_tokens, request, entry.num_tokens);
+  if (num_tokens <= static_cast<int64_t>(entry.pages.size()) * page_size_) {
+    entry.num_tokens = num_tokens;  // its pages hold them already (a decode, mostly)
+    return AllocStatus::kOk;
+  }
   const int32_t needed = pages_needed(request, num_tokens);
   if (needed > num_free_pages()) return AllocStatus::kOutOfPages;
   entry.pages.reserve(entry.pages.size() + static_cast<size_t>(needed));

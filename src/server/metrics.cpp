@@ -130,10 +130,11 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t pending_re
   header(out, "pagedattn_engine_steps_total", "counter", "Engine steps run.");
   out += fmt::format("pagedattn_engine_steps_total {}\n", stats.num_steps);
   header(out, "pagedattn_engine_seconds_total", "counter",
-         "Engine-thread time by phase (schedule: inbox, scheduling, plans; forward: the model; "
-         "sample: sampling, stop checks, events).");
+         "Engine-thread time by phase (schedule: inbox, scheduling; plan: the step's tables; "
+         "forward: the model; sample: sampling, stop checks, events).");
   out += fmt::format("pagedattn_engine_seconds_total{{phase=\"schedule\"}} {}\n",
                      stats.schedule_seconds);
+  out += fmt::format("pagedattn_engine_seconds_total{{phase=\"plan\"}} {}\n", stats.plan_seconds);
   out += fmt::format("pagedattn_engine_seconds_total{{phase=\"forward\"}} {}\n",
                      stats.forward_seconds);
   out +=

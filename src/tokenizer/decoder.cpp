@@ -40,29 +40,28 @@ class ByteLevel final : public Decoder {
     tokens.assign(1, std::move(bytes));
     fused = true;
   }
-
- private:
-  // Each token's characters mapped back to the bytes they stand for, concatenated.
-  static std::string join_bytes(const std::vector<std::string>& tokens) {
+  bool bytes_per_token() const override { return true; }
+  // The token's characters mapped back to the bytes they stand for.
+  void append_token_bytes(std::string_view token, std::string& bytes) const override {
     const ByteAlphabet& alphabet = byte_alphabet();
-    std::string bytes;
-    for (const std::string& token : tokens) {
-      size_t mark = bytes.size();
-      bool mapped = true;
-      for (size_t position = 0; position < token.size();) {
-        char32_t codepoint = next_codepoint(token, position);
-        int byte = codepoint < 512 ? alphabet.byte_of_char[codepoint] : -1;
-        if (byte < 0) {
-          mapped = false;
-          break;
-        }
-        bytes += static_cast<char>(byte);
-      }
-      if (!mapped) {  // a token outside the alphabet (an added token) keeps its own bytes
+    const size_t mark = bytes.size();
+    for (size_t position = 0; position < token.size();) {
+      char32_t codepoint = next_codepoint(token, position);
+      int byte = codepoint < 512 ? alphabet.byte_of_char[codepoint] : -1;
+      if (byte < 0) {  // a token outside the alphabet (an added token) keeps its own bytes
         bytes.resize(mark);
         bytes += token;
+        return;
       }
+      bytes += static_cast<char>(byte);
     }
+  }
+
+ private:
+  // Each token's bytes, concatenated.
+  std::string join_bytes(const std::vector<std::string>& tokens) const {
+    std::string bytes;
+    for (const std::string& token : tokens) append_token_bytes(token, bytes);
     return bytes;
   }
 };

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "json_node.h"
@@ -30,6 +31,14 @@ class Decoder {
   // Whether this decoder (or a member of its sequence) is ByteFallback: the text of a run of
   // <0xNN> tokens depends on the whole run (the incremental decoder holds such runs back).
   virtual bool has_byte_fallback() const { return false; }
+  // Whether decode_chain's text is the lossy UTF-8 of the concatenation of each token's own bytes
+  // (ByteLevel alone): then append_token_bytes gives those bytes, and a tokenizer maps every id
+  // once at load instead of running the chain on every decode.
+  virtual bool bytes_per_token() const { return false; }
+  virtual void append_token_bytes(std::string_view token, std::string& bytes) const {
+    (void)token;
+    (void)bytes;
+  }
 };
 
 std::unique_ptr<Decoder> make_decoder(const JsonNode& node);

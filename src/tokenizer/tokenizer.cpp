@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "core/check.h"
@@ -82,6 +83,24 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     const AddedToken* added = text ? impl->added.find_content(*text) : nullptr;
     impl->special_by_id[static_cast<size_t>(id)] = added != nullptr && added->special;
   }
+  if (impl->decoder && impl->decoder->bytes_per_token()) {
+    impl->bytes_by_id = true;
+    impl->id_bytes_offset.assign(static_cast<size_t>(impl->vocab_size) + 1, 0);
+    impl->id_absent.assign(static_cast<size_t>(impl->vocab_size), false);
+    for (TokenId id = 0; id < impl->vocab_size; ++id) {
+      std::string_view storage;
+      const std::string_view* text = impl->token(id, storage);
+      if (text == nullptr) {
+        impl->id_absent[static_cast<size_t>(id)] = true;
+      } else {
+        impl->decoder->append_token_bytes(*text, impl->id_bytes);
+      }
+      PA_CHECK(impl->id_bytes.size() <= std::numeric_limits<uint32_t>::max(),
+               "{}: the vocabulary's bytes exceed 4 GiB", name);
+      impl->id_bytes_offset[static_cast<size_t>(id) + 1] =
+          static_cast<uint32_t>(impl->id_bytes.size());
+    }
+  }
   Tokenizer tokenizer(std::move(impl));
   tokenizer.impl_->config = read_config(config_json, config_name, {}, tokenizer);
   return tokenizer;
@@ -145,6 +164,19 @@ bool Tokenizer::Impl::is_byte_fallback_token(TokenId id) const {
 
 void Tokenizer::Impl::decode(std::span<const TokenId> ids, bool skip_special_tokens,
                              std::string& out) const {
+  if (bytes_by_id) {  // what decode_chain would give, from the bytes mapped at load
+    thread_local std::string joined;
+    joined.clear();
+    for (TokenId id : ids) {
+      if (id < 0 || id >= vocab_size) continue;  // past the vocabulary: dropped
+      const auto index = static_cast<size_t>(id);
+      if (id_absent[index] || (skip_special_tokens && special_by_id[index])) continue;
+      joined.append(id_bytes, id_bytes_offset[index],
+                    id_bytes_offset[index + 1] - id_bytes_offset[index]);
+    }
+    append_lossy_utf8(out, joined);
+    return;
+  }
   thread_local std::vector<std::string> tokens;
   tokens.clear();
   for (TokenId id : ids) {

@@ -29,6 +29,15 @@ struct Tokenizer::Impl {
   int64_t vocab_size = 0;
   // By id: whether skip_special_tokens drops it (its string is a special added token's).
   std::vector<bool> special_by_id;
+  // When the decoder joins each token's bytes independently (Decoder::bytes_per_token, ByteLevel
+  // alone): every id's bytes, id_bytes[id_bytes_offset[id] .. id_bytes_offset[id + 1]), so that
+  // decode() concatenates them and repairs the UTF-8 without running the chain (which copies
+  // every token string and maps it character by character: the cost of the engine's streaming
+  // detokenization). Ids without a token (token() null) are in id_absent.
+  bool bytes_by_id = false;
+  std::string id_bytes;
+  std::vector<uint32_t> id_bytes_offset;  // [vocab_size + 1]
+  std::vector<bool> id_absent;            // [vocab_size]
 
   // The token string of an id (an added token's content first); null past the vocabulary.
   const std::string_view* token(TokenId id, std::string_view& storage) const;

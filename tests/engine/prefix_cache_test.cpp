@@ -6,12 +6,14 @@
 // caught), and while nothing was evicted its length must equal the longest whole-page prefix
 // shared with any sequence inserted before (a naive scan). The allocator and the tree are
 // checked for consistency after every operation, and at the end clearing the cache returns
-// every page.
+// every page. Inserts that resume at a cursor: LRU order checked by hand on a small tree, and a
+// random workload run side by side with root walks (same pages, counts and evictions).
 #include <gtest/gtest.h>
 
 #include <iostream>
 #include <map>
 #include <random>
+#include <span>
 
 #include "pagedattn/engine_prefix_cache.h"
 
@@ -109,6 +111,162 @@ TEST(RadixCache, EvictsLeastRecentlyUsedFirst) {
   EXPECT_EQ(cache.match(std::vector<int32_t>{10, 11, 0}, 2).num_tokens, 2);
   EXPECT_EQ(cache.match(std::vector<int32_t>{30, 31, 0}, 2).num_tokens, 2);
   cache.check_consistency();
+}
+
+// Inserts that resume at a cursor keep least-recently-used order as a walk from the root defines
+// it: a node's time is that of the last walk through it. Page size 1, one page per token, one
+// clock tick per insert:
+//   x: [1] t1, [1 2] t2 (resumes at [1]), [1 2 3] t4 (resumes at [1 2]: [1] is not visited)
+//   y: [7] t3, z: [8] t5
+// A root walk would give [1] the time t4. With y still holding [7], evicting two pages takes
+// [1 2 3] and [1 2] (t4; z's [8] is t5), which leaves [1] a leaf. Once y lets [7] go, the oldest
+// leaf is [7] (t3), not [1]: an implementation that kept [1] at its own t2 would evict [1].
+TEST(RadixCache, CursorInsertsKeepLeastRecentlyUsedOrder) {
+  PageAllocator allocator(16, 1);
+  RadixCache cache(allocator);
+  auto sequence = [&](RequestId id, int64_t tokens) {
+    allocator.add_request(id);
+    EXPECT_EQ(allocator.grow(id, tokens), AllocStatus::kOk);
+  };
+  const std::vector<int32_t> x = {1, 2, 3};
+  sequence(1, 3);
+  RadixCache::Cursor cursor;
+  const std::span<const int32_t> xs(x);
+  EXPECT_EQ(cache.insert(xs.first(1), allocator.block_table(1).first(1), &cursor), 1);
+  EXPECT_EQ(cache.insert(xs.first(2), allocator.block_table(1).first(2), &cursor), 1);
+  sequence(2, 1);
+  EXPECT_EQ(cache.insert(std::vector<int32_t>{7}, allocator.block_table(2)), 1);
+  EXPECT_EQ(cache.insert(xs, allocator.block_table(1), &cursor), 1);
+  sequence(3, 1);
+  EXPECT_EQ(cache.insert(std::vector<int32_t>{8}, allocator.block_table(3)), 1);
+  allocator.free(1);
+  allocator.free(3);
+  cache.check_consistency();
+  auto cached = [&](int32_t token) {  // marks what it finds as used: probe only at the end
+    return cache.match(std::vector<int32_t>{token, 0}, 1).num_tokens == 1;
+  };
+  EXPECT_EQ(cache.evict(2), 2);  // [1 2 3], [1 2]
+  allocator.free(2);
+  EXPECT_EQ(cache.evict(1), 1);  // [7] (t3), before [1] (t4)
+  EXPECT_EQ(cache.num_cached_pages(), 2);
+  EXPECT_FALSE(cached(7));
+  EXPECT_TRUE(cached(1));
+  EXPECT_TRUE(cached(8));
+  EXPECT_FALSE(cache.match(std::vector<int32_t>{1, 2, 0}, 2).num_tokens == 2);
+  cache.check_consistency();
+  allocator.check_consistency();
+
+  // An insert that adds nothing still marks the cursor's node as used: [5] t6, [6] t7, [5] again
+  // t8, so [6] goes first.
+  sequence(4, 1);
+  sequence(5, 1);
+  RadixCache::Cursor again;
+  EXPECT_EQ(cache.insert(std::vector<int32_t>{5}, allocator.block_table(4), &again), 1);
+  EXPECT_EQ(cache.insert(std::vector<int32_t>{6}, allocator.block_table(5)), 1);
+  EXPECT_EQ(cache.insert(std::vector<int32_t>{5}, allocator.block_table(4), &again), 0);
+  allocator.free(4);
+  allocator.free(5);
+  EXPECT_EQ(cache.evict(3), 3);  // [1] and [8] (last used by the probes above), then [6]
+  EXPECT_TRUE(cached(5));
+  EXPECT_FALSE(cached(6));
+  cache.check_consistency();
+}
+
+// The same random workload on two caches over two identical allocators: one inserts with a
+// cursor per sequence, the other walks from the root every time. Page ids are handed out
+// deterministically, so any difference in what is cached, what a match returns or which pages an
+// eviction frees (least-recently-used order) shows up as a difference in pages or counts.
+TEST(RadixCache, CursorInsertsMatchRootWalks) {
+  for (const int32_t page_size : {1, 2, 4}) {
+    SCOPED_TRACE("page size " + std::to_string(page_size));
+    const int32_t num_pages = 48;
+    std::mt19937_64 rng(77 + static_cast<uint64_t>(page_size));
+    auto uniform = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    PageAllocator root_allocator(num_pages, page_size), cursor_allocator(num_pages, page_size);
+    RadixCache root_cache(root_allocator), cursor_cache(cursor_allocator);
+    struct Live {
+      std::vector<int32_t> tokens;
+      RadixCache::Cursor cursor;
+    };
+    std::map<RequestId, Live> live;
+    RequestId next = 0;
+    // Grows `id` in both, evicting as the engine's KvManager does; false: no room even so.
+    auto grow = [&](RequestId id, int64_t tokens) {
+      const AllocStatus a = root_allocator.grow(id, tokens);
+      const AllocStatus b = cursor_allocator.grow(id, tokens);
+      EXPECT_EQ(a, b);
+      if (a == AllocStatus::kOk) return true;
+      const int32_t short_by =
+          root_allocator.pages_needed(id, tokens) - root_allocator.num_free_pages();
+      EXPECT_EQ(root_cache.evict(short_by), cursor_cache.evict(short_by));
+      const AllocStatus c = root_allocator.grow(id, tokens);
+      EXPECT_EQ(c, cursor_allocator.grow(id, tokens));
+      return c == AllocStatus::kOk;
+    };
+    for (int op = 0; op < 4000; ++op) {
+      const int64_t kind = uniform(0, 9);
+      if (kind < 3 || live.empty()) {  // a new sequence: match, share, grow
+        std::vector<int32_t> tokens(static_cast<size_t>(uniform(1, 12)));
+        for (int32_t& token : tokens) token = static_cast<int32_t>(uniform(0, 1));
+        const int64_t limit = static_cast<int64_t>(tokens.size()) - 1;
+        const RadixCache::Match a = root_cache.match(tokens, limit);
+        const RadixCache::Match b = cursor_cache.match(tokens, limit);
+        ASSERT_EQ(a.pages, b.pages) << "op " << op;
+        const RequestId id = next++;
+        root_allocator.add_shared_request(id, a.pages);
+        cursor_allocator.add_shared_request(id, b.pages);
+        if (!grow(id, static_cast<int64_t>(tokens.size()))) {
+          root_allocator.free(id);
+          cursor_allocator.free(id);
+          continue;
+        }
+        live.emplace(id, Live{tokens, {}});
+      } else if (kind < 8) {  // a live sequence grows (decode or a chunk) and caches its pages
+        auto it = live.begin();
+        std::advance(it, uniform(0, static_cast<int64_t>(live.size()) - 1));
+        Live& sequence = it->second;
+        const size_t added = static_cast<size_t>(uniform(1, 2 * page_size));
+        for (size_t i = 0; i < added; ++i) {
+          sequence.tokens.push_back(static_cast<int32_t>(uniform(0, 1)));
+        }
+        if (!grow(it->first, static_cast<int64_t>(sequence.tokens.size()))) {
+          sequence.tokens.resize(sequence.tokens.size() - added);
+          continue;
+        }
+        const size_t full = sequence.tokens.size() / static_cast<size_t>(page_size);
+        const int32_t a =
+            root_cache.insert(sequence.tokens, root_allocator.block_table(it->first).first(full));
+        const int32_t b = cursor_cache.insert(
+            sequence.tokens, cursor_allocator.block_table(it->first).first(full), &sequence.cursor);
+        ASSERT_EQ(a, b) << "op " << op;
+      } else if (kind < 9) {  // a sequence finishes
+        auto it = live.begin();
+        std::advance(it, uniform(0, static_cast<int64_t>(live.size()) - 1));
+        root_allocator.free(it->first);
+        cursor_allocator.free(it->first);
+        live.erase(it);
+      } else {
+        const int32_t count = static_cast<int32_t>(uniform(1, 4));
+        ASSERT_EQ(root_cache.evict(count), cursor_cache.evict(count)) << "op " << op;
+      }
+      ASSERT_EQ(root_cache.num_cached_pages(), cursor_cache.num_cached_pages()) << "op " << op;
+      ASSERT_EQ(root_allocator.num_free_pages(), cursor_allocator.num_free_pages());
+      for (int32_t page = 0; page < num_pages; ++page) {
+        ASSERT_EQ(root_allocator.ref_count(page), cursor_allocator.ref_count(page))
+            << "op " << op << " page " << page;
+      }
+      cursor_cache.check_consistency();
+      cursor_allocator.check_consistency();
+    }
+    for (const auto& [id, sequence] : live) {
+      root_allocator.free(id);
+      cursor_allocator.free(id);
+    }
+    EXPECT_EQ(root_cache.clear(), cursor_cache.clear());
+    EXPECT_EQ(cursor_allocator.num_free_pages(), num_pages);
+  }
 }
 
 class RadixCacheProperty : public ::testing::TestWithParam<std::tuple<int32_t, int32_t>> {};

@@ -99,7 +99,8 @@ TEST_F(Cli, PlanErrorsNameTheEntry) {
 TEST_F(Cli, HelpListsEveryRegisteredCommand) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
       {"--help", {"bench", "demo", "info", "plan", "tokenize"}},
-      {"bench --help", {"decode", "mla", "plan", "prefill", "throughput", "tokenize"}}};
+      {"bench --help",
+       {"decode", "engine-host", "mla", "plan", "prefill", "throughput", "tokenize"}}};
   for (const auto& [arguments, commands] : expected) {
     const CliRun run = run_cli(arguments);
     ASSERT_EQ(run.status, 0) << arguments << "\n" << run.output;

@@ -2,6 +2,7 @@
 #include "tools/cli/report.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,6 +83,25 @@ std::string machine_description() {
     }
   }
   return fmt::format("{} ({} hardware threads)", model, std::thread::hardware_concurrency());
+}
+
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+double machine_busy_seconds() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (!(stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) ||
+      cpu != "cpu") {
+    return -1;
+  }
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return (user + nice + system + irq + softirq + steal) / ticks;
 }
 
 std::string utc_timestamp() {

@@ -41,6 +41,11 @@ bool stderr_is_terminal();
 
 // CPU model and core count, e.g. "Intel(R) Xeon(R) ... (2 cores)".
 std::string machine_description();
+// This process's user + system CPU seconds (getrusage).
+double process_cpu_seconds();
+// Busy CPU seconds of the whole machine since boot (/proc/stat: all but idle and iowait); < 0 if
+// unreadable. Over a run, its growth less the process's CPU time is what other processes took.
+double machine_busy_seconds();
 // "2026-12-02T09:30:00Z".
 std::string utc_timestamp();
 

@@ -2,12 +2,9 @@
 #include "tools/bench/throughput/run.h"
 
 #include <fmt/format.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <string>
 
 #include "core/check.h"
@@ -21,27 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double process_cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
-
-// Busy CPU seconds of the whole machine since boot (/proc/stat: all but idle and iowait); < 0 if
-// unreadable.
-double machine_busy_seconds() {
-  std::ifstream stat("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  if (!(stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) ||
-      cpu != "cpu") {
-    return -1;
-  }
-  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  return (user + nice + system + irq + softirq + steal) / ticks;
 }
 
 }  // namespace
