@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "cuda/common/device_utils.cuh"
 #include "cuda/cuda_check.h"
 #include "model/cuda/moe.h"
 
@@ -12,6 +13,9 @@ namespace pagedattn::model::cuda {
 namespace {
 
 using ::pagedattn::cuda::check_launch;
+using ::pagedattn::cuda::cp_async_16;  // cuda/common/device_utils.cuh
+using ::pagedattn::cuda::cp_async_commit;
+using ::pagedattn::cuda::cp_async_wait;
 
 // ---- routing: one thread per token, ops::moe_route's steps ----
 
@@ -134,13 +138,6 @@ constexpr int kThreads = 128;     // 4 warps, each 32 rows x 32 columns
 constexpr int kStride = kBk + 8;  // shared row stride in elements (80 bytes: ldmatrix rows
                                   // 16-byte aligned, banks staggered)
 
-__device__ __forceinline__ void copy16(void* smem, const void* global, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;  // 0: zero-fill
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
-               "r"(bytes));
-}
-
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -189,8 +186,8 @@ __global__ void __launch_bounds__(kThreads)
       const int r = tid >> 2, chunk = tid & 3;
       const int64_t kk = k0 + chunk * 8;
       const bool valid = r < rows && kk < k;
-      copy16(&sa[stage][r * kStride + chunk * 8], valid ? a + (int64_t{first} + r) * lda + kk : a,
-             valid);
+      cp_async_16(&sa[stage][r * kStride + chunk * 8],
+                  valid ? a + (int64_t{first} + r) * lda + kk : a, valid);
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -198,9 +195,9 @@ __global__ void __launch_bounds__(kThreads)
       const int r = index >> 2, chunk = index & 3;
       const int64_t kk = k0 + chunk * 8, col = col0 + r;
       const bool valid = col < n && kk < k;
-      copy16(&sb[stage][r * kStride + chunk * 8], valid ? w + col * k + kk : w, valid);
+      cp_async_16(&sb[stage][r * kStride + chunk * 8], valid ? w + col * k + kk : w, valid);
     }
-    asm volatile("cp.async.commit_group;\n" ::);
+    cp_async_commit();
   };
 
   float acc[2][4][4] = {};
@@ -210,9 +207,9 @@ __global__ void __launch_bounds__(kThreads)
     const int stage = static_cast<int>(step & 1);
     if (step + 1 < steps) {
       load(stage ^ 1, (step + 1) * kBk);
-      asm volatile("cp.async.wait_group 1;\n" ::);
+      cp_async_wait<1>();
     } else {
-      asm volatile("cp.async.wait_group 0;\n" ::);
+      cp_async_wait<0>();
     }
     __syncthreads();
 #pragma unroll

@@ -48,10 +48,6 @@
 #include "tools/cli/command.h"
 #include "tools/cli/report.h"
 
-#ifndef PAGEDATTN_DEFAULT_WORKLOAD
-#define PAGEDATTN_DEFAULT_WORKLOAD "bench/workloads/nano-vllm-offline.json"
-#endif
-
 namespace pagedattn::tools {
 namespace {
 
@@ -86,18 +82,6 @@ struct EngineHostOptions {
 bool wants(const EngineHostOptions& options, const std::string& scenario) {
   return std::find(options.scenarios.begin(), options.scenarios.end(), scenario) !=
          options.scenarios.end();
-}
-
-fs::path workload_path(const std::string& given) {
-  if (!given.empty()) return given;
-  for (const fs::path& candidate :
-       {fs::path(PAGEDATTN_DEFAULT_WORKLOAD), fs::path("bench/workloads/nano-vllm-offline.json")}) {
-    if (fs::exists(candidate)) return candidate;
-  }
-  throw Error(
-      fmt::format("the workload is not at {} nor at ./bench/workloads/nano-vllm-offline.json: pass "
-                  "--workload FILE",
-                  PAGEDATTN_DEFAULT_WORKLOAD));
 }
 
 // An engine over a NullRunner, its requests, and the timed step.
@@ -376,7 +360,8 @@ void run_bench_engine_host(const EngineHostOptions& options) {
   for (const int64_t id : shape.eos_token_ids) {
     if (id < setup.vocab) setup.eos.push_back(static_cast<int32_t>(id));
   }
-  const fs::path path = wants(options, "workload") ? workload_path(options.workload) : fs::path();
+  const fs::path path =
+      wants(options, "workload") ? resolve_workload(options.workload) : fs::path();
   const double device_s = options.device_step_ms * 1e-3;
   std::string vocab_source = kShape;
   if (options.vocab > 0) vocab_source = "--vocab";
@@ -577,18 +562,7 @@ void add_bench_engine_host_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--scenarios", options->scenarios, "which to run: workload, decode, prepare")
       ->capture_default_str();
-  cmd->add_option("--workload", options->workload,
-                  "workload JSON (input_lens, output_lens); default bench/workloads/"
-                  "nano-vllm-offline.json");
-  cmd->add_option("--requests", options->selection.requests,
-                  "the first N requests of the workload (0: all)")
-      ->capture_default_str();
-  cmd->add_option("--max-input-len", options->selection.max_input_len,
-                  "cut the workload's prompts to this many tokens (0: no cap)");
-  cmd->add_option("--max-output-len", options->selection.max_output_len,
-                  "cut the workload's outputs to this many tokens (0: no cap)");
-  cmd->add_option("--seed", options->selection.seed, "seed of the prompts and of sampling")
-      ->capture_default_str();
+  add_workload_options(cmd, &options->workload, &options->selection);
   cmd->add_option("--temperature", options->temperature, "sampling temperature")
       ->capture_default_str();
   cmd->add_option("--vocab", options->vocab,

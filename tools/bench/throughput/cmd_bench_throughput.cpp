@@ -37,10 +37,6 @@
 #include "tools/cli/command.h"
 #include "tools/cli/report.h"
 
-#ifndef PAGEDATTN_DEFAULT_WORKLOAD
-#define PAGEDATTN_DEFAULT_WORKLOAD "bench/workloads/nano-vllm-offline.json"
-#endif
-
 namespace pagedattn::tools {
 namespace {
 
@@ -71,18 +67,6 @@ struct ThroughputOptions {
   std::vector<std::string> metadata;
 };
 
-fs::path workload_path(const ThroughputOptions& options) {
-  if (!options.workload.empty()) return options.workload;
-  for (const fs::path& candidate :
-       {fs::path(PAGEDATTN_DEFAULT_WORKLOAD), fs::path("bench/workloads/nano-vllm-offline.json")}) {
-    if (fs::exists(candidate)) return candidate;
-  }
-  throw Error(
-      fmt::format("the workload is not at {} nor at ./bench/workloads/nano-vllm-offline.json: pass "
-                  "--workload FILE",
-                  PAGEDATTN_DEFAULT_WORKLOAD));
-}
-
 std::string gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
 
 void run_bench_throughput(const ThroughputOptions& options) {
@@ -106,7 +90,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
   }
   const nlohmann::json metadata = parse_metadata(options.metadata);
   const DType kv_dtype = parse_kv_dtype(options.kv_dtype);
-  const fs::path path = workload_path(options);
+  const fs::path path = resolve_workload(options.workload);
   const Workload workload = load_workload(path);
   WorkloadRequests requests = select_requests(workload, options.selection);
   const int64_t num_requests = static_cast<int64_t>(requests.prompts.size());
@@ -372,18 +356,7 @@ void add_bench_throughput_command(CLI::App& bench) {
       "throughput",
       "nano-vllm's offline workload through the engine: tokens/s beside the roofline of the run");
   add_model_source_options(cmd, &options->model, &options->shape);
-  cmd->add_option("--workload", options->workload,
-                  "workload JSON (input_lens, output_lens); default bench/workloads/"
-                  "nano-vllm-offline.json");
-  cmd->add_option("--requests", options->selection.requests,
-                  "the first N requests of the workload (0: all)")
-      ->capture_default_str();
-  cmd->add_option("--max-input-len", options->selection.max_input_len,
-                  "cut prompts to this many tokens (0: no cap)");
-  cmd->add_option("--max-output-len", options->selection.max_output_len,
-                  "cut outputs to this many tokens (0: no cap)");
-  cmd->add_option("--seed", options->selection.seed, "seed of the prompts' token ids and sampling")
-      ->capture_default_str();
+  add_workload_options(cmd, &options->workload, &options->selection);
   cmd->add_option("--temperature", options->temperature, "sampling temperature")
       ->capture_default_str();
   cmd->add_option("--page-size", options->page_size, "KV page size in tokens")

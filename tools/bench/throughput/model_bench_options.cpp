@@ -14,6 +14,21 @@
 
 namespace pagedattn::tools {
 
+void add_workload_options(CLI::App* cmd, std::string* workload, WorkloadSelection* selection) {
+  cmd->add_option("--workload", *workload,
+                  "workload JSON (input_lens, output_lens); default bench/workloads/"
+                  "nano-vllm-offline.json");
+  cmd->add_option("--requests", selection->requests,
+                  "the first N requests of the workload (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--max-input-len", selection->max_input_len,
+                  "cut the workload's prompts to this many tokens (0: no cap)");
+  cmd->add_option("--max-output-len", selection->max_output_len,
+                  "cut the workload's outputs to this many tokens (0: no cap)");
+  cmd->add_option("--seed", selection->seed, "seed of the prompts' token ids and of sampling")
+      ->capture_default_str();
+}
+
 void add_model_source_options(CLI::App* cmd, std::string* model, std::string* shape) {
   cmd->add_option("--model", *model, "Hugging Face model directory");
   cmd->add_option("--shape", *shape,

@@ -14,11 +14,15 @@
 #include "pagedattn/engine_runtime.h"
 #include "tools/bench/cpu_ceiling.h"
 #include "tools/bench/throughput/device_ceilings.h"
+#include "tools/bench/throughput/workload.h"
 
 namespace pagedattn::tools {
 
 // --model DIR and --shape NAME (exclusive) on `cmd`.
 void add_model_source_options(CLI::App* cmd, std::string* model, std::string* shape);
+// --workload FILE and the selection of its requests (--requests, --max-input-len,
+// --max-output-len, --seed), shared by bench throughput and bench engine-host.
+void add_workload_options(CLI::App* cmd, std::string* workload, WorkloadSelection* selection);
 
 // The model of --model or --shape as a runtime (random shapes: seed 0, bf16) and its name (the
 // directory's, or the shape's). Throws Error naming the command when neither or both are given.

@@ -12,7 +12,24 @@
 
 #include "pagedattn/error.h"
 
+#ifndef PAGEDATTN_DEFAULT_WORKLOAD
+#define PAGEDATTN_DEFAULT_WORKLOAD "bench/workloads/nano-vllm-offline.json"
+#endif
+
 namespace pagedattn::tools {
+
+std::filesystem::path resolve_workload(const std::string& given) {
+  if (!given.empty()) return given;
+  for (const std::filesystem::path& candidate :
+       {std::filesystem::path(PAGEDATTN_DEFAULT_WORKLOAD),
+        std::filesystem::path("bench/workloads/nano-vllm-offline.json")}) {
+    if (std::filesystem::exists(candidate)) return candidate;
+  }
+  throw Error(
+      fmt::format("the workload is not at {} nor at ./bench/workloads/nano-vllm-offline.json: pass "
+                  "--workload FILE",
+                  PAGEDATTN_DEFAULT_WORKLOAD));
+}
 namespace {
 
 std::vector<int32_t> lengths(const nlohmann::json& document, const char* key,

@@ -27,6 +27,10 @@ Workload load_workload(const std::filesystem::path& path);
 // Parses the same from text (`source` names it in errors).
 Workload parse_workload(const std::string& text, const std::string& source);
 
+// `given` when set, else nano-vllm's workload: the source tree's copy (PAGEDATTN_DEFAULT_WORKLOAD,
+// set for the CLI) or ./bench/workloads/nano-vllm-offline.json. Throws Error when neither exists.
+std::filesystem::path resolve_workload(const std::string& given);
+
 struct WorkloadSelection {
   int32_t requests = 0;        // the first N requests; 0: all
   int32_t max_input_len = 0;   // > 0: prompts cut to this many tokens
