@@ -437,7 +437,7 @@ int32_t graph_batch(State& s, const Step& step, const KvPool& pool) {
       *std::lower_bound(s.graph_sizes.begin(), s.graph_sizes.end(), static_cast<int32_t>(num_reqs));
   // MoE layers: only where they route on the device for a step of this size.
   for (const DecoderLayer& layer : s.layers) {
-    if (layer.moe && !(layer.moe->device_routing && size <= kDeviceMoeMaxTokens)) return 0;
+    if (layer.moe && !moe_on_device(*layer.moe, size)) return 0;
   }
   if (size > std::min(s.max_tokens, kLogitChunk)) {
     if (step.sampling.size() != static_cast<size_t>(num_reqs)) return 0;
@@ -627,9 +627,10 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
   copy_to_device(s, s.token_ids.data(), ids.data(), t);
   copy_to_device(s, s.positions.data(), ctx.positions.data(), t);
   copy_to_device(s, s.slots.data(), ctx.slots.data(), t);
-  std::vector<int32_t> row_index(rows.begin(), rows.end());
-  for (int64_t r = num_rows; r < head_rows; ++r) row_index.push_back(static_cast<int32_t>(r));
-  copy_to_device(s, s.logit_rows.data(), row_index.data(), head_rows);
+  s.host_logit_rows.assign(rows.begin(), rows.end());
+  for (int64_t r = num_rows; r < head_rows; ++r)
+    s.host_logit_rows.push_back(static_cast<int32_t>(r));
+  copy_to_device(s, s.logit_rows.data(), s.host_logit_rows.data(), head_rows);
   s.tokens = t;
   s.step = &ctx;
   s.pool = &pool;

@@ -282,16 +282,12 @@ void dense_mlp(State& s, const MlpLayer& mlp, const void* x, int64_t rows, float
   linear_f32(s, mlp.down, s.act.data(), rows, out, s.config.hidden_size);
 }
 
-bool moe_on_device(const State& s, const MoeLayer& moe) {
-  return moe.device_routing && s.tokens <= kDeviceMoeMaxTokens;
-}
-
 void moe_mlp(State& s, MoeLayer& moe) {
   const int64_t t = s.tokens, hidden = s.config.hidden_size;
   const int32_t experts = moe.routing.num_experts, k = moe.routing.top_k;
   s.blas->linear(t, experts, hidden, s.x_f32.data(), hidden, moe.router.data(), hidden, DType::kF32,
                  s.router_logits.data(), experts, DType::kF32);
-  if (moe_on_device(s, moe)) {
+  if (moe_on_device(moe, t)) {
     moe_mlp_on_device(s, moe);
     return;
   }

@@ -117,6 +117,7 @@ struct CudaModel::State final : DeviceStep {
       source_row, position, route_weight, expert_ids, moe_tiles;
   DeviceBuffer head_x, logits, sample_spec, sampled;
   std::vector<DeviceRowSampling> host_sampling;  // the step's specs, uploaded from here
+  std::vector<int32_t> host_logit_rows;          // the step's logit rows, uploaded from here
   DeviceBuffer token_ids, positions, logit_rows, slots, qo_indptr, kv_indptr, kv_last_page_len,
       kv_indices;
   bool attention_buffers = false;
@@ -161,8 +162,10 @@ void gqa_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index
 void mla_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index);
 void dense_mlp(CudaModel::State& s, const MlpLayer& mlp, const void* x, int64_t rows, float* out);
 void moe_mlp(CudaModel::State& s, MoeLayer& moe);
-// Whether moe_mlp routes a step of s.tokens tokens on the device (no host synchronisation).
-bool moe_on_device(const CudaModel::State& s, const MoeLayer& moe);
+// Whether moe_mlp routes a step of `tokens` tokens on the device (no host synchronisation).
+inline bool moe_on_device(const MoeLayer& moe, int64_t tokens) {
+  return moe.device_routing && tokens <= kDeviceMoeMaxTokens;
+}
 
 // A buffer's device pointer as T* (null for an empty buffer).
 template <class T>
