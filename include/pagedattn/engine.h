@@ -14,6 +14,17 @@
 // release what finished. n > 1 choices share the prompt's full pages: the later choices wait
 // for the first one's prefill and then take references to its pages (no copy).
 //
+// Overlap scheduling (EngineConfig::overlap, with a runner that samples: ModelRunner::launch):
+// while the device runs step N, the host schedules step N + 1 and launches it, and only then
+// takes in step N's tokens (stop checks, events). A sequence that decodes in N + 1 gets as its
+// input token a reference to its row of step N (pending_token), which the runner resolves on the
+// device. So its pages and position are granted one token ahead: a sequence that stops at step N
+// (a stop token, EOS or stop string: max_tokens is known in advance and never overshoots) has
+// also been scheduled in N + 1, whose row is dropped (one wasted row per such stop). Only steps
+// whose every row the runner can sample overlap: while a live request needs logits on the host
+// (bias, penalties, top-n logprobs, prompt logprobs, max_tokens 0), steps run one at a time. The
+// tokens are the same either way.
+//
 // Invalid parameters make add_request throw Error (the message names the parameter), so a
 // server can answer 400 before anything is queued. A request the KV pool could never hold
 // finishes with kError (prompt) or kLength (its output outgrew the pool) instead of waiting.
@@ -62,6 +73,9 @@ struct EngineConfig {
   // (ModelRunner::forward_sampled: same algorithm, only tokens come back). Unset: when the runner
   // prefers it (ModelRuntime: a model on a GPU).
   std::optional<bool> model_sampling;
+  // Overlap scheduling (see above). Unset: when the runner supports it (ModelRuntime: a model on
+  // a GPU) and samples. On with a runner that does not: the same steps and tokens, run at launch.
+  std::optional<bool> overlap;
 };
 
 inline constexpr int64_t kScoringLogitsBytes = int64_t{256} << 20;
@@ -147,6 +161,18 @@ class Engine {
   void finish(Choice& choice, FinishReason reason, std::string error = {});
   void flush_events(Choice& choice);
   void publish_stats();
+  // A step scheduled, planned and run to the end (its tokens taken in) before step() returns.
+  bool step_at_once(std::chrono::steady_clock::time_point start);
+  // A step launched before the previous one is collected (overlap scheduling).
+  bool step_overlapped(std::chrono::steady_clock::time_point start);
+  // Handles the scheduler's rejections of this step; false when there were none.
+  bool finish_rejected(const ScheduleResult& result);
+  // Waits for the launched step and takes in its tokens (stop checks, events). A row whose
+  // choice finished since (abort, a stop in the step before) is dropped.
+  void collect_launched();
+  // Whether a choice with these parameters can be in an overlapped step (every row sampled by
+  // the runner, nothing needed on the host).
+  bool overlappable(const SamplingParams& params, int64_t max_output) const;
 
   EngineConfig config_;
   ModelRunner& runner_;
@@ -179,6 +205,12 @@ class Engine {
   bool model_sampling_ = false;
   std::vector<ops::RowSampling> row_sampling_;  // [logit rows] when the runner samples some
   std::vector<ops::SampledToken> model_sampled_;
+  bool overlap_ = false;
+  int64_t overlap_blockers_ = 0;  // live choices that keep steps from overlapping
+  // The step launched and not collected yet (overlap): each logit row's sequence, in row order.
+  bool launched_ = false;
+  std::vector<SequenceId> launched_rows_;
+  std::vector<ops::SampledToken> launched_sampled_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;  // live, engine thread
   std::unordered_map<SequenceId, Choice*> choices_;
   SequenceId next_sequence_ = 0;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <vector>
 
@@ -61,6 +62,13 @@ struct FlatStep {
 // Fills `out` from `plan`, reusing its capacity (no allocation once it has grown).
 void flatten(const StepPlan& plan, FlatStep* out);
 
+// Overlap scheduling (ModelRunner::launch): a token id of a launched step may stand for a token
+// not drawn yet, the one the step launched just before it draws at its logit row r. Such ids are
+// negative: pending_token(r) = -(r + 1).
+constexpr int32_t pending_token(int32_t row) { return -(row + 1); }
+constexpr bool is_pending_token(int32_t token) { return token < 0; }
+constexpr int32_t pending_row(int32_t token) { return -token - 1; }
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -81,6 +89,31 @@ class ModelRunner {
   // default runs forward() and draws the marked rows on the host with ops::RowSampler.
   virtual void forward_sampled(const StepPlan& plan, std::span<const ops::RowSampling> sampling,
                                std::span<float> logits, std::span<ops::SampledToken> sampled);
+
+  // Overlap scheduling (EngineConfig::overlap; on by default when the runner says it pays):
+  // launch() starts a step every logit row of which the runner draws (sampling[r].sample set on
+  // each of the plan's num_logit_rows entries) and may return before the step ends; collect()
+  // waits for the oldest launched step not collected yet and writes its tokens ([its logit rows]).
+  // The engine launches step N + 1 before it collects step N, so the device runs N + 1 right after
+  // N while the host takes in N's tokens: at most two steps are launched and not collected, and
+  // none of forward / forward_sampled runs while one is. A launched step's token ids may be
+  // pending_token(r): the token of row r of the step launched just before it, which the runner
+  // reads where it was drawn (on the device), so step N + 1 needs nothing of step N on the host.
+  // The steps run in launch order: a page that step N writes may be freed and given to another
+  // sequence in step N + 1.
+  //
+  // The default runs the step at launch() with forward_sampled(), replacing pending tokens by the
+  // previous launch's tokens: the same tokens, no overlap (for runners on the host, and tests).
+  virtual bool supports_overlap() const { return false; }
+  virtual void launch(const StepPlan& plan, std::span<const ops::RowSampling> sampling);
+  virtual void collect(std::span<ops::SampledToken> sampled);
+
+ private:
+  // The default launch / collect: steps run at launch, their tokens kept until collected.
+  StepPlan launched_plan_;
+  std::vector<float> launched_logits_;
+  std::vector<ops::SampledToken> previous_launch_;
+  std::deque<std::vector<ops::SampledToken>> uncollected_;
 };
 
 }  // namespace pagedattn::engine

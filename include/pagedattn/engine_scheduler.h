@@ -1,7 +1,8 @@
 // The scheduler: continuous batching under one token budget per step, plain host code.
 //
 // Every step: (1) running sequences that decode (one token left to compute) get one token each,
-// oldest first; (2) running sequences still prefilling get a chunk of what the budget leaves;
+// oldest first (not one whose last token under max_tokens is still being drawn: with overlap
+// scheduling a sequence's newest token may be pending while the next step is scheduled); (2) running sequences still prefilling get a chunk of what the budget leaves;
 // (3) waiting sequences are admitted, front first, while the budget, max_running and the pages
 // allow (a prefix-cache hit skips the cached tokens; the first chunk may be partial). So a long
 // prompt is cut into chunks and never stalls decoding.
@@ -93,8 +94,10 @@ class Scheduler {
   // tables are final once schedule() returns: a scheduled sequence's pages are never taken back
   // in its step, and eviction frees only pages that no sequence holds.
   void fill_plan(ScheduleResult* result) const;
-  // After the step's forward: the scheduled tokens are now in the KV; offers new full pages to
-  // the prefix cache.
+  // After the step's forward (or its launch, with overlap scheduling: the steps run in order, so a
+  // page offered now is read only by a later step): the scheduled tokens are in the KV; offers
+  // new full pages to the prefix cache. Null entries of result.scheduled (sequences that finished
+  // since the step was scheduled) are skipped.
   void complete(const ScheduleResult& result);
 
   size_t num_waiting() const { return waiting_.size(); }

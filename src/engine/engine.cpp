@@ -25,6 +25,7 @@ struct Engine::Choice {
   std::unique_ptr<StopStringMatcher> stops;
   RequestEvent pending;
   bool sent_first = false;
+  bool blocks_overlap = false;  // needs its rows on the host (Engine::overlappable)
 };
 
 struct Engine::Request {
@@ -87,11 +88,21 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, DetokenizerFactory deto
   samplers_.resize(static_cast<size_t>(threads));
   step_ = std::make_unique<ScheduleResult>();
   model_sampling_ = config_.model_sampling.value_or(runner_.prefers_model_sampling());
+  PA_CHECK(!config_.overlap.value_or(false) || model_sampling_,
+           "overlap: overlap scheduling needs the runner to sample (model_sampling)");
+  overlap_ = model_sampling_ && config_.overlap.value_or(runner_.supports_overlap());
   inbox_ = std::make_unique<Inbox>();
   publish_stats();
 }
 
 Engine::~Engine() {
+  // A step still on the device is waited for: the runner's buffers outlive nothing of it.
+  if (launched_) {
+    try {
+      runner_.collect(launched_sampled_);
+    } catch (const Error&) {
+    }
+  }
   // Streams still open get an abort, so no consumer waits forever.
   for (auto& [id, request] : requests_) {
     for (auto& choice : request->choices) {
@@ -205,6 +216,8 @@ void Engine::start_request(int64_t id, std::vector<int32_t> prompt, SamplingPara
       choice->stops = std::make_unique<StopStringMatcher>(request->params.stop);
     }
     choice->pending.index = first_index + index;
+    choice->blocks_overlap = !overlappable(request->params, max_output);
+    overlap_blockers_ += choice->blocks_overlap ? 1 : 0;
     choices_.emplace(sequence.id, choice.get());
     request->choices.push_back(std::move(choice));
   }
@@ -291,6 +304,7 @@ void Engine::finish(Choice& choice, FinishReason reason, std::string error) {
   choice.pending.finish_reason = reason;
   choice.pending.error = std::move(error);
   flush_events(choice);
+  overlap_blockers_ -= choice.blocks_overlap ? 1 : 0;
   choices_.erase(sequence.id);
   Request* request = choice.request;
   if (--request->unfinished == 0) {
@@ -482,12 +496,23 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+bool Engine::overlappable(const SamplingParams& params, int64_t max_output) const {
+  return max_output > 0 && !params.prompt_logprobs && model_can_sample(params);
+}
+
 bool Engine::step() {
-  // Four timed phases (EngineStats): schedule, plan, forward, sample.
+  // Timed phases (EngineStats): schedule, plan, forward (launch and collect), sample.
   const auto start = std::chrono::steady_clock::now();
   drain_inbox();
-  ScheduleResult& result = *step_;
-  scheduler_->schedule(&result);
+  if (overlap_ && overlap_blockers_ == 0) return step_overlapped(start);
+  // A request that needs its rows on the host: the step in flight is taken in first, then
+  // steps run one at a time until no such request is left.
+  const bool collected = launched_;
+  if (launched_) collect_launched();
+  return step_at_once(start) || collected;
+}
+
+bool Engine::finish_rejected(const ScheduleResult& result) {
   for (Sequence* sequence : result.rejected) {
     Choice& choice = *choices_.at(sequence->id);
     const int32_t pages = kv_->pages_for(sequence->num_tokens());
@@ -501,7 +526,13 @@ bool Engine::step() {
                          config_.num_pages, config_.page_size, sequence->num_tokens()));
     }
   }
-  const bool worked = !result.plan.empty() || !result.rejected.empty();
+  return !result.rejected.empty();
+}
+
+bool Engine::step_at_once(std::chrono::steady_clock::time_point start) {
+  ScheduleResult& result = *step_;
+  scheduler_->schedule(&result);
+  const bool worked = finish_rejected(result) || !result.plan.empty();
   schedule_seconds_ += seconds_since(start);
   if (result.plan.empty()) {
     publish_stats();
@@ -554,6 +585,123 @@ bool Engine::step() {
   sample_seconds_ += seconds_since(sample_start);
   publish_stats();
   return true;
+}
+
+bool Engine::step_overlapped(std::chrono::steady_clock::time_point start) {
+  // Step N (launched_) may still run on the device. Step N + 1 is scheduled as if each of N's
+  // rows had drawn its token (a pending token stands in the sequence), launched, and only then
+  // are N's tokens taken in.
+  ScheduleResult& result = *step_;
+  scheduler_->schedule(&result);
+  bool worked = finish_rejected(result);
+  schedule_seconds_ += seconds_since(start);
+  if (result.plan.empty()) {
+    if (launched_) {
+      collect_launched();
+      worked = true;
+    }
+    publish_stats();
+    return worked;
+  }
+  const auto plan_start = std::chrono::steady_clock::now();
+  scheduler_->fill_plan(&result);
+  step_choices_.clear();
+  for (const Sequence* sequence : result.scheduled)
+    step_choices_.push_back(choices_.at(sequence->id));
+  ++num_steps_;
+  num_computed_tokens_ += result.plan.num_tokens;
+  plan_model_sampling(result);
+  // No live request blocks overlap, so the runner draws every row.
+  PA_CHECK(static_cast<int64_t>(row_sampling_.size()) == result.plan.num_logit_rows &&
+               std::all_of(row_sampling_.begin(), row_sampling_.end(),
+                           [](const ops::RowSampling& row) { return row.sample; }),
+           "engine: an overlapped step with a row the runner does not sample");
+  plan_seconds_ += seconds_since(plan_start);
+  const auto forward_start = std::chrono::steady_clock::now();
+  try {
+    runner_.launch(result.plan, row_sampling_);
+  } catch (const Error& error) {
+    // The step did not start: its sequences finish with the error, the one before is taken in.
+    const std::string message = std::string("model: ") + error.what();
+    for (const ScheduledSequence& entry : result.plan.sequences) {
+      if (const auto it = choices_.find(entry.sequence); it != choices_.end()) {
+        finish(*it->second, FinishReason::kError, message);
+      }
+    }
+    if (launched_) collect_launched();
+    publish_stats();
+    return true;
+  }
+  forward_seconds_ += seconds_since(forward_start);
+  if (launched_) collect_launched();
+
+  // This step's sequences still live: their new tokens are (being) computed; each row's token
+  // is pending until the next collect. A sequence that finished in the collect above (a stop in
+  // step N) is dropped here: its row in this step is wasted.
+  const auto complete_start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < result.scheduled.size(); ++i) {
+    if (!choices_.contains(result.plan.sequences[i].sequence)) result.scheduled[i] = nullptr;
+  }
+  scheduler_->complete(result);
+  launched_rows_.clear();
+  for (size_t i = 0; i < result.scheduled.size(); ++i) {
+    const ScheduledSequence& entry = result.plan.sequences[i];
+    if (entry.num_logit_rows == 0) continue;
+    const int32_t row = static_cast<int32_t>(launched_rows_.size());
+    launched_rows_.push_back(entry.sequence);
+    if (result.scheduled[i] != nullptr) result.scheduled[i]->tokens.push_back(pending_token(row));
+  }
+  launched_sampled_.resize(launched_rows_.size());
+  launched_ = true;
+  // Nothing live is left: nothing stays in flight while the engine idles.
+  if (choices_.empty()) collect_launched();
+  sample_seconds_ += seconds_since(complete_start);
+  publish_stats();
+  return true;
+}
+
+void Engine::collect_launched() {
+  launched_ = false;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    runner_.collect(launched_sampled_);
+  } catch (const Error& error) {
+    forward_seconds_ += seconds_since(start);
+    const std::string message = std::string("model: ") + error.what();
+    for (const SequenceId id : launched_rows_) {
+      if (const auto it = choices_.find(id); it != choices_.end()) {
+        finish(*it->second, FinishReason::kError, message);
+      }
+    }
+    return;
+  }
+  forward_seconds_ += seconds_since(start);
+  const auto sample_start = std::chrono::steady_clock::now();
+  to_flush_.clear();
+  for (size_t r = 0; r < launched_rows_.size(); ++r) {
+    const auto it = choices_.find(launched_rows_[r]);
+    if (it == choices_.end()) continue;  // finished since the step was launched
+    Choice& choice = *it->second;
+    std::vector<int32_t>& tokens = choice.sequence.tokens;
+    PA_CHECK(!tokens.empty() && tokens.back() == pending_token(static_cast<int32_t>(r)),
+             "engine: sequence {} does not wait for row {} of the launched step",
+             choice.sequence.id, r);
+    tokens.pop_back();
+    const ops::SampledToken& drawn = launched_sampled_[r];
+    if (drawn.token < 0 || drawn.token >= limits_.vocab_size) {
+      finish(choice, FinishReason::kError,
+             fmt::format("model: the runner sampled token {} for row {} (vocabulary {})",
+                         drawn.token, r, limits_.vocab_size));
+      continue;
+    }
+    TokenLogprob sampled;
+    sampled.token = drawn.token;
+    sampled.logprob = drawn.logprob;
+    sampled.rank = 0;  // drawn on the device: not ranked
+    if (advance(choice, std::move(sampled))) to_flush_.push_back(&choice);
+  }
+  for (Choice* choice : to_flush_) flush_events(*choice);
+  sample_seconds_ += seconds_since(sample_start);
 }
 
 int32_t Engine::clear_prefix_cache() {

@@ -140,6 +140,11 @@ void Scheduler::schedule(ScheduleResult* out) {
       Sequence* sequence = running_[i];
       const int64_t remaining = sequence->num_tokens() - sequence->num_computed;
       if ((remaining == 1) != decodes || sequence->scheduled_step == step_) continue;
+      // Its last token (max_tokens) is still being drawn (overlap scheduling: the pending token
+      // that ends it): nothing is left to compute.
+      if (decodes && sequence->max_output > 0 && sequence->num_output() >= sequence->max_output) {
+        continue;
+      }
       int64_t count = std::min(remaining, budget);
       if (sequence->score_prompt && !decodes) {
         if (scoring_left == 0) continue;  // scored in a later step
@@ -219,6 +224,7 @@ void Scheduler::schedule(ScheduleResult* out) {
 void Scheduler::complete(const ScheduleResult& result) {
   for (size_t i = 0; i < result.scheduled.size(); ++i) {
     Sequence* sequence = result.scheduled[i];
+    if (sequence == nullptr) continue;  // finished since it was scheduled (overlap scheduling)
     sequence->num_computed += result.plan.sequences[i].num_new_tokens();
     sequence->num_offered_pages = kv_.cache(sequence->id, sequence->tokens, sequence->num_computed,
                                             sequence->num_offered_pages);

@@ -1,5 +1,5 @@
 // flatten(): a StepPlan as the flat arrays a forward pass reads, and ModelRunner's default
-// forward_sampled (see engine_model_runner.h).
+// forward_sampled, launch and collect (see engine_model_runner.h).
 #include <algorithm>
 
 #include "core/check.h"
@@ -58,6 +58,36 @@ void ModelRunner::forward_sampled(const StepPlan& plan, std::span<const ops::Row
     const ops::RowDraw draw = sampler.sample(logits.subspan(r * vocab, vocab), sampling[r]);
     sampled[r] = {draw.token, draw.logprob};
   }
+}
+
+void ModelRunner::launch(const StepPlan& plan, std::span<const ops::RowSampling> sampling) {
+  PA_CHECK(static_cast<int64_t>(sampling.size()) == plan.num_logit_rows,
+           "launch: {} sampling entries for {} logit rows", sampling.size(), plan.num_logit_rows);
+  launched_plan_ = plan;
+  for (ScheduledSequence& entry : launched_plan_.sequences) {
+    for (int32_t& token : entry.token_ids) {
+      if (!is_pending_token(token)) continue;
+      const int32_t row = pending_row(token);
+      PA_CHECK(static_cast<size_t>(row) < previous_launch_.size(),
+               "launch: sequence {} waits for row {} of the previous step, which had {} rows",
+               entry.sequence, row, previous_launch_.size());
+      token = previous_launch_[static_cast<size_t>(row)].token;
+    }
+  }
+  launched_logits_.resize(sampling.size() * static_cast<size_t>(vocab_size()));
+  std::vector<ops::SampledToken> sampled(sampling.size());
+  forward_sampled(launched_plan_, sampling, launched_logits_, sampled);
+  previous_launch_ = sampled;
+  uncollected_.push_back(std::move(sampled));
+}
+
+void ModelRunner::collect(std::span<ops::SampledToken> sampled) {
+  PA_CHECK(!uncollected_.empty(), "collect: no step launched");
+  PA_CHECK(sampled.size() == uncollected_.front().size(),
+           "collect: {} outputs for a step of {} logit rows", sampled.size(),
+           uncollected_.front().size());
+  std::copy(uncollected_.front().begin(), uncollected_.front().end(), sampled.begin());
+  uncollected_.pop_front();
 }
 
 }  // namespace pagedattn::engine

@@ -7,6 +7,11 @@
 // engine (no cache, no budget, a large pool); greedy requests must also equal a direct argmax
 // loop over the fake model with no engine, and every text must follow the stop-string rule
 // computed from the tokens. Aborted requests must have produced a prefix of their alone output.
+//
+// The same again with overlap scheduling (the fake runs each launched step only when the engine
+// collects it, after the next one was launched), over requests that the runner can sample (a few
+// with penalties or top-n logprobs, which make the engine step one at a time while they live):
+// the same outputs as each request alone in a plain engine without overlap.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -27,8 +32,9 @@ uint64_t test_seed() {
 }
 
 // Prompts share a few prefixes (so the cache hits, at page and non-page boundaries) and mix
-// greedy and seeded sampling, penalties, stop tokens and strings, n > 1 and aborts.
-std::vector<Spec> make_specs(uint64_t seed, size_t count) {
+// greedy and seeded sampling, penalties, stop tokens and strings, n > 1 and aborts. With
+// `host_rows` false, penalties and top-n logprobs (rows the runner cannot sample) are rare.
+std::vector<Spec> make_specs(uint64_t seed, size_t count, bool host_rows) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
@@ -57,14 +63,15 @@ std::vector<Spec> make_specs(uint64_t seed, size_t count) {
       if (uniform(0, 1)) params.top_p = 0.5 + 0.1 * static_cast<double>(uniform(0, 5));
       if (uniform(0, 3) == 0) params.min_p = 0.05;
     }
-    if (uniform(0, 3) == 0) params.repetition_penalty = 1.3;
-    if (uniform(0, 3) == 0) params.frequency_penalty = 0.5;
-    if (uniform(0, 3) == 0) params.presence_penalty = -0.5;
+    const bool host = host_rows || uniform(0, 15) == 0;
+    if (host && uniform(0, 3) == 0) params.repetition_penalty = 1.3;
+    if (host && uniform(0, 3) == 0) params.frequency_penalty = 0.5;
+    if (host && uniform(0, 3) == 0) params.presence_penalty = -0.5;
     if (uniform(0, 4) == 0) params.stop_token_ids = {static_cast<int32_t>(uniform(0, kVocab - 2))};
     if (uniform(0, 3) == 0) params.stop = {"cx", "dda"};
     params.ignore_eos = uniform(0, 3) == 0;
     if (uniform(0, 7) == 0) params.n = static_cast<int32_t>(uniform(2, 3));
-    if (uniform(0, 5) == 0) params.logprobs = 2;
+    if (uniform(0, 5) == 0) params.logprobs = host ? 2 : 0;
     arrival += uniform(0, 3);
     spec.arrival_step = arrival;
     if (uniform(0, 7) == 0) spec.abort_step = arrival + uniform(0, 30);
@@ -78,13 +85,14 @@ struct Reference {
 };
 
 // Each request alone (no abort) in a plain engine, checked against the direct greedy loop and
-// the text rule; computed once and shared by every configuration.
-const Reference& reference() {
-  static const Reference* built = [] {
-    auto* ref = new Reference;
-    const uint64_t seed = test_seed();
+// the text rule; computed once per spec set and shared by every configuration.
+Reference build_reference(bool host_rows) {
+  Reference built;
+  Reference* ref = &built;
+  {
+    const uint64_t seed = test_seed() + (host_rows ? 0 : 1);
     std::cout << "engine property seed: " << seed << " (PAGEDATTN_TEST_SEED)\n";
-    ref->specs = make_specs(seed, 96);
+    ref->specs = make_specs(seed, 96, host_rows);
     EngineConfig plain;
     plain.page_size = 16;
     plain.num_pages = 64;
@@ -109,9 +117,14 @@ const Reference& reference() {
       }
       ref->alone.push_back(outcome);
     }
-    return ref;
-  }();
-  return *built;
+  }
+  return built;
+}
+
+const Reference& reference(bool overlap) {
+  static const Reference mixed = build_reference(true);
+  static const Reference sampled = build_reference(false);
+  return overlap ? sampled : mixed;
 }
 
 struct Config {
@@ -119,20 +132,22 @@ struct Config {
   int64_t budget;  // 0: unbounded
   bool prefix_cache;
   bool small_pool;
+  bool overlap;
 };
 
 std::string config_name(const ::testing::TestParamInfo<Config>& info) {
   const Config& c = info.param;
   return "P" + std::to_string(c.page_size) + "_budget" +
          (c.budget > 0 ? std::to_string(c.budget) : std::string("Unbounded")) +
-         (c.prefix_cache ? "_cache" : "_nocache") + (c.small_pool ? "_smallpool" : "_bigpool");
+         (c.prefix_cache ? "_cache" : "_nocache") + (c.small_pool ? "_smallpool" : "_bigpool") +
+         (c.overlap ? "_overlap" : "");
 }
 
 class EngineProperty : public ::testing::TestWithParam<Config> {};
 
 TEST_P(EngineProperty, SameOutputAsAloneNoLeaksEveryRequestAnsweredOnce) {
   const Config& c = GetParam();
-  const Reference& ref = reference();
+  const Reference& ref = reference(c.overlap);
   EngineConfig config;
   config.page_size = c.page_size;
   const int32_t pages_for_one =
@@ -144,7 +159,17 @@ TEST_P(EngineProperty, SameOutputAsAloneNoLeaksEveryRequestAnsweredOnce) {
   config.max_model_length = kModelLength;
   config.prefix_cache = c.prefix_cache;
   config.eos_token_ids = kEos;
+  if (c.overlap) {
+    config.model_sampling = true;
+    config.overlap = true;
+  }
   const RunSummary summary = run_specs(config, ref.specs, kVocab);
+  if (c.overlap) {
+    // Steps did overlap: two in flight at once, decode inputs pending at launch.
+    EXPECT_GT(summary.num_overlapped_steps, summary.stats.num_steps / 2);
+    EXPECT_GT(summary.num_pending_resolved, 0);
+    EXPECT_EQ(summary.max_in_flight, 2);
+  }
   if (c.budget > 0) {
     EXPECT_LE(summary.max_step_tokens, c.budget);
   }
@@ -183,7 +208,10 @@ std::vector<Config> all_configs() {
   for (const int32_t page_size : {1, 16, 64}) {
     for (const int64_t budget : {1, 4, 16, 64, 0}) {
       for (const bool cache : {false, true}) {
-        for (const bool small : {false, true}) configs.push_back({page_size, budget, cache, small});
+        for (const bool small : {false, true}) {
+          for (const bool overlap : {false, true})
+            configs.push_back({page_size, budget, cache, small, overlap});
+        }
       }
     }
   }

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "pagedattn/engine_model_runner.h"
 #include "pagedattn/engine_stop.h"
 #include "pagedattn/page_allocator.h"
+#include "pagedattn/sampling.h"
 
 namespace pagedattn::engine::testing {
 
@@ -64,12 +66,67 @@ class FakeModel : public ModelRunner {
   int32_t vocab_size() const override { return vocab_; }
 
   void forward(const StepPlan& plan, std::span<float> logits) override {
-    ++num_steps_;
+    PA_CHECK(queue_.empty(), "fake: forward with {} launched steps not collected", queue_.size());
+    check(plan, 0);
+    last_launch_rows_ = 0;  // a launch after this step has nothing pending
+    ran_tokens_.clear();
+    execute(plan, logits);
+  }
+
+  // Overlap scheduling. launch() checks the plan against the engine's allocator as it is at launch
+  // and queues the step; collect() runs the oldest queued step, as late as a device may: whatever
+  // the engine does between the two (frees, admissions, evictions, the next launch) happens
+  // before the step writes its tokens and reads its prefixes. Its pending tokens take the tokens
+  // of the step run before it; its rows are drawn as ModelRunner's default forward_sampled does.
+  void enable_overlap() { overlap_ = true; }
+  bool supports_overlap() const override { return overlap_; }
+  bool prefers_model_sampling() const override { return overlap_; }
+  void launch(const StepPlan& plan, std::span<const ops::RowSampling> sampling) override {
+    PA_CHECK(overlap_, "fake: launch without overlap");
+    PA_CHECK(queue_.size() <= 1, "fake: launch with {} steps launched and not collected",
+             queue_.size());
+    PA_CHECK(static_cast<int64_t>(sampling.size()) == plan.num_logit_rows,
+             "fake: {} sampling entries for {} rows", sampling.size(), plan.num_logit_rows);
+    for (const ops::RowSampling& row : sampling) PA_CHECK(row.sample, "fake: a row not sampled");
+    check(plan, last_launch_rows_);
+    queue_.push_back({plan, std::vector<ops::RowSampling>(sampling.begin(), sampling.end())});
+    last_launch_rows_ = plan.num_logit_rows;
+    max_in_flight_ = std::max(max_in_flight_, static_cast<int32_t>(queue_.size()));
+  }
+  void collect(std::span<ops::SampledToken> sampled) override {
+    PA_CHECK(!queue_.empty(), "fake: collect with no step launched");
+    Launched step = std::move(queue_.front());
+    queue_.pop_front();
+    PA_CHECK(sampled.size() == step.sampling.size(), "fake: {} outputs for {} rows",
+             sampled.size(), step.sampling.size());
+    for (ScheduledSequence& entry : step.plan.sequences) {
+      for (int32_t& token : entry.token_ids) {
+        if (!is_pending_token(token)) continue;
+        PA_CHECK(static_cast<size_t>(pending_row(token)) < ran_tokens_.size(),
+                 "fake: pending row {} of a step of {} rows", pending_row(token),
+                 ran_tokens_.size());
+        token = ran_tokens_[static_cast<size_t>(pending_row(token))];
+        ++num_pending_resolved_;
+      }
+    }
+    std::vector<float> logits(step.sampling.size() * static_cast<size_t>(vocab_));
+    execute(step.plan, logits);
+    ops::RowSampler sampler;
+    ran_tokens_.assign(step.sampling.size(), -1);
+    for (size_t r = 0; r < step.sampling.size(); ++r) {
+      const ops::RowDraw draw = sampler.sample(
+          std::span<const float>(logits).subspan(r * static_cast<size_t>(vocab_), vocab_),
+          step.sampling[r]);
+      sampled[r] = {draw.token, draw.logprob};
+      ran_tokens_[r] = draw.token;
+    }
+    ++num_overlapped_steps_;
+  }
+
+  // The plan's shape, block tables, the write rule (no step writes a page another holder shares)
+  // and its pending tokens (rows of the previous launch, which has `previous_rows`).
+  void check(const StepPlan& plan, int32_t previous_rows) const {
     PA_CHECK(plan.page_size == page_size_, "fake: page size {} != {}", plan.page_size, page_size_);
-    PA_CHECK(logits.size() == static_cast<size_t>(plan.num_logit_rows) * vocab_,
-             "fake: logits of {} floats for {} rows", logits.size(), plan.num_logit_rows);
-    int64_t tokens = 0;
-    int32_t rows = 0;
     for (const ScheduledSequence& entry : plan.sequences) {
       const int64_t context = entry.context_length();
       PA_CHECK(!entry.token_ids.empty(), "fake: a sequence with no new tokens");
@@ -77,6 +134,11 @@ class FakeModel : public ModelRunner {
           static_cast<int64_t>(entry.block_table.size()) >= (context + page_size_ - 1) / page_size_,
           "fake: block table of {} pages for {} tokens", entry.block_table.size(), context);
       for (int64_t i = 0; i < entry.num_new_tokens(); ++i) {
+        const int32_t token = entry.token_ids[static_cast<size_t>(i)];
+        PA_CHECK(token < vocab_, "fake: token {} (vocabulary {})", token, vocab_);
+        PA_CHECK(!is_pending_token(token) || pending_row(token) < previous_rows,
+                 "fake: sequence {} waits for row {} of a previous launch of {} rows",
+                 entry.sequence, pending_row(token), previous_rows);
         const int64_t position = entry.first_position + i;
         const int32_t page = entry.block_table[static_cast<size_t>(position / page_size_)];
         if (allocator_ != nullptr) {
@@ -84,6 +146,25 @@ class FakeModel : public ModelRunner {
                    "fake: sequence {} writes position {} into page {} shared by {} holders",
                    entry.sequence, position, page, allocator_->ref_count(page));
         }
+      }
+    }
+  }
+
+  // Writes the plan's tokens into the pages and computes its logit rows from the prefixes read
+  // back through the block tables.
+  void execute(const StepPlan& plan, std::span<float> logits) {
+    ++num_steps_;
+    PA_CHECK(logits.size() == static_cast<size_t>(plan.num_logit_rows) * vocab_,
+             "fake: logits of {} floats for {} rows", logits.size(), plan.num_logit_rows);
+    int64_t tokens = 0;
+    int32_t rows = 0;
+    for (const ScheduledSequence& entry : plan.sequences) {
+      const int64_t context = entry.context_length();
+      for (int64_t i = 0; i < entry.num_new_tokens(); ++i) {
+        const int64_t position = entry.first_position + i;
+        const int32_t page = entry.block_table[static_cast<size_t>(position / page_size_)];
+        PA_CHECK(entry.token_ids[static_cast<size_t>(i)] >= 0, "fake: token {} at position {}",
+                 entry.token_ids[static_cast<size_t>(i)], position);
         pool_[slot(page, position)] = entry.token_ids[static_cast<size_t>(i)];
       }
       tokens += entry.num_new_tokens();
@@ -118,6 +199,9 @@ class FakeModel : public ModelRunner {
   }
 
   int64_t num_steps() const { return num_steps_; }
+  int64_t num_overlapped_steps() const { return num_overlapped_steps_; }
+  int64_t num_pending_resolved() const { return num_pending_resolved_; }
+  int32_t max_in_flight() const { return max_in_flight_; }
   int64_t max_step_tokens() const { return max_step_tokens_; }
   int32_t max_rows_per_sequence() const { return max_rows_per_sequence_; }
 
@@ -134,6 +218,17 @@ class FakeModel : public ModelRunner {
   int64_t num_steps_ = 0;
   int64_t max_step_tokens_ = 0;
   int32_t max_rows_per_sequence_ = 0;
+  struct Launched {
+    StepPlan plan;
+    std::vector<ops::RowSampling> sampling;
+  };
+  bool overlap_ = false;
+  std::deque<Launched> queue_;
+  int32_t last_launch_rows_ = 0;
+  std::vector<int32_t> ran_tokens_;  // the tokens of the step run last
+  int64_t num_overlapped_steps_ = 0;
+  int64_t num_pending_resolved_ = 0;
+  int32_t max_in_flight_ = 0;
 };
 
 // Token t decodes to token_text(t); every third token's text is held until the next push (as a

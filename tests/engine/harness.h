@@ -46,6 +46,9 @@ struct RunSummary {
   EngineStats stats;
   int64_t max_step_tokens = 0;
   int32_t max_rows_per_sequence = 0;  // the most logit rows one sequence had in one step
+  int64_t num_overlapped_steps = 0;   // steps the fake ran through launch / collect
+  int64_t num_pending_resolved = 0;   // input tokens that were pending at launch
+  int32_t max_in_flight = 0;          // the most steps launched and not collected at once
 };
 
 inline void collect(RequestStream& stream, Outcome* outcome) {
@@ -80,6 +83,7 @@ inline void collect(RequestStream& stream, Outcome* outcome) {
 inline RunSummary run_specs(const EngineConfig& config, const std::vector<Spec>& specs,
                             int32_t vocab, bool with_detokenizer = true) {
   FakeModel model(vocab, config.num_pages, config.page_size);
+  if (config.overlap.value_or(false)) model.enable_overlap();
   Engine engine(config, model, with_detokenizer ? fake_detokenizer() : DetokenizerFactory{});
   model.watch(&engine.allocator());
   const int32_t start_free = engine.allocator().num_free_pages();
@@ -120,6 +124,9 @@ inline RunSummary run_specs(const EngineConfig& config, const std::vector<Spec>&
   summary.stats = engine.stats();
   summary.max_step_tokens = model.max_step_tokens();
   summary.max_rows_per_sequence = model.max_rows_per_sequence();
+  summary.num_overlapped_steps = model.num_overlapped_steps();
+  summary.num_pending_resolved = model.num_pending_resolved();
+  summary.max_in_flight = model.max_in_flight();
   const int32_t cached = summary.stats.num_cached_pages;
   EXPECT_EQ(engine.allocator().num_free_pages() + cached, start_free) << "leaked pages";
   engine.clear_prefix_cache();

@@ -278,8 +278,12 @@ TEST(ModelSampling, RuntimeOnCpuSameTokensOnAndOff) {
     requests.push_back(seeded);
     requests.push_back(penalised);
   }
+  // Host sampling, sampling by the model, and the model's sampling with overlap scheduling (the
+  // runner's default launch / collect): the requests with a penalty arrive after the others have
+  // finished in that run, so the first ones overlap and the last ones do not.
   std::vector<std::vector<std::vector<ChoiceRun>>> runs;
-  for (const bool on : {false, true}) {
+  for (const int mode : {0, 1, 2}) {
+    const bool on = mode > 0;
     RuntimeOptions options;
     options.model.device = "cpu";
     options.kv_dtype = DType::kF32;
@@ -289,8 +293,13 @@ TEST(ModelSampling, RuntimeOnCpuSameTokensOnAndOff) {
     EXPECT_EQ(runtime->prefers_model_sampling(), on);
     EngineConfig config = runtime->engine_config();
     config.max_tokens_per_step = 16;
+    if (mode == 2) config.overlap = true;
     Engine engine(config, *runtime);
-    runs.push_back(run_all(engine, requests));
+    std::vector<Request> ordered = requests;
+    if (mode == 2) {
+      for (size_t i = 2; i < ordered.size(); i += 3) ordered[i].arrival = 200;
+    }
+    runs.push_back(run_all(engine, ordered));
     engine.clear_prefix_cache();
     EXPECT_EQ(engine.allocator().num_free_pages(), config.num_pages) << "pages leaked";
   }
@@ -298,6 +307,13 @@ TEST(ModelSampling, RuntimeOnCpuSameTokensOnAndOff) {
     SCOPED_TRACE("request " + std::to_string(i));
     EXPECT_EQ(runs[1][i][0].tokens, runs[0][i][0].tokens);
     EXPECT_EQ(runs[1][i][0].logprobs, runs[0][i][0].logprobs);
+    // The overlap run batches the requests differently (the later arrivals), which moves the f32
+    // logits in their last bits: the same tokens, logprobs within 1e-4.
+    EXPECT_EQ(runs[2][i][0].tokens, runs[0][i][0].tokens);
+    ASSERT_EQ(runs[2][i][0].logprobs.size(), runs[0][i][0].logprobs.size());
+    for (size_t k = 0; k < runs[0][i][0].logprobs.size(); ++k) {
+      EXPECT_NEAR(runs[2][i][0].logprobs[k], runs[0][i][0].logprobs[k], 1e-4) << "token " << k;
+    }
     if (i % 3 == 0) {
       EXPECT_EQ(runs[1][i][0].tokens, greedy_expected[i / 3]);
     }
