@@ -90,6 +90,7 @@ struct EngineStats {
   int64_t prefix_query_tokens = 0;  // prompt tokens looked up in it
   int64_t num_preemptions = 0;
   int64_t num_steps = 0;
+  int64_t num_overlapped_steps = 0;  // launched while the step before was still uncollected
   int64_t num_computed_tokens = 0;   // tokens through the model
   int64_t num_generated_tokens = 0;  // tokens sampled
   int64_t num_finished = 0;          // requests (all choices done)
@@ -226,6 +227,7 @@ class Engine {
   mutable std::mutex stats_mutex_;
   EngineStats stats_;
   int64_t num_steps_ = 0;
+  int64_t num_overlapped_steps_ = 0;
   int64_t num_computed_tokens_ = 0;
   int64_t num_generated_tokens_ = 0;
   int64_t num_finished_ = 0;

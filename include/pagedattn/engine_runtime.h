@@ -62,6 +62,12 @@ class ModelRuntime final : public ModelRunner {
   bool prefers_model_sampling() const override;
   void forward_sampled(const StepPlan& plan, std::span<const ops::RowSampling> sampling,
                        std::span<float> logits, std::span<ops::SampledToken> sampled) override;
+  // Overlap scheduling: on CUDA, Model::launch / collect (the device resolves pending tokens and
+  // the host never waits for a step before launching the next); on the CPU the default (the step
+  // runs at launch, so there is nothing to overlap: supports_overlap is false there).
+  bool supports_overlap() const override;
+  void launch(const StepPlan& plan, std::span<const ops::RowSampling> sampling) override;
+  void collect(std::span<ops::SampledToken> sampled) override;
 
   const model::ModelConfig& config() const;
   const model::Model& model() const;
@@ -77,6 +83,8 @@ class ModelRuntime final : public ModelRunner {
  private:
   struct State;
   explicit ModelRuntime(std::unique_ptr<State> state);
+  // The plan as the model's Step (views of the plan's vectors).
+  model::Step model_step(const StepPlan& plan, std::span<const ops::RowSampling> sampling) const;
   void run(const StepPlan& plan, std::span<const ops::RowSampling> sampling,
            std::span<float> logits, std::span<ops::SampledToken> sampled);
   std::unique_ptr<State> state_;

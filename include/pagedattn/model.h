@@ -205,11 +205,25 @@ class Model {
   // logits are all -inf or NaN is an Error after the step (the KV is written).
   Logits forward(const Step& step, KvPool& pool);
 
-  // The device's clock around the last forward (cuda; nullopt on the CPU or before the first
-  // step), from CUDA events on the model's stream: `span` runs from the forward's call (the host
-  // validates and plans, then enqueues) to the end of its last device command (the logits copy);
-  // `gap` from the end of the previous forward's last command to this forward's call: time in
-  // which the device had nothing of this model to run (the engine's host work between steps).
+  // Overlap scheduling (cuda; can_launch()): launch() validates and enqueues a step every logits
+  // row of which is sampled on the device (Step::sampling with `sample` on each row) and returns
+  // without waiting for it; collect() waits for the oldest launched step and returns its tokens
+  // (Logits::sampled). At most two launched steps are not collected; forward() needs none. A
+  // launched step's token id -(r + 1) is a pending token: the one row r of the previously
+  // launched step draws, read where it lands on the device (so the host needs nothing of that
+  // step to launch this one). The steps run in launch order. Errors as forward's; a row whose
+  // logits are all -inf or NaN is an Error of collect().
+  bool can_launch() const;
+  void launch(const Step& step, KvPool& pool);
+  std::vector<ops::SampledToken> collect();
+
+  // The device's clock around the last forward or collected launch (cuda; nullopt on the CPU or
+  // before the first step), from CUDA events on the model's stream: `span` runs from the call
+  // (the host validates and plans, then enqueues; for a launch, from when the device reaches the
+  // call's event, which with overlap is the end of the step before) to the end of its last device
+  // command (the logits or tokens copy); `gap` from the end of the previous step's last command to
+  // this call's event: time in which the device had nothing of this model to run (the engine's
+  // host work between steps; about 0 when the step was launched before the previous one ended).
   // Idle time inside a span (host planning, MoE routing's round trip) is not separated out.
   struct DeviceTiming {
     double span_seconds = 0;

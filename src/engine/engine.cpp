@@ -633,7 +633,10 @@ bool Engine::step_overlapped(std::chrono::steady_clock::time_point start) {
     return true;
   }
   forward_seconds_ += seconds_since(forward_start);
-  if (launched_) collect_launched();
+  if (launched_) {
+    ++num_overlapped_steps_;
+    collect_launched();
+  }
 
   // This step's sequences still live: their new tokens are (being) computed; each row's token
   // is pending until the next collect. A sequence that finished in the collect above (a stop in
@@ -739,6 +742,7 @@ void Engine::publish_stats() {
   stats.prefix_query_tokens = kv_->prefix_query_tokens();
   stats.num_preemptions = scheduler_->num_preemptions();
   stats.num_steps = num_steps_;
+  stats.num_overlapped_steps = num_overlapped_steps_;
   stats.num_computed_tokens = num_computed_tokens_;
   stats.num_generated_tokens = num_generated_tokens_;
   stats.num_finished = num_finished_;

@@ -197,25 +197,7 @@ void ModelRuntime::run(const StepPlan& plan, std::span<const ops::RowSampling> s
            "forward: the step's page size {} is not the KV pool's {}", plan.page_size,
            state_->pool.alloc_page_size());
   if (plan.sequences.empty()) return;
-  model::Step step;
-  step.rows = model::LogitsRows::kLastOfEachRequest;
-  step.requests.reserve(plan.sequences.size());
-  step.sampling.assign(sampling.begin(), sampling.end());
-  for (const ScheduledSequence& sequence : plan.sequences) {
-    PA_CHECK(sequence.first_position <= std::numeric_limits<int32_t>::max(),
-             "forward: sequence {} at position {} (beyond int32)", sequence.sequence,
-             sequence.first_position);
-    model::RequestStep request;
-    request.tokens = sequence.token_ids;
-    request.cached_len = static_cast<int32_t>(sequence.first_position);
-    request.block_table = sequence.block_table;
-    PA_CHECK(sequence.num_logit_rows >= 0 && sequence.num_logit_rows <= sequence.num_new_tokens(),
-             "forward: sequence {} wants {} logit rows of {} new tokens", sequence.sequence,
-             sequence.num_logit_rows, sequence.num_new_tokens());
-    request.wants_logits = sequence.num_logit_rows > 0;
-    request.num_logit_rows = std::max(sequence.num_logit_rows, 1);
-    step.requests.push_back(request);
-  }
+  const model::Step step = model_step(plan, sampling);
   const model::Logits out = state_->model.forward(step, state_->pool);
   // Only the sequences that want logits had their last rows through the final norm and lm_head:
   // out holds exactly the plan's logit rows, in plan order (values: those not sampled).
@@ -239,6 +221,55 @@ void ModelRuntime::run(const StepPlan& plan, std::span<const ops::RowSampling> s
   }
   PA_CHECK(value_row == out.value_rows(), "forward: {} logits rows came back for {} unsampled",
            out.value_rows(), value_row);
+}
+
+bool ModelRuntime::supports_overlap() const { return state_->model.can_launch(); }
+
+void ModelRuntime::launch(const StepPlan& plan, std::span<const ops::RowSampling> sampling) {
+  if (!state_->model.can_launch()) return ModelRunner::launch(plan, sampling);
+  PA_CHECK(static_cast<int64_t>(sampling.size()) == plan.num_logit_rows,
+           "launch: {} sampling entries for {} logit rows", sampling.size(), plan.num_logit_rows);
+  PA_CHECK(plan.page_size == state_->pool.alloc_page_size(),
+           "launch: the step's page size {} is not the KV pool's {}", plan.page_size,
+           state_->pool.alloc_page_size());
+  PA_CHECK(!plan.sequences.empty(), "launch: an empty step");
+  state_->model.launch(model_step(plan, sampling), state_->pool);
+}
+
+void ModelRuntime::collect(std::span<ops::SampledToken> sampled) {
+  if (!state_->model.can_launch()) return ModelRunner::collect(sampled);
+  const std::vector<ops::SampledToken> tokens = state_->model.collect();
+  PA_CHECK(tokens.size() == sampled.size(), "collect: {} tokens came back for {} rows",
+           tokens.size(), sampled.size());
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    PA_CHECK(tokens[r].token >= 0 && tokens[r].token < vocab_size(),
+             "collect: row {} sampled token {} (vocabulary {})", r, tokens[r].token, vocab_size());
+    sampled[r] = tokens[r];
+  }
+}
+
+model::Step ModelRuntime::model_step(const StepPlan& plan,
+                                     std::span<const ops::RowSampling> sampling) const {
+  model::Step step;
+  step.rows = model::LogitsRows::kLastOfEachRequest;
+  step.requests.reserve(plan.sequences.size());
+  step.sampling.assign(sampling.begin(), sampling.end());
+  for (const ScheduledSequence& sequence : plan.sequences) {
+    PA_CHECK(sequence.first_position <= std::numeric_limits<int32_t>::max(),
+             "forward: sequence {} at position {} (beyond int32)", sequence.sequence,
+             sequence.first_position);
+    model::RequestStep request;
+    request.tokens = sequence.token_ids;
+    request.cached_len = static_cast<int32_t>(sequence.first_position);
+    request.block_table = sequence.block_table;
+    PA_CHECK(sequence.num_logit_rows >= 0 && sequence.num_logit_rows <= sequence.num_new_tokens(),
+             "forward: sequence {} wants {} logit rows of {} new tokens", sequence.sequence,
+             sequence.num_logit_rows, sequence.num_new_tokens());
+    request.wants_logits = sequence.num_logit_rows > 0;
+    request.num_logit_rows = std::max(sequence.num_logit_rows, 1);
+    step.requests.push_back(request);
+  }
+  return step;
 }
 
 void apply_generation_config(const std::filesystem::path& directory, SamplingParams& params) {

@@ -183,6 +183,31 @@ std::optional<Model::DeviceTiming> Model::last_device_timing() const {
   return std::nullopt;
 }
 
+bool Model::can_launch() const {
+#ifdef PAGEDATTN_WITH_CUDA
+  return impl_->cuda != nullptr;
+#else
+  return false;
+#endif
+}
+
+void Model::launch(const Step& step, KvPool& pool) {
+#ifdef PAGEDATTN_WITH_CUDA
+  if (impl_->cuda) return impl_->cuda->launch(step, pool);
+#endif
+  (void)step;
+  (void)pool;
+  PA_FAIL("launch: a model on {} runs its steps with forward (launch is for CUDA)",
+          device().str());
+}
+
+std::vector<ops::SampledToken> Model::collect() {
+#ifdef PAGEDATTN_WITH_CUDA
+  if (impl_->cuda) return impl_->cuda->collect();
+#endif
+  PA_FAIL("collect: a model on {} launches nothing", device().str());
+}
+
 Logits Model::forward(const Step& step, KvPool& pool) {
   Impl& m = *impl_;
 #ifdef PAGEDATTN_WITH_CUDA

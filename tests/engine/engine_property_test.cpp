@@ -169,6 +169,7 @@ TEST_P(EngineProperty, SameOutputAsAloneNoLeaksEveryRequestAnsweredOnce) {
     EXPECT_GT(summary.num_overlapped_steps, summary.stats.num_steps / 2);
     EXPECT_GT(summary.num_pending_resolved, 0);
     EXPECT_EQ(summary.max_in_flight, 2);
+    EXPECT_GT(summary.stats.num_overlapped_steps, summary.stats.num_steps / 2);
   }
   if (c.budget > 0) {
     EXPECT_LE(summary.max_step_tokens, c.budget);

@@ -37,6 +37,7 @@ struct GenerateOptions {
   std::string backend = "auto";
   std::string device = "auto";
   bool enforce_eager = false;  // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
+  bool no_overlap = false;     // EngineConfig::overlap false
   std::string kv_dtype = "bf16";
   int32_t page_size = 16;
   int32_t max_tokens = 200;
@@ -125,7 +126,9 @@ void run_generate(const GenerateOptions& options) {
 
   std::string shown;
   std::vector<int32_t> prompt = prompt_ids(options, model_dir, tok, shown);
-  engine::Engine engine(runtime->engine_config(), *runtime, engine::make_detokenizer_factory(tok));
+  engine::EngineConfig engine_config = runtime->engine_config();
+  if (options.no_overlap) engine_config.overlap = false;
+  engine::Engine engine(engine_config, *runtime, engine::make_detokenizer_factory(tok));
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
   fmt::print(stderr,
              "model {} ({} layers, {:.1f} MB of weights, {} KV pages of {} tokens) on {}, "
@@ -206,6 +209,8 @@ void add_generate_command(CLI::App& parent) {
       ->capture_default_str();
   command->add_flag("--enforce-eager", options->enforce_eager,
                     "On a GPU: launch every decode step kernel by kernel (no CUDA graphs)");
+  command->add_flag("--disable-overlap-schedule", options->no_overlap,
+                    "On a GPU: run each step to its end before scheduling the next (no overlap scheduling)");
   command->add_option("--page-size", options->page_size, "KV page size in tokens")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

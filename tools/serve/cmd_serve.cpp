@@ -43,6 +43,7 @@ struct ServeOptions {
   int32_t page_size = 16;
   std::string device = "auto";
   bool enforce_eager = false;       // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
+  bool no_overlap = false;          // EngineConfig::overlap false
   double kv_memory_fraction = 0.8;  // of the device memory free after loading (CUDA)
   int64_t max_tokens_per_step = 2048;
   int32_t max_running = 256;
@@ -131,7 +132,8 @@ ServedModel load_served_model(const ServeOptions& options) {
   PA_CHECK(tokenizer->vocab_size() <= runtime->vocab_size(),
            "serve: the tokenizer in {} has {} token ids, more than the model's vocabulary of {}",
            tokenizer_directory.string(), tokenizer->vocab_size(), runtime->vocab_size());
-  const engine::EngineConfig engine_config = runtime->engine_config();
+  engine::EngineConfig engine_config = runtime->engine_config();
+  if (options.no_overlap) engine_config.overlap = false;
   const std::string source = options.shape.empty()
                                  ? directory.string()
                                  : fmt::format("{} (random bf16 weights)", options.shape);
@@ -230,6 +232,8 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--enforce-eager", options->enforce_eager,
                 "On a GPU: launch every decode step kernel by kernel (no CUDA graphs)");
+  cmd->add_flag("--disable-overlap-schedule", options->no_overlap,
+                "On a GPU: run each step to its end before scheduling the next (no overlap scheduling)");
   cmd->add_option("--kv-memory-fraction", options->kv_memory_fraction,
                   "On a GPU without --num-pages: the KV pool's share of the device memory left "
                   "free by the model, (0, 1)")

@@ -87,6 +87,12 @@ State::~State() {
   for (cudaEvent_t event : {call_event, done_event, previous_done_event}) {
     if (event != nullptr) cudaEventDestroy(event);
   }
+  for (Launch& launch : launches) {
+    for (cudaEvent_t event : {launch.call, launch.done}) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
+    if (launch.tokens != nullptr) cudaFreeHost(launch.tokens);
+  }
   blas.reset();  // the handle is bound to the stream: destroyed first
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
@@ -179,6 +185,13 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
   s.blas = std::make_unique<Blas>(s.stream);
   for (cudaEvent_t* event : {&s.call_event, &s.done_event, &s.previous_done_event}) {
     PA_CUDA_CHECK(cudaEventCreate(event));
+  }
+  for (State::Launch& launch : s.launches) {
+    PA_CUDA_CHECK(cudaEventCreate(&launch.call));
+    PA_CUDA_CHECK(cudaEventCreate(&launch.done));
+    PA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&launch.tokens),
+                                static_cast<size_t>(s.max_tokens) * sizeof(ops::SampledToken),
+                                cudaHostAllocDefault));
   }
 
   // ---- weights ----
@@ -475,8 +488,8 @@ void enqueue_head_chunk(State& s, int64_t start, int64_t count, bool sample) {
 // last layer's output.
 void enqueue_layers(State& s) {
   const int64_t t = s.tokens, hidden = s.config.hidden_size;
-  embedding(s.embed.data(), s.compute, hidden, ptr<int32_t>(s.token_ids), t, ptr<float>(s.residual),
-            s.stream);
+  embedding(s.embed.data(), s.compute, hidden, ptr<int32_t>(s.token_ids), t,
+            ptr<ops::SampledToken>(s.sampled), ptr<float>(s.residual), s.stream);
   for (size_t i = 0; i < s.layers.size(); ++i) {
     DecoderLayer& layer = s.layers[i];
     AddNormArgs norm;
@@ -567,12 +580,48 @@ void capture_graph(State& s, size_t index, int64_t rows) {
 
 }  // namespace
 
-Logits CudaModel::forward(const Step& step, KvPool& pool) {
+Logits CudaModel::forward(const Step& step, KvPool& pool) { return run(step, pool, false); }
+
+void CudaModel::launch(const Step& step, KvPool& pool) { run(step, pool, true); }
+
+std::vector<ops::SampledToken> CudaModel::collect() {
+  State& s = *state_;
+  PA_CHECK(s.num_collected < s.num_launched, "collect: no step launched");
+  PA_CUDA_CHECK(cudaSetDevice(s.device.index));
+  State::Launch& launch = s.launches[s.num_collected % 3];
+  PA_CUDA_CHECK(cudaEventSynchronize(launch.done));
+  ++s.num_collected;
+  Model::DeviceTiming timing;
+  float ms = 0;
+  PA_CUDA_CHECK(cudaEventElapsedTime(&ms, launch.call, launch.done));
+  timing.span_seconds = ms * 1e-3;
+  if (s.last_done != nullptr) {
+    PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.last_done, launch.call));
+    timing.gap_seconds = std::max(0.0f, ms) * 1e-3;
+  }
+  timing.graph = launch.graph;
+  s.timing = timing;
+  s.last_done = launch.done;
+  std::vector<ops::SampledToken> tokens(launch.tokens, launch.tokens + launch.rows);
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    PA_CHECK(tokens[r].token >= 0,
+             "sampling: logits row {}: every logit is -inf or NaN (nothing to sample)", r);
+  }
+  return tokens;
+}
+
+Logits CudaModel::run(const Step& step, KvPool& pool, bool launch) {
   State& s = *state_;
   PA_CUDA_CHECK(cudaSetDevice(s.device.index));
-  // The stream is idle here (every forward ends synchronised): the event takes the time of the
-  // call.
-  PA_CUDA_CHECK(cudaEventRecord(s.call_event, s.stream));
+  const int64_t uncollected = s.num_launched - s.num_collected;
+  PA_CHECK(launch || uncollected == 0,
+           "forward: {} launched steps are not collected (Model::collect)", uncollected);
+  PA_CHECK(uncollected < 2, "launch: two launched steps are not collected (Model::collect)");
+  State::Launch& slot = s.launches[s.num_launched % 3];
+  // A forward finds the stream idle (every forward ends synchronised): the event takes the time
+  // of the call. A launch may find the previous step still running: its event marks when the
+  // device could start this one.
+  PA_CUDA_CHECK(cudaEventRecord(launch ? slot.call : s.call_event, s.stream));
   int64_t total = 0;
   for (const RequestStep& request : step.requests)
     total += static_cast<int64_t>(request.tokens.size());
@@ -589,6 +638,13 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
   const StepContext& ctx = s.planner.prepare(step, pool, s.rope, padded);
   const std::span<const int32_t> ids = s.planner.token_ids();
   for (size_t i = 0; i < ids.size(); ++i) {
+    // A launched step's pending token -(r + 1): row r of the step launched before it.
+    if (launch && ids[i] < 0) {
+      PA_CHECK(-static_cast<int64_t>(ids[i]) - 1 < s.previous_launch_rows,
+               "token id {} at index {}: row {} of the previous launch, which had {} rows", ids[i],
+               i, -static_cast<int64_t>(ids[i]) - 1, s.previous_launch_rows);
+      continue;
+    }
     PA_CHECK(ids[i] >= 0 && ids[i] < s.config.vocab_size,
              "token id {} at index {} is outside the vocabulary [0, {})", ids[i], i,
              s.config.vocab_size);
@@ -605,6 +661,10 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
   const int64_t num_rows = static_cast<int64_t>(rows.size());
   const int64_t head_rows = padded > 0 ? padded : num_rows;
   const int64_t n = static_cast<int64_t>(step.sampling.size());
+  PA_CHECK(!launch || (n == num_rows && std::all_of(step.sampling.begin(), step.sampling.end(),
+                                                    [](const auto& row) { return row.sample; })),
+           "launch: every logits row must be sampled on the device ({} rows, {} sampling entries)",
+           num_rows, n);
   int64_t sampled_rows = 0;
   if (sampling) {
     PA_CHECK(s.config.vocab_size <= kMaxSampledVocab,
@@ -692,6 +752,27 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
       copy_rows_out(start, count);
     }
   }
+  if (launch) {
+    // The tokens into this launch's pinned slot; collect() waits for them.
+    if (n > 0) {
+      PA_CUDA_CHECK(cudaMemcpyAsync(slot.tokens, s.sampled.data(),
+                                    static_cast<size_t>(n) * sizeof(ops::SampledToken),
+                                    cudaMemcpyDeviceToHost, s.stream));
+    }
+    PA_CUDA_CHECK(cudaEventRecord(slot.done, s.stream));
+    slot.rows = n;
+    slot.graph = replay;
+    ++s.num_launched;
+    s.previous_launch_rows = n;
+    if (replay) ++s.graph_replays;
+    // A size's first step was enqueued eagerly (above): its graph is captured now for the next
+    // one (capture enqueues nothing, so the running step is not disturbed).
+    if (padded > 0 && !replay && !s.graph_sizes.empty()) capture_graph(s, graph_index, head_rows);
+    s.step = nullptr;
+    s.pool = nullptr;
+    return logits;
+  }
+  s.previous_launch_rows = 0;
   if (sampling && n > 0) {
     logits.sampled.resize(static_cast<size_t>(n));
     PA_CUDA_CHECK(cudaMemcpyAsync(logits.sampled.data(), s.sampled.data(),
@@ -704,14 +785,14 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) {
   float ms = 0;
   PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.call_event, s.done_event));
   timing.span_seconds = ms * 1e-3;
-  if (s.has_previous_done) {
-    PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.previous_done_event, s.call_event));
+  if (s.last_done != nullptr) {
+    PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.last_done, s.call_event));
     timing.gap_seconds = ms * 1e-3;
   }
   timing.graph = replay;
   s.timing = timing;
   std::swap(s.done_event, s.previous_done_event);
-  s.has_previous_done = true;
+  s.last_done = s.previous_done_event;
   if (replay) ++s.graph_replays;
   // A size's first step ran eagerly (above): capture its graph for the next one, on the idle
   // stream (capture enqueues nothing).

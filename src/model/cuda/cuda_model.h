@@ -51,6 +51,9 @@ class CudaModel {
   CudaModel& operator=(const CudaModel&) = delete;
 
   Logits forward(const Step& step, KvPool& pool);
+  // Model::launch / collect (model.h).
+  void launch(const Step& step, KvPool& pool);
+  std::vector<ops::SampledToken> collect();
   int64_t device_bytes() const;
   int64_t max_step_tokens() const;
   DType compute_dtype() const;
@@ -62,6 +65,8 @@ class CudaModel {
 
  private:
   std::unique_ptr<State> state_;
+  // forward (launch false) or launch: everything up to the results' copy back.
+  Logits run(const Step& step, KvPool& pool, bool launch);
 };
 
 }  // namespace pagedattn::model::cuda

@@ -80,9 +80,12 @@ __device__ float block_sum(float v) {
 }
 
 template <class T>
-__global__ void embedding_kernel(const T* table, int64_t dim, const int32_t* ids, float* out) {
+__global__ void embedding_kernel(const T* table, int64_t dim, const int32_t* ids,
+                                 const ops::SampledToken* pending, float* out) {
   const int64_t row = blockIdx.x;
-  const T* src = table + int64_t{ids[row]} * dim;
+  int32_t id = ids[row];
+  if (id < 0) id = pending[-id - 1].token;
+  const T* src = table + int64_t{id} * dim;
   for (int64_t d = threadIdx.x; d < dim; d += kBlock) out[row * dim + d] = to_f32(src[d]);
 }
 
@@ -223,13 +226,13 @@ __global__ void moe_combine_kernel(const float* expert_out, const int32_t* posit
 }  // namespace
 
 void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t* ids, int64_t rows,
-               float* out, void* stream) {
+               const ops::SampledToken* pending, float* out, void* stream) {
   if (rows == 0) return;
   dispatch(table_dtype, "embedding table", [&](auto tag) {
     using T = decltype(tag);
     embedding_kernel<T>
         <<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
-            static_cast<const T*>(table), dim, ids, out);
+            static_cast<const T*>(table), dim, ids, pending, out);
   });
   check_launch("embedding_kernel");
 }

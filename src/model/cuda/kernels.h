@@ -9,13 +9,15 @@
 #include <cstdint>
 
 #include "pagedattn/dtype.h"
+#include "pagedattn/sampling.h"
 
 namespace pagedattn::model::cuda {
 
 // out [rows, dim] f32 = table [vocab, dim] (table_dtype, contiguous) rows at ids [rows] (valid:
-// checked on the host before).
+// checked on the host before). An id -(r + 1) is a pending token (overlap scheduling): the token
+// at pending[r], which the previous step's sampling kernel wrote.
 void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t* ids, int64_t rows,
-               float* out, void* stream);
+               const ops::SampledToken* pending, float* out, void* stream);
 
 // The pre-norm residual step over rows of `dim` (one block per row):
 //   residual[r] += add[r] (when add != null), then out[r] = weight ⊙ residual[r] / rms, written in

@@ -125,8 +125,23 @@ struct CudaModel::State final : DeviceStep {
   // Model::last_device_timing: events at the forward's call and after its last command; the
   // previous forward's end event, to time the gap between them.
   cudaEvent_t call_event = nullptr, done_event = nullptr, previous_done_event = nullptr;
-  bool has_previous_done = false;
   std::optional<Model::DeviceTiming> timing;
+
+  // Steps launched and not collected (Model::launch, overlap scheduling; at most two), in slots
+  // used in turn (launch k: slot k % 3): each its own events and pinned buffer, into which the
+  // step's sampled tokens are copied at its end. previous_launch_rows: the rows of the last launch, which its
+  // successor's pending tokens may name (0 after a forward).
+  struct Launch {
+    cudaEvent_t call = nullptr, done = nullptr;
+    ops::SampledToken* tokens = nullptr;  // pinned host memory, [max_tokens]
+    int64_t rows = 0;
+    bool graph = false;
+  };
+  // Three slots: two launched, and the last collected one, whose end event times the gap.
+  Launch launches[3];
+  int64_t num_launched = 0, num_collected = 0;
+  int64_t previous_launch_rows = 0;
+  cudaEvent_t last_done = nullptr;  // the end of the last step waited for (forward or collect)
 
   // CUDA graphs of decode steps (cuda_model.cpp): graph_sizes are the padded batch sizes (empty:
   // off); graphs[i] the step of graph_sizes[i] requests, from embedding to the sampling kernel,

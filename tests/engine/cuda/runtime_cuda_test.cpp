@@ -170,7 +170,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineOnCuda,
 // with temperature / top-k / top-p (sampled by the kernel when on; drawn by the engine's
 // Sampler from the copied logits when off) and penalised rows (on the host either way), each kind
 // as one batch; every choice's tokens are the same, no page leaked. A seeded draw could differ only
-// within ~1e-9 of a cumulative boundary (sampling.h), not expected in these ~300 draws.
+// within ~1e-9 of a cumulative boundary (sampling.h), not expected in these ~300 draws. Three runs:
+// sampling on the device with overlap scheduling (the default: each decode step launched before
+// the previous one is collected, its input tokens read on the device), on the device one step at
+// a time, and on the host. A fourth kind stops at a token greedy decoding meets mid-way (the
+// overlapped step after the stop is dropped).
 TEST(EngineOnCudaModelSampling, SameTokensAsTheHostSampler) {
   REQUIRE_GPU();
   const model::testing::Fixture fixture = model::testing::Fixture::load("qwen3_bf16");
@@ -186,8 +190,15 @@ TEST(EngineOnCudaModelSampling, SameTokensAsTheHostSampler) {
   kinds[2] = kinds[1];
   kinds[2].n = 1;
   kinds[2].repetition_penalty = 1.3;  // not samplable on the device
+  // Stop at prompt 0's first greedy token unlike its first one (tied fixtures repeat tokens).
+  const std::vector<int32_t>& greedy0 = fixture.prompts[0].generated;
+  size_t stop_at = 1;
+  while (stop_at + 1 < greedy0.size() && greedy0[stop_at] == greedy0[0]) ++stop_at;
+  kinds.push_back(kinds[0]);
+  kinds[3].stop_token_ids = {greedy0[stop_at]};
   std::vector<std::vector<std::vector<int32_t>>> runs;
-  for (const bool on : {true, false}) {
+  for (const int mode : {0, 1, 2}) {
+    const bool on = mode < 2;
     RuntimeOptions options;
     options.model.device = "cuda";
     options.model.compute_dtype = DType::kF32;
@@ -197,6 +208,7 @@ TEST(EngineOnCudaModelSampling, SameTokensAsTheHostSampler) {
     auto runtime = ModelRuntime::open(fixture.directory, options);
     EXPECT_EQ(runtime->prefers_model_sampling(), on);
     EngineConfig config = runtime->engine_config();
+    if (mode == 1) config.overlap = false;
     Engine engine(config, *runtime);
     std::vector<std::vector<int32_t>> tokens;
     for (size_t k = 0; k < kinds.size(); ++k) {
@@ -215,12 +227,23 @@ TEST(EngineOnCudaModelSampling, SameTokensAsTheHostSampler) {
       }
     }
     engine.check_consistency();
+    if (mode == 0) {
+      EXPECT_GT(engine.stats().num_overlapped_steps, 32) << "overlap scheduling did not run";
+    } else {
+      EXPECT_EQ(engine.stats().num_overlapped_steps, 0);
+    }
     engine.clear_prefix_cache();
     EXPECT_EQ(engine.allocator().num_free_pages(), config.num_pages) << "pages leaked";
     runs.push_back(std::move(tokens));
   }
-  ASSERT_EQ(runs[0].size(), runs[1].size());
-  for (size_t i = 0; i < runs[0].size(); ++i) EXPECT_EQ(runs[0][i], runs[1][i]) << "choice " << i;
+  for (const int mode : {1, 2}) {
+    ASSERT_EQ(runs[0].size(), runs[mode].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      EXPECT_EQ(runs[mode][i], runs[0][i]) << "mode " << mode << ", choice " << i;
+    }
+  }
+  // The stop kind: prompt 0 stops at that token (which is emitted).
+  EXPECT_EQ(runs[0][runs[0].size() - prompts.size()].size(), stop_at + 1);
 }
 
 // The defaults a user gets (device auto, bf16 compute and KV) on a GPU machine.

@@ -60,6 +60,7 @@ struct ThroughputOptions {
   std::string backend = "auto";
   std::string device = "auto";
   bool enforce_eager = false;  // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
+  bool no_overlap = false;     // EngineConfig::overlap false
   int threads = 0;
   double ceiling_time = 1.0;
   int64_t ceiling_mib = 0;
@@ -138,6 +139,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
   engine_config.max_tokens_per_step = options.max_tokens_per_step;
   engine_config.prefix_cache = !options.no_prefix_cache;
   if (options.host_sampling) engine_config.model_sampling = false;
+  if (options.no_overlap) engine_config.overlap = false;
   engine_config.seed = options.selection.seed;
   TimedRunner runner(*runtime, &runtime->model());
   const bool model_sampling =
@@ -267,6 +269,10 @@ void run_bench_throughput(const ThroughputOptions& options) {
         idle.steady_decode_gap_ms);
     fmt::print("CUDA graphs: {} of {} decode-only steps replayed one{}\n", idle.graph_steps,
                idle.decode_steps, options.enforce_eager ? " (--enforce-eager)" : "");
+    fmt::print("overlap scheduling: {} of {} steps launched before the previous one was taken "
+               "in{}\n",
+               stats.num_overlapped_steps, stats.num_steps,
+               options.no_overlap ? " (--disable-overlap-schedule)" : "");
     fmt::print(
         "ceilings after the run: read {:.1f} GB/s, GEMM {:.1f} TFLOP/s (before: {:.1f}, "
         "{:.1f})\n",
@@ -312,6 +318,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
       row["gpu_idle_steady_decode"] = idle.steady_decode;
       row["gpu_gap_ms_median"] = idle.steady_decode_gap_ms;
       row["graph_steps"] = idle.graph_steps;
+      row["overlapped_steps"] = stats.num_overlapped_steps;
       row["decode_steps"] = idle.decode_steps;
     }
     const nlohmann::json document = {
@@ -385,6 +392,8 @@ void add_bench_throughput_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_flag("--enforce-eager", options->enforce_eager,
                 "On a GPU: launch every decode step kernel by kernel (no CUDA graphs)");
+  cmd->add_flag("--disable-overlap-schedule", options->no_overlap,
+                "On a GPU: run each step to its end before scheduling the next (no overlap scheduling)");
   cmd->add_option("--threads", options->threads, "CPU threads (0: all cores)");
   cmd->add_option("--ceiling-time", options->ceiling_time,
                   "seconds of samples for each ceiling (memory read, GEMM)")

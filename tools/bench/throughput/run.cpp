@@ -25,7 +25,7 @@ double seconds_since(Clock::time_point start) {
 void TimedRunner::forward(const engine::StepPlan& plan, std::span<float> logits) {
   const auto start = Clock::now();
   inner_.forward(plan, logits);
-  record(plan, seconds_since(start));
+  record(shape_of(plan), seconds_since(start));
 }
 
 void TimedRunner::forward_sampled(const engine::StepPlan& plan,
@@ -33,11 +33,26 @@ void TimedRunner::forward_sampled(const engine::StepPlan& plan,
                                   std::span<float> logits, std::span<ops::SampledToken> sampled) {
   const auto start = Clock::now();
   inner_.forward_sampled(plan, sampling, logits, sampled);
-  record(plan, seconds_since(start));
+  record(shape_of(plan), seconds_since(start));
 }
 
-void TimedRunner::record(const engine::StepPlan& plan, double seconds) {
-  StepRecord record{shape_of(plan), seconds, 0};
+void TimedRunner::launch(const engine::StepPlan& plan, std::span<const ops::RowSampling> sampling) {
+  const auto start = Clock::now();
+  inner_.launch(plan, sampling);
+  launched_.emplace_back(shape_of(plan), seconds_since(start));
+}
+
+void TimedRunner::collect(std::span<ops::SampledToken> sampled) {
+  const auto start = Clock::now();
+  inner_.collect(sampled);
+  PA_CHECK(!launched_.empty(), "bench: collect without a launch");
+  const auto [shape, launch_s] = launched_.front();
+  launched_.pop_front();
+  record(shape, launch_s + seconds_since(start));
+}
+
+void TimedRunner::record(const StepShape& shape, double seconds) {
+  StepRecord record{shape, seconds, 0};
   if (model_ != nullptr) {
     if (const auto timing = model_->last_device_timing()) {
       record.device_span_s = timing->span_seconds;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <vector>
 
@@ -27,12 +28,18 @@ class TimedRunner final : public engine::ModelRunner {
   bool prefers_model_sampling() const override { return inner_.prefers_model_sampling(); }
   void forward_sampled(const engine::StepPlan& plan, std::span<const ops::RowSampling> sampling,
                        std::span<float> logits, std::span<ops::SampledToken> sampled) override;
+  // Overlap scheduling: a step is recorded when collected (its device timing is then known), its
+  // forward time being its launch's plus its collect's.
+  bool supports_overlap() const override { return inner_.supports_overlap(); }
+  void launch(const engine::StepPlan& plan, std::span<const ops::RowSampling> sampling) override;
+  void collect(std::span<ops::SampledToken> sampled) override;
   std::vector<StepRecord> records;
 
  private:
-  void record(const engine::StepPlan& plan, double seconds);
+  void record(const StepShape& shape, double seconds);
   engine::ModelRunner& inner_;
   const model::Model* model_ = nullptr;
+  std::deque<std::pair<StepShape, double>> launched_;  // shape and launch time, oldest first
 };
 
 struct RunResult {
