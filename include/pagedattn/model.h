@@ -79,9 +79,13 @@ class KvPool {
   int64_t num_layers() const;
   PagedKv layer_kv(int64_t layer) const;
   PagedLatent layer_latent(int64_t layer) const;
+  // Unique to this pool in the process (a moved pool keeps it): what a CUDA graph captured over
+  // the pool is keyed by. Its addresses are not: a new pool may get a freed one's memory.
+  uint64_t id() const { return id_; }
 
  private:
   KvPoolConfig config_;
+  uint64_t id_ = 0;
   bool mla_ = false;
   std::vector<HostKvCache> kv_;  // host pools
   std::vector<HostMlaCache> latent_;

@@ -4,6 +4,8 @@
 // (kv_cache.h's HostMlaCache), the 576-wide layout of DeepSeek's real dimensions. On the host
 // each layer owns its HostKvCache / HostMlaCache; on a CUDA device one zeroed allocation holds
 // every layer (layer after layer, K then V), with the same shapes and strides.
+#include <atomic>
+
 #include "core/check.h"
 #include "pagedattn/model.h"
 #ifdef PAGEDATTN_WITH_CUDA
@@ -34,6 +36,8 @@ int64_t KvPool::bytes_per_page(const ModelConfig& config, int32_t alloc_page_siz
 }
 
 KvPool::KvPool(const ModelConfig& config, const KvPoolConfig& pool) : config_(pool) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id.fetch_add(1);
   PA_CHECK(config_.alloc_page_size >= 1, "kv pool: alloc_page_size {} (expected >= 1)",
            config_.alloc_page_size);
   if (config_.page_size == 0) config_.page_size = config_.alloc_page_size;

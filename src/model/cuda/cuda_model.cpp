@@ -529,9 +529,6 @@ void enqueue_graph_body(State& s, int64_t rows) {
   }
 }
 
-const void* pool_key(const KvPool& pool) {
-  return pool.is_mla() ? pool.layer_latent(0).ckv.data : pool.layer_kv(0).k.data;
-}
 
 // Captures graph `index` (the step now in s: its padded size, metadata and pool) on the idle
 // stream. A capture the driver refuses turns graphs off for this model, with one line on stderr:
@@ -574,7 +571,7 @@ void capture_graph(State& s, size_t index, int64_t rows) {
   }
   graph.workspace_generation = s.planner.workspace_generation();
   graph.buffers_generation = s.buffers_generation;
-  graph.pool = pool_key(*s.pool);
+  graph.pool = s.pool->id();
   ++s.graph_captures;
 }
 
@@ -705,7 +702,7 @@ Logits CudaModel::run(const Step& step, KvPool& pool, bool launch) {
     const State::Graph& graph = s.graphs[graph_index];
     replay = graph.exec != nullptr &&
              graph.workspace_generation == s.planner.workspace_generation() &&
-             graph.buffers_generation == s.buffers_generation && graph.pool == pool_key(pool);
+             graph.buffers_generation == s.buffers_generation && graph.pool == pool.id();
   }
 
   const int64_t vocab = s.config.vocab_size;

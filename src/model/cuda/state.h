@@ -151,7 +151,7 @@ struct CudaModel::State final : DeviceStep {
   struct Graph {
     cudaGraphExec_t exec = nullptr;
     int64_t workspace_generation = -1, buffers_generation = -1;
-    const void* pool = nullptr;
+    uint64_t pool = 0;  // KvPool::id
   };
   std::vector<int32_t> graph_sizes;
   std::vector<Graph> graphs;

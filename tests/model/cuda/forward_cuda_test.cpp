@@ -13,12 +13,15 @@
 //      the CPU model's bf16-KV run rounds K and V once per layer and measures up to 0.043 per row
 //      (median 0.015, llama3_bf16); the GPU also rounds to bf16 the inputs of every GEMM, q and
 //      the attention output, about seven operands of a layer at the same 2^-9, whose independent
-//      errors add in quadrature: ~1.9x. Bound: every row within 0.1 (twice SGLang's 5e-2 for
-//      bf16), the median row within 3e-2, and transformers' greedy token in our top 5 on every
-//      row (vLLM's rule). For MoE a near-tied router choice can flip under bf16 rounding, moving
-//      that token's rows by O(1) (the CPU sees it too): median within 3e-2, 85% of rows within
-//      0.1, top-5 misses only on the rows beyond it. The figures are printed: tighten from the
-//      H200's.
+//      errors add in quadrature: ~1.9x. The peer: transformers itself in bf16 on the same inputs
+//      (scripts/fixtures/bf16_peer.py -> tests/data/model/bf16_peer.json, run on the GPU machine)
+//      departs from its f32 logits by a median row of 0.053-0.073 and a worst dense row of 0.11-
+//      0.13. Bound: the median row within the peer's median for that fixture (ours measured
+//      0.027-0.036 on an H100, about half), every row within 0.1 (twice SGLang's 5e-2 for bf16)
+//      and transformers' greedy token in our top 5 on every row (vLLM's rule). For MoE a near-tied
+//      router choice can flip under bf16 rounding, moving that token's rows by O(1) (the CPU and
+//      transformers' bf16 see it too: its worst rows 3.3 and 4.2): the median as above, 85% of
+//      rows within 0.1, top-5 misses only on the rows beyond it.
 //    - against the CPU model (both f32): 1e-4 per row and identical argmax in every row: the rule
 //      that every backend is checked against the CPU.
 // 2. Invariance on the GPU (f32): page sizes 1 / 16 / 64 and attention pages of 4 in allocation
@@ -29,7 +32,9 @@
 //    Qwen3-0.6B (16 / 8 heads, head_dim 128, q/k norm), Llama 3.2 1B (32 / 8 heads, head_dim 64)
 //    and DeepSeek-V2-Lite / V3 (MLA 512 + 64, 16 and 128 heads, MoE) with few layers, narrow MLPs
 //    and a small vocabulary, bf16 on the GPU (auto picks the "cuda" backend: checked) against the
-//    CPU model with a bf16 KV cache, at the bf16 criterion above; and page size 1 vs 16 on the GPU.
+//    CPU model with a bf16 KV cache, at the bf16 criterion above with the largest peer median
+//    (0.073 -> 0.075: there is no transformers run of these shapes; ours measured 0.038-0.052
+//    over 2-4 layers on an H100); and page size 1 vs 16 on the GPU.
 // 3b. CUDA graphs: decode steps over changing subsets of requests (sizes that repeat and pad)
 //    replay graphs whose logits match the CPU model and the eager GPU steps at the bf16
 //    criterion (MoE models too: their decode steps route on the device); MoE layers with f32
@@ -41,8 +46,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
@@ -131,10 +140,21 @@ struct Comparison {
 
 // The bf16 criterion (see the file comment).
 constexpr double kBf16RowBound = 1e-1;
-constexpr double kBf16MedianBound = 3e-2;
+// The largest median of transformers' own bf16 run over the fixtures (bf16_peer.json: 0.0732).
+constexpr double kBf16MedianBound = 0.075;
 
-void expect_bf16_bound(const Comparison& c, bool moe, const std::string& what) {
-  EXPECT_LE(c.median(), kBf16MedianBound) << what << ": " << c.str();
+// transformers' bf16 median row for `fixture` (tests/data/model/bf16_peer.json).
+double peer_median(const Fixture& fixture) {
+  const std::filesystem::path path = fixture.directory.parent_path() / "bf16_peer.json";
+  std::ifstream in(path);
+  if (!in) ADD_FAILURE() << "missing " << path;
+  const nlohmann::json peer = nlohmann::json::parse(in);
+  return peer.at("cases").at(fixture.name).at("median").get<double>();
+}
+
+void expect_bf16_bound(const Comparison& c, bool moe, const std::string& what,
+                       double median_bound = kBf16MedianBound) {
+  EXPECT_LE(c.median(), median_bound) << what << ": " << c.str();
   if (moe) {
     EXPECT_GE(c.fraction_within(kBf16RowBound), 0.85) << what << ": " << c.str();
     EXPECT_EQ(c.top5_misses_within_bound, 0) << what << ": " << c.str();
@@ -205,9 +225,10 @@ TEST_P(CudaVsTransformers, Bf16WithinBound) {
   const Checkpoint checkpoint = Checkpoint::open(fixture.directory);
   Model model(checkpoint.config(), checkpoint.weights(), cuda_options());
   const Comparison c = against_fixture(run_fixture(model, fixture, DType::kBF16), fixture);
-  fmt::print("{}: cuda bf16 KV (compute {}): {}\n", fixture.name,
-             dtype_name(checkpoint.weights().dtype), c.str());
-  expect_bf16_bound(c, checkpoint.config().moe.has_value(), fixture.name);
+  const double peer = peer_median(fixture);
+  fmt::print("{}: cuda bf16 KV (compute {}): {}; transformers bf16 median {:.3g}\n", fixture.name,
+             dtype_name(checkpoint.weights().dtype), c.str(), peer);
+  expect_bf16_bound(c, checkpoint.config().moe.has_value(), fixture.name, peer);
 }
 
 TEST_P(CudaVsTransformers, F32MatchesTheCpuModel) {
