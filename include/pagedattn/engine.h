@@ -166,6 +166,8 @@ class Engine {
   bool step_at_once(std::chrono::steady_clock::time_point start);
   // A step launched before the previous one is collected (overlap scheduling).
   bool step_overlapped(std::chrono::steady_clock::time_point start);
+  // The scheduled step's token ids and block tables, its choices (step_choices_), the counters.
+  void fill_step(ScheduleResult& result);
   // Handles the scheduler's rejections of this step; false when there were none.
   bool finish_rejected(const ScheduleResult& result);
   // Waits for the launched step and takes in its tokens (stop checks, events). A row whose

@@ -529,6 +529,15 @@ bool Engine::finish_rejected(const ScheduleResult& result) {
   return !result.rejected.empty();
 }
 
+void Engine::fill_step(ScheduleResult& result) {
+  scheduler_->fill_plan(&result);
+  step_choices_.clear();
+  for (const Sequence* sequence : result.scheduled)
+    step_choices_.push_back(choices_.at(sequence->id));
+  ++num_steps_;
+  num_computed_tokens_ += result.plan.num_tokens;
+}
+
 bool Engine::step_at_once(std::chrono::steady_clock::time_point start) {
   ScheduleResult& result = *step_;
   scheduler_->schedule(&result);
@@ -539,12 +548,7 @@ bool Engine::step_at_once(std::chrono::steady_clock::time_point start) {
     return worked;
   }
   const auto plan_start = std::chrono::steady_clock::now();
-  scheduler_->fill_plan(&result);
-  step_choices_.clear();
-  for (const Sequence* sequence : result.scheduled)
-    step_choices_.push_back(choices_.at(sequence->id));
-  ++num_steps_;
-  num_computed_tokens_ += result.plan.num_tokens;
+  fill_step(result);
   const size_t vocab = static_cast<size_t>(limits_.vocab_size);
   const size_t logit_floats = static_cast<size_t>(result.plan.num_logit_rows) * vocab;
   if (logit_floats > logits_capacity_) {
@@ -604,12 +608,7 @@ bool Engine::step_overlapped(std::chrono::steady_clock::time_point start) {
     return worked;
   }
   const auto plan_start = std::chrono::steady_clock::now();
-  scheduler_->fill_plan(&result);
-  step_choices_.clear();
-  for (const Sequence* sequence : result.scheduled)
-    step_choices_.push_back(choices_.at(sequence->id));
-  ++num_steps_;
-  num_computed_tokens_ += result.plan.num_tokens;
+  fill_step(result);
   plan_model_sampling(result);
   // No live request blocks overlap, so the runner draws every row.
   PA_CHECK(static_cast<int64_t>(row_sampling_.size()) == result.plan.num_logit_rows &&

@@ -530,6 +530,22 @@ void enqueue_graph_body(State& s, int64_t rows) {
 }
 
 
+// Model::last_device_timing of a step whose events have completed: its span (call -> done) and
+// the device's idle gap since the last step waited for (s.last_done; 0 when the call's event
+// was reached before that step ended, as with overlap scheduling).
+void record_timing(State& s, cudaEvent_t call, cudaEvent_t done, bool graph) {
+  Model::DeviceTiming timing;
+  float ms = 0;
+  PA_CUDA_CHECK(cudaEventElapsedTime(&ms, call, done));
+  timing.span_seconds = ms * 1e-3;
+  if (s.last_done != nullptr) {
+    PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.last_done, call));
+    timing.gap_seconds = std::max(0.0f, ms) * 1e-3;
+  }
+  timing.graph = graph;
+  s.timing = timing;
+}
+
 // Captures graph `index` (the step now in s: its padded size, metadata and pool) on the idle
 // stream. A capture the driver refuses turns graphs off for this model, with one line on stderr:
 // the step it follows has already run eagerly, and the next steps run eagerly too.
@@ -588,16 +604,7 @@ std::vector<ops::SampledToken> CudaModel::collect() {
   State::Launch& launch = s.launches[s.num_collected % 3];
   PA_CUDA_CHECK(cudaEventSynchronize(launch.done));
   ++s.num_collected;
-  Model::DeviceTiming timing;
-  float ms = 0;
-  PA_CUDA_CHECK(cudaEventElapsedTime(&ms, launch.call, launch.done));
-  timing.span_seconds = ms * 1e-3;
-  if (s.last_done != nullptr) {
-    PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.last_done, launch.call));
-    timing.gap_seconds = std::max(0.0f, ms) * 1e-3;
-  }
-  timing.graph = launch.graph;
-  s.timing = timing;
+  record_timing(s, launch.call, launch.done, launch.graph);
   s.last_done = launch.done;
   std::vector<ops::SampledToken> tokens(launch.tokens, launch.tokens + launch.rows);
   for (size_t r = 0; r < tokens.size(); ++r) {
@@ -778,16 +785,7 @@ Logits CudaModel::run(const Step& step, KvPool& pool, bool launch) {
   }
   PA_CUDA_CHECK(cudaEventRecord(s.done_event, s.stream));
   PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  Model::DeviceTiming timing;
-  float ms = 0;
-  PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.call_event, s.done_event));
-  timing.span_seconds = ms * 1e-3;
-  if (s.last_done != nullptr) {
-    PA_CUDA_CHECK(cudaEventElapsedTime(&ms, s.last_done, s.call_event));
-    timing.gap_seconds = ms * 1e-3;
-  }
-  timing.graph = replay;
-  s.timing = timing;
+  record_timing(s, s.call_event, s.done_event, replay);
   std::swap(s.done_event, s.previous_done_event);
   s.last_done = s.previous_done_event;
   if (replay) ++s.graph_replays;
