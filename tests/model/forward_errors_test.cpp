@@ -122,6 +122,58 @@ TEST(KvPool, SizedFromAByteBudget) {
   EXPECT_THROW(KvPool(c, config), Error);
 }
 
+// Pools are told apart by id, not address (CUDA graphs are keyed by it): every pool a new one,
+// a moved pool keeps its own.
+TEST(KvPool, EachPoolHasItsOwnIdAndAMoveKeepsIt) {
+  const Checkpoint checkpoint = Checkpoint::open(testing::Fixture::load("qwen3_bf16").directory);
+  KvPoolConfig config;
+  config.num_pages = 2;
+  config.dtype = DType::kF32;
+  KvPool first(checkpoint.config(), config);
+  const uint64_t id = first.id();
+  KvPool moved = std::move(first);
+  EXPECT_EQ(moved.id(), id);
+  const KvPool second(checkpoint.config(), config);
+  EXPECT_NE(second.id(), id);
+  EXPECT_NE(second.id(), 0u);
+}
+
+// Model::launch / collect (overlap scheduling) are for a model on CUDA: on the CPU, can_launch is
+// false and both are an Error that says so; the pool is untouched.
+TEST(ModelLaunch, OnTheCpuLaunchAndCollectSaySo) {
+  const testing::Fixture fixture = testing::Fixture::load("qwen3_bf16");
+  const Checkpoint checkpoint = Checkpoint::open(fixture.directory);
+  Model model(checkpoint.config(), checkpoint.weights(), testing::cpu_options());
+  EXPECT_FALSE(model.can_launch());
+  KvPoolConfig config;
+  config.alloc_page_size = 4;
+  config.dtype = DType::kF32;
+  config.num_pages = 4;
+  KvPool pool = model.make_kv_pool(config);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  const std::vector<int32_t> table = {1};
+  Step step;
+  step.requests.push_back({prompt, 0, {}, table});
+  const std::vector<char> before = snapshot(pool);
+  try {
+    model.launch(step, pool);
+    ADD_FAILURE() << "launch on the CPU did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("launch: a model on cpu runs its steps with forward"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(before == snapshot(pool));
+  try {
+    model.collect();
+    ADD_FAILURE() << "collect on the CPU did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("collect: a model on cpu launches nothing"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // ModelOptions::device: "cuda" where no CUDA device can be used (CI) or in a build without CUDA is
 // an Error that says which; "auto" with a CPU backend named stays on the CPU; a CPU model's pool
 // is on the CPU; an unknown device is named.
