@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -27,7 +28,12 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 const fs::path kSourceDir = PAGEDATTN_SOURCE_DIR;
-const fs::path kTokenizerDir = PAGEDATTN_TOKENIZER_DATA_DIR;
+// The real tokenizers' files: $PAGEDATTN_TOKENIZERS when set (as real_tokenizers.cpp reads it),
+// else the build tree's copy.
+fs::path tokenizer_dir() {
+  if (const char* directory = std::getenv("PAGEDATTN_TOKENIZERS")) return directory;
+  return PAGEDATTN_TOKENIZER_DATA_DIR;
+}
 const char* const kRealTokenizers[] = {"qwen3", "deepseek_v3", "llama3"};
 
 Json read_json(const fs::path& path) {
@@ -44,7 +50,7 @@ std::string read_text(const fs::path& path) {
 }
 
 Json tokenizer_config(const std::string& name) {
-  fs::path path = kTokenizerDir / name / "tokenizer_config.json";
+  fs::path path = tokenizer_dir() / name / "tokenizer_config.json";
   if (!fs::exists(path)) {
     throw std::runtime_error(path.string() +
                              " is missing: the fetch_tokenizers test fixture "
