@@ -246,6 +246,76 @@ TEST(EngineOnCudaModelSampling, SameTokensAsTheHostSampler) {
   EXPECT_EQ(runs[0][runs[0].size() - prompts.size()].size(), stop_at + 1);
 }
 
+// Overlap scheduling over CUDA graphs: the defaults (bf16 compute and KV) on the fixture with the
+// real MLA widths, whose decode steps run the tuned kernels and so replay CUDA graphs (MoE routed on
+// the device) with the embedding reading the pending tokens, give the same tokens with overlap on
+// and off: greedy and seeded rows, requests joining one per step (batch sizes that change, so
+// graphs of several sizes). No stops: every step then has the same rows in both runs, so the same
+// kernels and bitwise the same logits (a stop would leave one wasted row in the overlapped run's
+// next step, a different GEMM shape, and bf16 rounding that may differ; the f32 test above covers
+// stops).
+TEST(EngineOnCudaOverlap, GraphStepsGiveTheSameTokensAsStepsOneAtATime) {
+  REQUIRE_GPU();
+  const model::testing::Fixture fixture = model::testing::Fixture::load("deepseek_v3_mla512_bf16");
+  std::vector<std::vector<std::vector<int32_t>>> runs;
+  for (const bool overlap : {true, false}) {
+    RuntimeOptions options;
+    options.model.device = "cuda";
+    options.num_pages = 1024;
+    auto runtime = ModelRuntime::open(fixture.directory, options);
+    EngineConfig config = runtime->engine_config();
+    config.overlap = overlap;
+    Engine engine(config, *runtime);
+    std::vector<Engine::Handle> handles;
+    for (size_t i = 0; i < 3 * fixture.prompts.size(); ++i) {
+      SamplingParams params;
+      params.max_tokens = 24 + static_cast<int32_t>(i % 5);
+      params.ignore_eos = true;
+      if (i % 2 == 1) {
+        params.temperature = 0.8;
+        params.top_p = 0.9;
+        params.seed = 11 + i;
+      } else {
+        params.temperature = 0.0;
+      }
+      handles.push_back(
+          engine.add_request(fixture.prompts[i % fixture.prompts.size()].prompt, params));
+      engine.step();  // one request joins per step: the decode batch grows
+    }
+    int64_t graph_steps = 0;
+    while (engine.has_work()) {
+      engine.step();
+      const auto timing = runtime->model().last_device_timing();
+      graph_steps += timing.has_value() && timing->graph ? 1 : 0;
+    }
+    EXPECT_GT(graph_steps, 10) << "decode steps did not replay CUDA graphs";
+    std::vector<std::vector<int32_t>> tokens;
+    for (auto& handle : handles) {
+      std::vector<int32_t> out;
+      while (auto event = handle.stream->try_pop()) {
+        EXPECT_EQ(event->error, "");
+        out.insert(out.end(), event->token_ids.begin(), event->token_ids.end());
+      }
+      tokens.push_back(std::move(out));
+    }
+    const EngineStats stats = engine.stats();
+    if (overlap) {
+      EXPECT_GT(stats.num_overlapped_steps, stats.num_steps / 2);
+    } else {
+      EXPECT_EQ(stats.num_overlapped_steps, 0);
+    }
+    engine.check_consistency();
+    engine.clear_prefix_cache();
+    EXPECT_EQ(engine.allocator().num_free_pages(), config.num_pages) << "pages leaked";
+    runs.push_back(std::move(tokens));
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_EQ(runs[0][i], runs[1][i]) << "request " << i;
+    EXPECT_FALSE(runs[0][i].empty()) << "request " << i;
+  }
+}
+
 // The defaults a user gets (device auto, bf16 compute and KV) on a GPU machine.
 TEST(EngineOnCudaDefaults, AutoRunsOnTheGpuAndGenerates) {
   REQUIRE_GPU();
