@@ -39,6 +39,7 @@ struct RuntimeOptions {
   double kv_memory_fraction = 0;
   int64_t kv_bytes = 256ll << 20;     // else as many pages as fit in this many bytes,
   int32_t max_sequences = 0;          // > 0: but no more than this many full-length sequences need
+  int64_t max_pages = 0;              // > 0: and no more than this many pages
   // Whether the engine should hand the rows the model can sample to it (prefers_model_sampling):
   // unset: when the model is on a GPU (only tokens come back instead of every logits row).
   std::optional<bool> model_sampling;

@@ -87,6 +87,7 @@ int64_t pool_pages(const model::ModelConfig& config, const model::Model& model,
         (config.max_position_embeddings + options.page_size - 1) / options.page_size;
     pages = std::min(pages, options.max_sequences * per_sequence);
   }
+  if (options.max_pages > 0) pages = std::min(pages, options.max_pages);
   return std::min<int64_t>(pages, std::numeric_limits<int32_t>::max());
 }
 

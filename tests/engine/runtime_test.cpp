@@ -235,6 +235,25 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineOverFixture,
                                            "qwen3_bf16", "deepseek_v2_f16", "deepseek_v3_bf16"),
                          [](const auto& info) { return info.param; });
 
+// The pool's size: as many pages as kv_bytes holds, no more than max_pages; num_pages overrides
+// both.
+TEST(ModelRuntime, PoolSizedFromTheBudgetAndItsCaps) {
+  const std::filesystem::path dir = fixture_dir("qwen3_bf16");
+  RuntimeOptions options;
+  options.model.device = "cpu";
+  options.kv_dtype = DType::kF32;
+  const int64_t page_bytes = model::KvPool::bytes_per_page(
+      ModelRuntime::open(dir, options)->config(), options.page_size, DType::kF32);
+  options.kv_bytes = 100 * page_bytes + page_bytes / 2;
+  EXPECT_EQ(ModelRuntime::open(dir, options)->pool().num_pages(), 100);
+  options.max_pages = 37;
+  EXPECT_EQ(ModelRuntime::open(dir, options)->pool().num_pages(), 37);
+  options.max_pages = 1000;
+  EXPECT_EQ(ModelRuntime::open(dir, options)->pool().num_pages(), 100);
+  options.num_pages = 7;
+  EXPECT_EQ(ModelRuntime::open(dir, options)->pool().num_pages(), 7);
+}
+
 TEST(ModelRuntime, BadDirectoryNamesTheFile) {
   try {
     ModelRuntime::open(fixture_dir("no_such_model"));

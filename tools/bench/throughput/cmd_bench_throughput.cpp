@@ -55,7 +55,7 @@ struct ThroughputOptions {
   bool no_prefix_cache = false;
   bool host_sampling = false;
   int64_t num_pages = 0;
-  double kv_gib = 16;
+  double kv_gib = 0;
   std::string kv_dtype = "bf16";
   std::string backend = "auto";
   std::string device = "auto";
@@ -85,7 +85,9 @@ void run_bench_throughput(const ThroughputOptions& options) {
   }
   if (options.num_pages < 0)
     throw Error(fmt::format("--num-pages {} (expected >= 1)", options.num_pages));
-  if (!(options.kv_gib > 0)) throw Error(fmt::format("--kv-gib {} (expected > 0)", options.kv_gib));
+  if (!(options.kv_gib >= 0)) {
+    throw Error(fmt::format("--kv-gib {} (expected > 0, or 0 for the default)", options.kv_gib));
+  }
   if (options.ceiling_mib < 0) {
     throw Error(fmt::format("--ceiling-mib {} (expected >= 0)", options.ceiling_mib));
   }
@@ -96,27 +98,38 @@ void run_bench_throughput(const ThroughputOptions& options) {
   WorkloadRequests requests = select_requests(workload, options.selection);
   const int64_t num_requests = static_cast<int64_t>(requests.prompts.size());
 
-  // The KV pool: every request at once unless --num-pages, within --kv-gib.
+  // The KV pool: every request at once unless --num-pages, within --kv-gib (default: on a GPU, 90%
+  // of the device memory the model leaves free, as vLLM's gpu_memory_utilization 0.9 and
+  // nano-vllm do; on the CPU 16 GiB).
   const model::ModelConfig config = options.model.empty() ? model::model_shape(options.shape)
                                                           : model::load_model_config(options.model);
   PA_CHECK(options.selection.max_token_id < config.vocab_size,
            "bench throughput: the workload's token ids go up to {}, the model's vocabulary has {}",
            options.selection.max_token_id, config.vocab_size);
   const int64_t page_bytes = model::KvPool::bytes_per_page(config, options.page_size, kv_dtype);
-  int64_t pages = options.num_pages;
-  if (pages == 0) {
-    for (int64_t r = 0; r < num_requests; ++r) {
-      const int64_t tokens = static_cast<int64_t>(requests.prompts[static_cast<size_t>(r)].size()) +
-                             requests.output_lens[static_cast<size_t>(r)];
-      pages += (tokens + options.page_size - 1) / options.page_size;
-    }
-    pages =
-        std::min<int64_t>(pages, static_cast<int64_t>(options.kv_gib * (1ll << 30)) / page_bytes);
-    pages = std::max<int64_t>(pages, 1);
-  }
   engine::RuntimeOptions runtime_options;
   runtime_options.model.backend = options.backend;
   runtime_options.model.device = options.device;
+  int64_t pages = options.num_pages;
+  if (pages == 0) {
+    int64_t needed = 0;
+    for (int64_t r = 0; r < num_requests; ++r) {
+      const int64_t tokens = static_cast<int64_t>(requests.prompts[static_cast<size_t>(r)].size()) +
+                             requests.output_lens[static_cast<size_t>(r)];
+      needed += (tokens + options.page_size - 1) / options.page_size;
+    }
+    needed = std::max<int64_t>(needed, 1);
+    const bool gpu =
+        model::resolve_model_device(runtime_options.model).type == DeviceType::kCUDA;
+    if (gpu && options.kv_gib == 0) {
+      runtime_options.kv_memory_fraction = 0.9;  // sized once the model is on the device
+      runtime_options.max_pages = needed;
+    } else {
+      const double gib = options.kv_gib > 0 ? options.kv_gib : 16.0;
+      pages = std::max<int64_t>(
+          1, std::min<int64_t>(needed, static_cast<int64_t>(gib * (1ll << 30)) / page_bytes));
+    }
+  }
   if (options.enforce_eager) runtime_options.model.cuda_graph_max_batch = 0;
   runtime_options.model.threads = options.threads;
   runtime_options.page_size = options.page_size;
@@ -380,7 +393,9 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--num-pages", options->num_pages,
                   "KV pool pages (0: every request at once, within --kv-gib)")
       ->capture_default_str();
-  cmd->add_option("--kv-gib", options->kv_gib, "the default pool's size limit in GiB")
+  cmd->add_option("--kv-gib", options->kv_gib,
+                  "the default pool's size limit in GiB (0: on a GPU, 90% of the device memory "
+                  "the model leaves free; on the CPU 16)")
       ->capture_default_str();
   cmd->add_option("--kv-dtype", options->kv_dtype, "KV cache dtype: bf16, f16, f32")
       ->capture_default_str();
