@@ -96,7 +96,7 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, DetokenizerFactory deto
 }
 
 Engine::~Engine() {
-  // A step still on the device is waited for: the runner's buffers outlive nothing of it.
+  // A step still running on the device is waited for, so that none of it outlives the engine.
   if (launched_) {
     try {
       runner_.collect(launched_sampled_);
