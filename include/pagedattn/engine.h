@@ -173,6 +173,8 @@ class Engine {
   // Waits for the launched step and takes in its tokens (stop checks, events). A row whose
   // choice finished since (abort, a stop in the step before) is dropped.
   void collect_launched();
+  // Finishes sequence `id` with kError and `message` unless it has finished already.
+  void fail_if_live(SequenceId id, const std::string& message);
   // Whether a choice with these parameters can be in an overlapped step (every row sampled by
   // the runner, nothing needed on the host).
   bool overlappable(const SamplingParams& params, int64_t max_output) const;

@@ -68,6 +68,10 @@ void flatten(const StepPlan& plan, FlatStep* out);
 constexpr int32_t pending_token(int32_t row) { return -(row + 1); }
 constexpr bool is_pending_token(int32_t token) { return token < 0; }
 constexpr int32_t pending_row(int32_t token) { return -token - 1; }
+// Replaces each pending token of `plan` by the token `previous` (the step launched before it) drew
+// at that row, as a runner that runs steps on the host does; returns how many it replaced. Throws
+// Error naming the sequence for a row `previous` does not have.
+int64_t resolve_pending_tokens(StepPlan& plan, std::span<const ops::SampledToken> previous);
 
 class ModelRunner {
  public:

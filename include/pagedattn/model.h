@@ -211,15 +211,15 @@ class Model {
 
   // Overlap scheduling (cuda; can_launch()): launch() validates and enqueues a step every logits
   // row of which is sampled on the device (Step::sampling with `sample` on each row) and returns
-  // without waiting for it; collect() waits for the oldest launched step and returns its tokens
-  // (Logits::sampled). At most two launched steps are not collected; forward() needs none. A
+  // without waiting for it; collect() waits for the oldest launched step and writes its tokens
+  // (as Logits::sampled; `tokens` has one entry per logits row of that step). At most two launched steps are not collected; forward() needs none. A
   // launched step's token id -(r + 1) is a pending token: the one row r of the previously
   // launched step draws, read where it lands on the device (so the host needs nothing of that
   // step to launch this one). The steps run in launch order. Errors as forward's; a row whose
   // logits are all -inf or NaN is an Error of collect().
   bool can_launch() const;
   void launch(const Step& step, KvPool& pool);
-  std::vector<ops::SampledToken> collect();
+  void collect(std::span<ops::SampledToken> tokens);
 
   // The device's clock around the last forward or collected launch (cuda; nullopt on the CPU or
   // before the first step), from CUDA events on the model's stream: `span` runs from the call

@@ -623,9 +623,7 @@ bool Engine::step_overlapped(std::chrono::steady_clock::time_point start) {
     // The step did not start: its sequences finish with the error, the one before is taken in.
     const std::string message = std::string("model: ") + error.what();
     for (const ScheduledSequence& entry : result.plan.sequences) {
-      if (const auto it = choices_.find(entry.sequence); it != choices_.end()) {
-        finish(*it->second, FinishReason::kError, message);
-      }
+      fail_if_live(entry.sequence, message);
     }
     if (launched_) collect_launched();
     publish_stats();
@@ -662,6 +660,12 @@ bool Engine::step_overlapped(std::chrono::steady_clock::time_point start) {
   return true;
 }
 
+void Engine::fail_if_live(SequenceId id, const std::string& message) {
+  if (const auto it = choices_.find(id); it != choices_.end()) {
+    finish(*it->second, FinishReason::kError, message);
+  }
+}
+
 void Engine::collect_launched() {
   launched_ = false;
   const auto start = std::chrono::steady_clock::now();
@@ -670,11 +674,7 @@ void Engine::collect_launched() {
   } catch (const Error& error) {
     forward_seconds_ += seconds_since(start);
     const std::string message = std::string("model: ") + error.what();
-    for (const SequenceId id : launched_rows_) {
-      if (const auto it = choices_.find(id); it != choices_.end()) {
-        finish(*it->second, FinishReason::kError, message);
-      }
-    }
+    for (const SequenceId id : launched_rows_) fail_if_live(id, message);
     return;
   }
   forward_seconds_ += seconds_since(start);

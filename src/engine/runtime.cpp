@@ -239,13 +239,10 @@ void ModelRuntime::launch(const StepPlan& plan, std::span<const ops::RowSampling
 
 void ModelRuntime::collect(std::span<ops::SampledToken> sampled) {
   if (!state_->model.can_launch()) return ModelRunner::collect(sampled);
-  const std::vector<ops::SampledToken> tokens = state_->model.collect();
-  PA_CHECK(tokens.size() == sampled.size(), "collect: {} tokens came back for {} rows",
-           tokens.size(), sampled.size());
-  for (size_t r = 0; r < tokens.size(); ++r) {
-    PA_CHECK(tokens[r].token >= 0 && tokens[r].token < vocab_size(),
-             "collect: row {} sampled token {} (vocabulary {})", r, tokens[r].token, vocab_size());
-    sampled[r] = tokens[r];
+  state_->model.collect(sampled);
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    PA_CHECK(sampled[r].token >= 0 && sampled[r].token < vocab_size(),
+             "collect: row {} sampled token {} (vocabulary {})", r, sampled[r].token, vocab_size());
   }
 }
 

@@ -60,20 +60,27 @@ void ModelRunner::forward_sampled(const StepPlan& plan, std::span<const ops::Row
   }
 }
 
+int64_t resolve_pending_tokens(StepPlan& plan, std::span<const ops::SampledToken> previous) {
+  int64_t resolved = 0;
+  for (ScheduledSequence& entry : plan.sequences) {
+    for (int32_t& token : entry.token_ids) {
+      if (!is_pending_token(token)) continue;
+      const int32_t row = pending_row(token);
+      PA_CHECK(static_cast<size_t>(row) < previous.size(),
+               "launch: sequence {} waits for row {} of the previous step, which had {} rows",
+               entry.sequence, row, previous.size());
+      token = previous[static_cast<size_t>(row)].token;
+      ++resolved;
+    }
+  }
+  return resolved;
+}
+
 void ModelRunner::launch(const StepPlan& plan, std::span<const ops::RowSampling> sampling) {
   PA_CHECK(static_cast<int64_t>(sampling.size()) == plan.num_logit_rows,
            "launch: {} sampling entries for {} logit rows", sampling.size(), plan.num_logit_rows);
   launched_plan_ = plan;
-  for (ScheduledSequence& entry : launched_plan_.sequences) {
-    for (int32_t& token : entry.token_ids) {
-      if (!is_pending_token(token)) continue;
-      const int32_t row = pending_row(token);
-      PA_CHECK(static_cast<size_t>(row) < previous_launch_.size(),
-               "launch: sequence {} waits for row {} of the previous step, which had {} rows",
-               entry.sequence, row, previous_launch_.size());
-      token = previous_launch_[static_cast<size_t>(row)].token;
-    }
-  }
+  resolve_pending_tokens(launched_plan_, previous_launch_);
   launched_logits_.resize(sampling.size() * static_cast<size_t>(vocab_size()));
   std::vector<ops::SampledToken> sampled(sampling.size());
   forward_sampled(launched_plan_, sampling, launched_logits_, sampled);

@@ -201,10 +201,11 @@ void Model::launch(const Step& step, KvPool& pool) {
           device().str());
 }
 
-std::vector<ops::SampledToken> Model::collect() {
+void Model::collect(std::span<ops::SampledToken> tokens) {
 #ifdef PAGEDATTN_WITH_CUDA
-  if (impl_->cuda) return impl_->cuda->collect();
+  if (impl_->cuda) return impl_->cuda->collect(tokens);
 #endif
+  (void)tokens;
   PA_FAIL("collect: a model on {} launches nothing", device().str());
 }
 

@@ -99,26 +99,16 @@ class FakeModel : public ModelRunner {
     queue_.pop_front();
     PA_CHECK(sampled.size() == step.sampling.size(), "fake: {} outputs for {} rows",
              sampled.size(), step.sampling.size());
-    for (ScheduledSequence& entry : step.plan.sequences) {
-      for (int32_t& token : entry.token_ids) {
-        if (!is_pending_token(token)) continue;
-        PA_CHECK(static_cast<size_t>(pending_row(token)) < ran_tokens_.size(),
-                 "fake: pending row {} of a step of {} rows", pending_row(token),
-                 ran_tokens_.size());
-        token = ran_tokens_[static_cast<size_t>(pending_row(token))];
-        ++num_pending_resolved_;
-      }
-    }
+    num_pending_resolved_ += resolve_pending_tokens(step.plan, ran_tokens_);
     std::vector<float> logits(step.sampling.size() * static_cast<size_t>(vocab_));
     execute(step.plan, logits);
     ops::RowSampler sampler;
-    ran_tokens_.assign(step.sampling.size(), -1);
+    ran_tokens_.resize(step.sampling.size());
     for (size_t r = 0; r < step.sampling.size(); ++r) {
       const ops::RowDraw draw = sampler.sample(
           std::span<const float>(logits).subspan(r * static_cast<size_t>(vocab_), vocab_),
           step.sampling[r]);
-      sampled[r] = {draw.token, draw.logprob};
-      ran_tokens_[r] = draw.token;
+      sampled[r] = ran_tokens_[r] = {draw.token, draw.logprob};
     }
     ++num_overlapped_steps_;
   }
@@ -225,7 +215,7 @@ class FakeModel : public ModelRunner {
   bool overlap_ = false;
   std::deque<Launched> queue_;
   int32_t last_launch_rows_ = 0;
-  std::vector<int32_t> ran_tokens_;  // the tokens of the step run last
+  std::vector<ops::SampledToken> ran_tokens_;  // the tokens of the step run last
   int64_t num_overlapped_steps_ = 0;
   int64_t num_pending_resolved_ = 0;
   int32_t max_in_flight_ = 0;

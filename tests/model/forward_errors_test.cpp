@@ -165,7 +165,8 @@ TEST(ModelLaunch, OnTheCpuLaunchAndCollectSaySo) {
   }
   EXPECT_TRUE(before == snapshot(pool));
   try {
-    model.collect();
+    std::vector<ops::SampledToken> tokens(1);
+    model.collect(tokens);
     ADD_FAILURE() << "collect on the CPU did not throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("collect: a model on cpu launches nothing"),

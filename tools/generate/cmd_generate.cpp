@@ -24,6 +24,7 @@
 #include "pagedattn/tokenizer.h"
 #include "tools/cli/command.h"
 #include "tools/cli/default_model.h"
+#include "tools/cli/gpu_step_options.h"
 
 namespace pagedattn::tools {
 namespace {
@@ -36,8 +37,7 @@ struct GenerateOptions {
   std::string chat_file;
   std::string backend = "auto";
   std::string device = "auto";
-  bool enforce_eager = false;  // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
-  bool no_overlap = false;     // EngineConfig::overlap false
+  GpuStepOptions gpu;
   std::string kv_dtype = "bf16";
   int32_t page_size = 16;
   int32_t max_tokens = 200;
@@ -103,7 +103,7 @@ void run_generate(const GenerateOptions& options) {
   engine::RuntimeOptions runtime_options;
   runtime_options.model.backend = options.backend;
   runtime_options.model.device = options.device;
-  if (options.enforce_eager) runtime_options.model.cuda_graph_max_batch = 0;
+  options.gpu.apply(runtime_options);
   runtime_options.model.threads = options.threads;
   runtime_options.page_size = options.page_size;
   runtime_options.kv_dtype = parse_kv_dtype(options.kv_dtype);
@@ -127,7 +127,7 @@ void run_generate(const GenerateOptions& options) {
   std::string shown;
   std::vector<int32_t> prompt = prompt_ids(options, model_dir, tok, shown);
   engine::EngineConfig engine_config = runtime->engine_config();
-  if (options.no_overlap) engine_config.overlap = false;
+  options.gpu.apply(engine_config);
   engine::Engine engine(engine_config, *runtime, engine::make_detokenizer_factory(tok));
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
   fmt::print(stderr,
@@ -207,10 +207,7 @@ void add_generate_command(CLI::App& parent) {
                    "where the model runs: auto (a usable CUDA device unless --backend names a "
                    "CPU backend, else the CPU), cpu, cuda, cuda:N")
       ->capture_default_str();
-  command->add_flag("--enforce-eager", options->enforce_eager,
-                    "On a GPU: launch every decode step kernel by kernel (no CUDA graphs)");
-  command->add_flag("--disable-overlap-schedule", options->no_overlap,
-                    "On a GPU: run each step to its end before scheduling the next (no overlap scheduling)");
+  add_gpu_step_options(*command, options->gpu);
   command->add_option("--page-size", options->page_size, "KV page size in tokens")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

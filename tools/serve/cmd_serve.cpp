@@ -28,6 +28,7 @@
 #include "pagedattn/tokenizer.h"
 #include "tools/cli/command.h"
 #include "tools/cli/default_model.h"
+#include "tools/cli/gpu_step_options.h"
 
 namespace pagedattn::tools {
 namespace {
@@ -42,8 +43,7 @@ struct ServeOptions {
   int32_t num_pages = 0;  // 0: the runner's choice
   int32_t page_size = 16;
   std::string device = "auto";
-  bool enforce_eager = false;       // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
-  bool no_overlap = false;          // EngineConfig::overlap false
+  GpuStepOptions gpu;
   double kv_memory_fraction = 0.8;  // of the device memory free after loading (CUDA)
   int64_t max_tokens_per_step = 2048;
   int32_t max_running = 256;
@@ -118,7 +118,7 @@ ServedModel load_served_model(const ServeOptions& options) {
   engine::RuntimeOptions runtime_options;
   runtime_options.page_size = options.page_size;
   runtime_options.model.device = options.device;
-  if (options.enforce_eager) runtime_options.model.cuda_graph_max_batch = 0;
+  options.gpu.apply(runtime_options);
   runtime_options.kv_memory_fraction = options.kv_memory_fraction;
   runtime_options.num_pages = options.num_pages;
   runtime_options.max_sequences = options.max_running;  // no more pages than that can use
@@ -133,7 +133,7 @@ ServedModel load_served_model(const ServeOptions& options) {
            "serve: the tokenizer in {} has {} token ids, more than the model's vocabulary of {}",
            tokenizer_directory.string(), tokenizer->vocab_size(), runtime->vocab_size());
   engine::EngineConfig engine_config = runtime->engine_config();
-  if (options.no_overlap) engine_config.overlap = false;
+  options.gpu.apply(engine_config);
   const std::string source = options.shape.empty()
                                  ? directory.string()
                                  : fmt::format("{} (random bf16 weights)", options.shape);
@@ -230,10 +230,7 @@ void add_serve_command(CLI::App& app) {
                   "Where the model runs: auto (a usable CUDA device, else the CPU), cpu, cuda, "
                   "cuda:N")
       ->capture_default_str();
-  cmd->add_flag("--enforce-eager", options->enforce_eager,
-                "On a GPU: launch every decode step kernel by kernel (no CUDA graphs)");
-  cmd->add_flag("--disable-overlap-schedule", options->no_overlap,
-                "On a GPU: run each step to its end before scheduling the next (no overlap scheduling)");
+  add_gpu_step_options(*cmd, options->gpu);
   cmd->add_option("--kv-memory-fraction", options->kv_memory_fraction,
                   "On a GPU without --num-pages: the KV pool's share of the device memory left "
                   "free by the model, (0, 1)")

@@ -597,21 +597,22 @@ Logits CudaModel::forward(const Step& step, KvPool& pool) { return run(step, poo
 
 void CudaModel::launch(const Step& step, KvPool& pool) { run(step, pool, true); }
 
-std::vector<ops::SampledToken> CudaModel::collect() {
+void CudaModel::collect(std::span<ops::SampledToken> tokens) {
   State& s = *state_;
   PA_CHECK(s.num_collected < s.num_launched, "collect: no step launched");
   PA_CUDA_CHECK(cudaSetDevice(s.device.index));
   State::Launch& launch = s.launches[s.num_collected % 3];
+  PA_CHECK(static_cast<int64_t>(tokens.size()) == launch.rows,
+           "collect: {} outputs for a step of {} logits rows", tokens.size(), launch.rows);
   PA_CUDA_CHECK(cudaEventSynchronize(launch.done));
   ++s.num_collected;
   record_timing(s, launch.call, launch.done, launch.graph);
   s.last_done = launch.done;
-  std::vector<ops::SampledToken> tokens(launch.tokens, launch.tokens + launch.rows);
+  std::copy(launch.tokens, launch.tokens + launch.rows, tokens.begin());
   for (size_t r = 0; r < tokens.size(); ++r) {
     PA_CHECK(tokens[r].token >= 0,
              "sampling: logits row {}: every logit is -inf or NaN (nothing to sample)", r);
   }
-  return tokens;
 }
 
 Logits CudaModel::run(const Step& step, KvPool& pool, bool launch) {

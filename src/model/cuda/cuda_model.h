@@ -53,7 +53,7 @@ class CudaModel {
   Logits forward(const Step& step, KvPool& pool);
   // Model::launch / collect (model.h).
   void launch(const Step& step, KvPool& pool);
-  std::vector<ops::SampledToken> collect();
+  void collect(std::span<ops::SampledToken> tokens);
   int64_t device_bytes() const;
   int64_t max_step_tokens() const;
   DType compute_dtype() const;

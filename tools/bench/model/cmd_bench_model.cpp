@@ -39,6 +39,7 @@
 #include "tools/bench/throughput/roofline.h"
 #include "tools/bench/throughput/run.h"
 #include "tools/cli/command.h"
+#include "tools/cli/gpu_step_options.h"
 #include "tools/cli/report.h"
 
 namespace pagedattn::tools {
@@ -50,7 +51,7 @@ struct ModelBenchOptions {
   std::string model;
   std::string shape;
   std::string device = "auto";
-  bool enforce_eager = false;        // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
+  GpuStepOptions gpu;                // --enforce-eager (one model step: no engine to overlap)
   std::vector<std::string> prefill;  // "BxL"
   std::vector<int32_t> batch;        // decode batch sizes
   int32_t context = 1024;            // decode: tokens per sequence after the step
@@ -181,7 +182,7 @@ void run_bench_model(ModelBenchOptions options) {
   engine::RuntimeOptions runtime_options;
   runtime_options.model.backend = options.backend;
   runtime_options.model.device = options.device;
-  if (options.enforce_eager) runtime_options.model.cuda_graph_max_batch = 0;
+  options.gpu.apply(runtime_options);
   runtime_options.model.threads = options.threads;
   runtime_options.model.max_step_tokens = max_tokens;
   runtime_options.page_size = options.page_size;
@@ -302,7 +303,7 @@ void run_bench_model(ModelBenchOptions options) {
       "(planning and the copy back included: {}).\n",
       read_gbs, gemm_gflops, gemm_name,
       !on_gpu ? "the logits"
-      : options.enforce_eager
+      : options.gpu.enforce_eager
           ? "the sampled tokens; every step launched eagerly, --enforce-eager"
           : "the sampled tokens; decode steps replay CUDA graphs, dense models");
 
@@ -340,8 +341,7 @@ void add_bench_model_command(CLI::App& bench) {
   cmd->add_option("--device", options->device,
                   "where the model runs: auto (cuda:0 when usable, else cpu), cpu, cuda, cuda:N")
       ->capture_default_str();
-  cmd->add_flag("--enforce-eager", options->enforce_eager,
-                "On a GPU: launch every decode step kernel by kernel (no CUDA graphs)");
+  add_gpu_step_options(*cmd, options->gpu, /*engine=*/false);
   cmd->add_option("--prefill", options->prefill,
                   "prefill rows BATCHxLENGTH (default: 1x2048 16x512 on a GPU, 1x128 on the CPU; "
                   "with --batch only: none)");

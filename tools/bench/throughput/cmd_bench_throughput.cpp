@@ -35,6 +35,7 @@
 #include "tools/bench/throughput/run.h"
 #include "tools/bench/throughput/workload.h"
 #include "tools/cli/command.h"
+#include "tools/cli/gpu_step_options.h"
 #include "tools/cli/report.h"
 
 namespace pagedattn::tools {
@@ -59,8 +60,7 @@ struct ThroughputOptions {
   std::string kv_dtype = "bf16";
   std::string backend = "auto";
   std::string device = "auto";
-  bool enforce_eager = false;  // no CUDA graphs (ModelOptions::cuda_graph_max_batch 0)
-  bool no_overlap = false;     // EngineConfig::overlap false
+  GpuStepOptions gpu;
   int threads = 0;
   double ceiling_time = 1.0;
   int64_t ceiling_mib = 0;
@@ -130,7 +130,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
           1, std::min<int64_t>(needed, static_cast<int64_t>(gib * (1ll << 30)) / page_bytes));
     }
   }
-  if (options.enforce_eager) runtime_options.model.cuda_graph_max_batch = 0;
+  options.gpu.apply(runtime_options);
   runtime_options.model.threads = options.threads;
   runtime_options.page_size = options.page_size;
   runtime_options.kv_dtype = kv_dtype;
@@ -152,7 +152,7 @@ void run_bench_throughput(const ThroughputOptions& options) {
   engine_config.max_tokens_per_step = options.max_tokens_per_step;
   engine_config.prefix_cache = !options.no_prefix_cache;
   if (options.host_sampling) engine_config.model_sampling = false;
-  if (options.no_overlap) engine_config.overlap = false;
+  options.gpu.apply(engine_config);
   engine_config.seed = options.selection.seed;
   TimedRunner runner(*runtime, &runtime->model());
   const bool model_sampling =
@@ -281,11 +281,11 @@ void run_bench_throughput(const ThroughputOptions& options) {
         100 * idle.between_steps, 100 * idle.steady_decode, idle.steady_decode_steps,
         idle.steady_decode_gap_ms);
     fmt::print("CUDA graphs: {} of {} decode-only steps replayed one{}\n", idle.graph_steps,
-               idle.decode_steps, options.enforce_eager ? " (--enforce-eager)" : "");
+               idle.decode_steps, options.gpu.enforce_eager ? " (--enforce-eager)" : "");
     fmt::print("overlap scheduling: {} of {} steps launched before the previous one was taken "
                "in{}\n",
                stats.num_overlapped_steps, stats.num_steps,
-               options.no_overlap ? " (--disable-overlap-schedule)" : "");
+               options.gpu.no_overlap ? " (--disable-overlap-schedule)" : "");
     fmt::print(
         "ceilings after the run: read {:.1f} GB/s, GEMM {:.1f} TFLOP/s (before: {:.1f}, "
         "{:.1f})\n",
@@ -405,10 +405,7 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--device", options->device,
                   "where the model runs: auto (cuda:0 when usable, else cpu), cpu, cuda, cuda:N")
       ->capture_default_str();
-  cmd->add_flag("--enforce-eager", options->enforce_eager,
-                "On a GPU: launch every decode step kernel by kernel (no CUDA graphs)");
-  cmd->add_flag("--disable-overlap-schedule", options->no_overlap,
-                "On a GPU: run each step to its end before scheduling the next (no overlap scheduling)");
+  add_gpu_step_options(*cmd, options->gpu);
   cmd->add_option("--threads", options->threads, "CPU threads (0: all cores)");
   cmd->add_option("--ceiling-time", options->ceiling_time,
                   "seconds of samples for each ceiling (memory read, GEMM)")
