@@ -3,8 +3,8 @@
 //
 //   pass 1  raw max and (greedy) argmax: (value, id) pairs reduced with "non-NaN beats NaN, larger
 //           value, then lower id; two NaN: higher id", the CPU loop's result; the scaled max.
-//   pass 2  the raw softmax denominator (double) for the logprob; the count and the mass of the
-//           min-p candidates.
+//   pass 2  the raw softmax denominator (f32 terms, a double sum) for the logprob; the count and
+//           the mass of the min-p candidates.
 //   top-k, top-p and the draw are each a selection: the largest key K over the kept tokens whose
 //   cumulative weight from the top, M(key >= K), reaches an integer target. Keys: the 64-bit
 //   composite (order-preserving bits of the scaled f32 logit << 32 | 0xFFFFFFFF - id), whose
@@ -27,13 +27,24 @@
 //
 // The f32 arithmetic that decides kept sets (the temperature multiply, the min-p floor) uses
 // __fmul_rn / __fadd_rn so that no contraction changes a rounding against the CPU; -0 is keyed as
-// +0 since the CPU compares them equal. Cost: 2 passes over the row for greedy; 2 + 4 (id draw)
-// + 4 (top-k) + 8 (top-p) + 8 (value draw) at most, each reading the row from L2 / HBM; the
+// +0 since the CPU compares them equal.
+//
+// Cost. One block owns a row, so every pass is latency-bound unless each thread keeps several
+// loads in flight: rows whose length is a multiple of 4 (and 16-byte aligned) are read as float4
+// groups, kUnroll groups per thread issued before any is used (for_each_group). The common draw,
+// temperature / min-p with no top-k or top-p (nano-vllm's and most benchmarks' sampling), needs no
+// selection: draw order is id order, so the weights pass 2 computes anyway are also summed per
+// tile of 128 consecutive ids (one warp's float4 groups in one sweep) into shared memory; a block
+// scan over the tiles finds the tile holding the target and one warp scans that tile: the same
+// token as the id-key selection (the smallest id whose inclusive cumulative weight reaches the
+// target), from 2 passes over the row instead of 6. Otherwise: 2 passes for greedy; 2 + 4 (id
+// draw) + 4 (top-k) + 8 (top-p) + 8 (value draw) at most, each reading the row from L2 / HBM; the
 // passes after the first digit touch only the tokens that share it.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 #include <string>
 
 #include "cuda/cuda_check.h"
@@ -46,6 +57,10 @@ namespace {
 using ::pagedattn::cuda::check_launch;
 
 constexpr int kThreads = 512;
+constexpr int kUnroll = 4;  // float4 groups in flight per thread
+// The id-order draw's tiles (128 ids each) in shared memory: vocabularies up to 2^18 ids (Qwen's
+// 151,936, Llama 3's 128,256, DeepSeek's 129,280); larger ones take the id-key selection.
+constexpr int kMaxTiles = 2048;
 constexpr double kFixedScale = 1099511627776.0;  // 2^40
 using Mass = unsigned long long;
 
@@ -99,8 +114,11 @@ __device__ __forceinline__ uint64_t composite_key(float v, int32_t t) {
          static_cast<uint64_t>(0xFFFFFFFFu - static_cast<uint32_t>(t));
 }
 
+// exp(v - top) in 2^-40 fixed point. Below -30 the product is under 0.11 and rounds to 0: the
+// double exp is skipped there (most of a long row's tokens), with the same result.
 __device__ __forceinline__ Mass fixed_weight(float v, double top) {
-  return __double2ull_rn(exp(static_cast<double>(v) - top) * kFixedScale);
+  const double d = static_cast<double>(v) - top;
+  return d < -30.0 ? 0 : __double2ull_rn(exp(d) * kFixedScale);
 }
 
 // One row as the selections see it.
@@ -113,12 +131,73 @@ struct RowView {
   uint64_t cut;  // kept iff composite key >= cut
 };
 
-// Whether token t is kept so far; its scaled logit and composite key.
-__device__ __forceinline__ bool kept(const RowView& row, int32_t t, float* v, uint64_t* key) {
-  *v = __fmul_rn(row.logits[t], row.inverse_temperature);
+// Whether token t with raw logit l is kept so far; its scaled logit and composite key.
+__device__ __forceinline__ bool kept(const RowView& row, float l, int32_t t, float* v,
+                                     uint64_t* key) {
+  *v = __fmul_rn(l, row.inverse_temperature);
   if (!(*v >= row.floor && *v > -INFINITY)) return false;  // NaN fails both
   *key = composite_key(*v, t);
   return *key >= row.cut;
+}
+
+// Whether the row can be read as float4 groups: a length that is a multiple of 4 and a 16-byte
+// aligned start (every row then, since rows are contiguous).
+__device__ __forceinline__ bool vector_row(const float* x, int32_t vocab) {
+  return vocab % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
+}
+
+// Calls f(j, v, valid) for the float4 groups j < groups of x (tokens 4j .. 4j + 3), kUnroll groups
+// per thread loaded before any is used. Every lane of a warp makes the same calls (valid false
+// past the end), so f may use warp shuffles; in one call the warp's lanes hold the 32 consecutive
+// groups starting at j - lane (128 consecutive ids: "tile" (j >> 5)).
+template <class F>
+__device__ __forceinline__ void for_each_group(const float* x, int32_t groups, F&& f) {
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  const int32_t lane = static_cast<int32_t>(threadIdx.x & 31u);
+  for (int32_t base = static_cast<int32_t>(threadIdx.x) - lane; base < groups;
+       base += kUnroll * kThreads) {
+    float4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t j = base + u * kThreads + lane;
+      v[u] = j < groups ? __ldg(x4 + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t j = base + u * kThreads + lane;
+      if (base + u * kThreads < groups) f(j, v[u], j < groups);  // warp-uniform condition
+    }
+  }
+}
+
+// Calls f(t, x[t]) for every token t of the row, in some order (float4 groups when the row allows,
+// else a strided scalar loop with kUnroll loads in flight).
+template <class F>
+__device__ __forceinline__ void for_each_token(const float* x, int32_t vocab, F&& f) {
+  if (vector_row(x, vocab)) {
+    for_each_group(x, vocab / 4, [&](int32_t j, float4 v, bool valid) {
+      if (!valid) return;
+      f(4 * j, v.x);
+      f(4 * j + 1, v.y);
+      f(4 * j + 2, v.z);
+      f(4 * j + 3, v.w);
+    });
+    return;
+  }
+  for (int32_t base = static_cast<int32_t>(threadIdx.x); base < vocab;
+       base += kUnroll * kThreads) {
+    float l[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t t = base + u * kThreads;
+      l[u] = t < vocab ? __ldg(x + t) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t t = base + u * kThreads;
+      if (t < vocab) f(t, l[u]);
+    }
+  }
 }
 
 enum class Keys : int {
@@ -157,12 +236,12 @@ __device__ Selection select(const RowView& row, Keys keys, bool by_count, Mass t
     uint32_t run_digit = 0;
     Mass run_mass = 0;
     uint32_t run_count = 0;
-    for (int32_t t = threadIdx.x; t < row.vocab; t += blockDim.x) {
+    for_each_token(row.logits, row.vocab, [&](int32_t t, float l) {
       float v;
       uint64_t key;
-      if (!kept(row, t, &v, &key)) continue;
+      if (!kept(row, l, t, &v, &key)) return;
       if (keys == Keys::kId) key = 0xFFFFFFFFu - static_cast<uint32_t>(t);
-      if (shift + 8 < 64 && (key >> (shift + 8)) != (prefix >> (shift + 8))) continue;
+      if (shift + 8 < 64 && (key >> (shift + 8)) != (prefix >> (shift + 8))) return;
       const uint32_t digit = static_cast<uint32_t>(key >> shift) & 255u;
       if (run_count > 0 && digit != run_digit) {
         atomicAdd(&mass[run_digit], run_mass);
@@ -173,7 +252,7 @@ __device__ Selection select(const RowView& row, Keys keys, bool by_count, Mass t
       run_digit = digit;
       run_mass += fixed_weight(v, row.top);
       ++run_count;
-    }
+    });
     if (run_count > 0) {
       atomicAdd(&mass[run_digit], run_mass);
       atomicAdd(&count[run_digit], run_count);
@@ -211,9 +290,86 @@ __device__ Selection select(const RowView& row, Keys keys, bool by_count, Mass t
   return out;
 }
 
+// The id-order draw from tile masses (see the header comment): the smallest id t whose inclusive
+// cumulative weight (ids 0 .. t, kept tokens only) reaches target, 1 <= target <= the sum of
+// tile_mass[0 .. tiles). Called by the whole block; returns the token to every thread.
+__device__ int32_t draw_by_tiles(const RowView& row, const Mass* tile_mass, int32_t tiles,
+                                 Mass target) {
+  using Scan = cub::BlockScan<Mass, kThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  __shared__ int32_t found_tile;
+  __shared__ Mass found_rest;
+  __shared__ int32_t found_token;
+  // Thread i sums tiles [i * per, (i + 1) * per); the block's exclusive scan gives each range's
+  // start; the range that holds the target walks its tiles.
+  const int32_t per = (tiles + kThreads - 1) / kThreads;
+  const int32_t first = static_cast<int32_t>(threadIdx.x) * per;
+  const int32_t last = min(first + per, tiles);
+  Mass sum = 0;
+  for (int32_t i = first; i < last; ++i) sum += tile_mass[i];
+  Mass before = 0;
+  Scan(scan_storage).ExclusiveSum(sum, before);
+  if (threadIdx.x == 0) {
+    found_tile = -1;
+    found_token = -1;
+  }
+  __syncthreads();
+  if (before < target && target <= before + sum) {  // exactly one thread
+    Mass cumulative = before;
+    for (int32_t i = first; i < last; ++i) {
+      if (target <= cumulative + tile_mass[i]) {
+        found_tile = i;
+        found_rest = target - cumulative;  // in [1, tile_mass[i]]
+        break;
+      }
+      cumulative += tile_mass[i];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < 32 && found_tile >= 0) {
+    // One warp over the tile: lane l holds ids 128 * tile + 4 l .. + 3.
+    const int32_t lane = static_cast<int32_t>(threadIdx.x);
+    const int32_t groups = row.vocab / 4;
+    const int32_t j = found_tile * 32 + lane;
+    Mass w[4] = {0, 0, 0, 0};
+    if (j < groups) {
+      const float4 v4 = __ldg(reinterpret_cast<const float4*>(row.logits) + j);
+      const float l[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v;
+        uint64_t key;
+        if (kept(row, l[e], 4 * j + e, &v, &key)) w[e] = fixed_weight(v, row.top);
+      }
+    }
+    const Mass lane_sum = w[0] + w[1] + w[2] + w[3];
+    Mass inclusive = lane_sum;
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const Mass up = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= offset) inclusive += up;
+    }
+    const unsigned reach = __ballot_sync(0xffffffffu, inclusive >= found_rest);
+    if (reach != 0 && lane == __ffs(static_cast<int>(reach)) - 1) {
+      Mass cumulative = inclusive - lane_sum;
+      for (int e = 0; e < 4; ++e) {
+        cumulative += w[e];
+        if (cumulative >= found_rest) {
+          found_token = 4 * j + e;
+          break;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  const int32_t token = found_token;
+  __syncthreads();  // the shared results are rewritten by the next row's call
+  return token;
+}
+
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* logits, int32_t vocab, const DeviceRowSampling* rows,
                   ops::SampledToken* out) {
+  __shared__ Mass tile_mass[kMaxTiles];
   const DeviceRowSampling spec = rows[blockIdx.x];
   if (!spec.sample) return;  // the whole block
   const ops::RowFilter& f = spec.filter;
@@ -222,15 +378,14 @@ __global__ void __launch_bounds__(kThreads)
   // Pass 1: maxima and the greedy argmax.
   float raw_max = -INFINITY, scaled_max = -INFINITY;
   ArgMax best{__int_as_float(0x7fffffff), -1};  // NaN, below every token
-  for (int32_t t = threadIdx.x; t < vocab; t += blockDim.x) {
-    const float l = x[t];
+  for_each_token(x, vocab, [&](int32_t t, float l) {
     raw_max = fmaxf(raw_max, l);
     if (f.greedy) {
       best = Better{}(best, ArgMax{l, t});
     } else {
       scaled_max = fmaxf(scaled_max, __fmul_rn(l, f.inverse_temperature));
     }
-  }
+  });
   raw_max = block_reduce(raw_max, MaxOp{});
   scaled_max = block_reduce(scaled_max, MaxOp{});
   best = block_reduce(best, Better{});
@@ -239,21 +394,48 @@ __global__ void __launch_bounds__(kThreads)
   if (!f.greedy && f.has_min_p && scaled_max > -INFINITY) {
     row.floor = __fadd_rn(scaled_max, f.log_min_p);
   }
+  // The id-order draw over tiles: no top-k or top-p, a float4 row of at most kMaxTiles tiles.
+  const int32_t tiles = (vocab / 4 + 31) / 32;
+  const bool by_tiles = !f.greedy && (f.top_k <= 0 || f.top_k >= vocab) && !f.sorted_draw && vector_row(x, vocab) &&
+                        tiles <= kMaxTiles;
 
-  // Pass 2: the softmax denominator; the min-p candidates' count and mass.
+  // Pass 2: the softmax denominator; the min-p candidates' count and mass (per tile too).
   double denominator = 0.0;
   Mass mass = 0;
   uint32_t count = 0;
-  for (int32_t t = threadIdx.x; t < vocab; t += blockDim.x) {
-    denominator += exp(static_cast<double>(x[t]) - static_cast<double>(raw_max));
+  const auto weigh = [&](int32_t t, float l, Mass* weight) {
+    // The logprob's denominator: f32 terms (1 ulp each) summed in double, ~1e-7 relative.
+    denominator += static_cast<double>(expf(l - raw_max));
     float v;
     uint64_t key;
-    if (!f.greedy && kept(row, t, &v, &key)) {
-      mass += fixed_weight(v, row.top);
+    if (!f.greedy && kept(row, l, t, &v, &key)) {
+      *weight = fixed_weight(v, row.top);
+      mass += *weight;
       ++count;
     }
+  };
+  if (by_tiles) {
+    for_each_group(x, vocab / 4, [&](int32_t j, float4 v4, bool valid) {
+      Mass tile = 0;
+      if (valid) {
+        Mass w[4] = {0, 0, 0, 0};
+        weigh(4 * j, v4.x, &w[0]);
+        weigh(4 * j + 1, v4.y, &w[1]);
+        weigh(4 * j + 2, v4.z, &w[2]);
+        weigh(4 * j + 3, v4.w, &w[3]);
+        tile = w[0] + w[1] + w[2] + w[3];
+      }
+      for (int offset = 16; offset > 0; offset >>= 1)
+        tile += __shfl_down_sync(0xffffffffu, tile, offset);
+      if ((threadIdx.x & 31u) == 0) tile_mass[j >> 5] = tile;
+    });
+  } else {
+    for_each_token(x, vocab, [&](int32_t t, float l) {
+      Mass unused = 0;
+      weigh(t, l, &unused);
+    });
   }
-  denominator = block_reduce(denominator, SumOp{});
+  denominator = block_reduce(denominator, SumOp{});  // also orders the tile_mass writes
   mass = block_reduce(mass, SumOp{});
   count = block_reduce(count, SumOp{});
 
@@ -278,10 +460,16 @@ __global__ void __launch_bounds__(kThreads)
     }
     Mass target = static_cast<Mass>(floor(f.uniform * static_cast<double>(total))) + 1;
     if (target > total) target = total;  // u * total rounded up to total: the last token
-    const Selection d = select(row, f.sorted_draw ? Keys::kComposite : Keys::kId, false, target);
     // total >= 2^40 (the max's own weight) unless the max is +inf: then no token (an Error).
-    if (d.found && total > 0)
-      token = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(d.key));
+    if (total > 0) {
+      if (by_tiles) {
+        token = draw_by_tiles(row, tile_mass, tiles, target);
+      } else {
+        const Selection d =
+            select(row, f.sorted_draw ? Keys::kComposite : Keys::kId, false, target);
+        if (d.found) token = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(d.key));
+      }
+    }
   }
   if (threadIdx.x == 0) {
     out[blockIdx.x].token = token;

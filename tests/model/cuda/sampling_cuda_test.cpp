@@ -1,6 +1,7 @@
 // Row sampling on the GPU (src/model/cuda/sampling.cu) against the CPU reference ops::RowSampler
 // (itself checked against a float64 reference in tests/ops/sampling_test.cpp):
-// 1. The kernel alone on random rows of vocabulary 151,936 (Qwen3's) and 1,024, of every kind
+// 1. The kernel alone on random rows of vocabulary 151,936 (Qwen3's), 1,024 and sizes that take
+//    each of its read paths (see the instantiation), of every kind
 //    (continuous, on a coarse grid: many ties, with -inf and NaN entries, one dominant logit),
 //    with random parameters over every filter combination, the first rows pinned to the edge
 //    values (greedy, top_k 1 and = vocab, top_p tiny and 1, min_p 1). Criterion: the same token
@@ -217,7 +218,11 @@ TEST_P(SamplingKernel, MatchesCpuReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocab, SamplingKernel, ::testing::Values(151936, 1024),
+// 151,936 and 1,024: float4 rows, whole 128-id tiles; 4,104 and 1,000: a partial last tile; 4: one
+// tile of one group; 1,023 and 5: scalar rows (the id-key selection); 262,148: one tile past the
+// tile draw's limit (the selection, over float4 groups).
+INSTANTIATE_TEST_SUITE_P(Vocab, SamplingKernel,
+                         ::testing::Values(151936, 1024, 4104, 1000, 4, 1023, 5, 262148),
                          [](const auto& info) { return "V" + std::to_string(info.param); });
 
 TEST(SamplingKernelEdges, TiesNanAndSignedZero) {
