@@ -73,6 +73,7 @@ struct RouteCase {
   ops::MoeRouting method;
   int32_t experts, top_k, groups, topk_groups;
   bool norm;
+  bool ties = false;  // logits on a grid of 5 values: most choices tie, the lower expert wins
 };
 void PrintTo(const RouteCase& c, std::ostream* os) { *os << c.name; }
 
@@ -92,16 +93,17 @@ TEST_P(MoeRouteDevice, SameExpertsAndWeightsAsTheHostRouting) {
   constexpr int64_t kTokens = 300;
   std::mt19937 rng(41);
   // Logits spread over [-4, 4) in steps of 1/64 plus a distinct offset per expert, so no two
-  // experts of a token tie within far more than exp's rounding.
+  // experts of a token tie within far more than exp's rounding; with c.ties, 5 levels instead.
   std::vector<float> logits(static_cast<size_t>(kTokens * c.experts));
   for (int64_t t = 0; t < kTokens; ++t) {
     std::vector<int32_t> order(static_cast<size_t>(c.experts));
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
     for (int32_t e = 0; e < c.experts; ++e) {
-      logits[static_cast<size_t>(t * c.experts + e)] =
-          -4.0f +
+      const float spread =
           8.0f * static_cast<float>(order[static_cast<size_t>(e)]) / static_cast<float>(c.experts);
+      logits[static_cast<size_t>(t * c.experts + e)] =
+          c.ties ? std::floor(spread * 5.0f / 8.0f) - 2.0f : -4.0f + spread;
     }
   }
   std::vector<float> bias(static_cast<size_t>(c.experts));
@@ -143,7 +145,10 @@ INSTANTIATE_TEST_SUITE_P(
         RouteCase{"softmax_group_limited_v2", ops::MoeRouting::kSoftmaxGroupLimited, 160, 6, 8, 3,
                   false},
         RouteCase{"sigmoid_noaux_tc_v3", ops::MoeRouting::kSigmoidNoAuxTc, 256, 8, 8, 4, true},
-        RouteCase{"sigmoid_top1", ops::MoeRouting::kSigmoidNoAuxTc, 32, 1, 4, 2, true}),
+        RouteCase{"sigmoid_top1", ops::MoeRouting::kSigmoidNoAuxTc, 32, 1, 4, 2, true},
+        RouteCase{"softmax_greedy_ties", ops::MoeRouting::kSoftmaxGreedy, 64, 6, 1, 1, true, true},
+        RouteCase{"sigmoid_noaux_tc_ties", ops::MoeRouting::kSigmoidNoAuxTc, 256, 8, 8, 4, true,
+                  true}),
     [](const auto& info) { return info.param.name; });
 
 // ---- the sort and the grouped GEMM ----
