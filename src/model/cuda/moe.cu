@@ -208,11 +208,19 @@ __global__ void __launch_bounds__(kSortThreads)
 }
 
 // ---- the grouped GEMM: mma.sync m16n8k16, 32 x 128 tiles, K in steps of 32 ----
+//
+// Decode is memory-bound here (each expert's few rows against its whole weight), so the pipeline
+// is what matters: kStages stages of K, kStages - 1 in flight while one is multiplied. With two
+// stages a CTA waited a full memory latency per 8 KB step (DeepSeek-V2-Lite at 64 tokens on the
+// H200: 2.3 TB/s over the experts' weights); four keep 30 KB in flight per CTA.
 
 constexpr int kBm = kMoeTileRows, kBn = 128, kBk = 32;
 constexpr int kThreads = 128;     // 4 warps, each 32 rows x 32 columns
 constexpr int kStride = kBk + 8;  // shared row stride in elements (80 bytes: ldmatrix rows
                                   // 16-byte aligned, banks staggered)
+constexpr int kStages = 4;
+constexpr int kStageElems = (kBm + kBn) * kStride;  // A then B of one stage
+constexpr size_t kGemmSmemBytes = size_t{kStages} * kStageElems * 2;  // 16-bit elements
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -252,18 +260,21 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t first = tiles[blockIdx.y * 3 + 1], rows = tiles[blockIdx.y * 3 + 2];
   const int64_t col0 = int64_t{blockIdx.x} * kBn;
   const T* w = static_cast<const T*>(weights[expert]);
-  __shared__ __align__(16) T sa[2][kBm * kStride];
-  __shared__ __align__(16) T sb[2][kBn * kStride];
+  extern __shared__ __align__(16) unsigned char gemm_smem[];
+  T* const stages = reinterpret_cast<T*>(gemm_smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  // Stage loads: A 32 rows x 4 chunks of 8 (one per thread), B 128 rows x 4 chunks (four).
+  // Stage loads: A 32 rows x 4 chunks of 8 (one per thread), B 128 rows x 4 chunks (four); one
+  // cp.async group per stage.
   const auto load = [&](int stage, int64_t k0) {
+    T* sa = stages + stage * kStageElems;
+    T* sb = sa + kBm * kStride;
     {
       const int r = tid >> 2, chunk = tid & 3;
       const int64_t kk = k0 + chunk * 8;
       const bool valid = r < rows && kk < k;
-      cp_async_16(&sa[stage][r * kStride + chunk * 8],
-                  valid ? a + (int64_t{first} + r) * lda + kk : a, valid);
+      cp_async_16(&sa[r * kStride + chunk * 8], valid ? a + (int64_t{first} + r) * lda + kk : a,
+                  valid);
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -271,36 +282,40 @@ __global__ void __launch_bounds__(kThreads)
       const int r = index >> 2, chunk = index & 3;
       const int64_t kk = k0 + chunk * 8, col = col0 + r;
       const bool valid = col < n && kk < k;
-      cp_async_16(&sb[stage][r * kStride + chunk * 8], valid ? w + col * k + kk : w, valid);
+      cp_async_16(&sb[r * kStride + chunk * 8], valid ? w + col * k + kk : w, valid);
     }
-    cp_async_commit();
   };
 
   float acc[2][4][4] = {};
   const int64_t steps = (k + kBk - 1) / kBk;
-  load(0, 0);
+  // Groups are committed uniformly (an empty one past the last step), so that at step s the
+  // groups committed are kStages - 1 + s and "at most kStages - 2 pending" means step s landed.
+#pragma unroll
+  for (int s0 = 0; s0 < kStages - 1; ++s0) {
+    if (s0 < steps) load(s0, s0 * kBk);
+    cp_async_commit();
+  }
   for (int64_t step = 0; step < steps; ++step) {
-    const int stage = static_cast<int>(step & 1);
-    if (step + 1 < steps) {
-      load(stage ^ 1, (step + 1) * kBk);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // step's stage is visible to all; every warp is done with step - 1's
+    const int64_t next = step + kStages - 1;
+    if (next < steps) load(static_cast<int>(next % kStages), next * kBk);  // step - 1's stage
+    cp_async_commit();
+    const T* sa = stages + static_cast<int>(step % kStages) * kStageElems;
+    const T* sb = sa + kBm * kStride;
 #pragma unroll
     for (int kk = 0; kk < kBk; kk += 16) {
       unsigned af[2][4];
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
-        ldmatrix_x4(af[m], &sa[stage][(m * 16 + (lane & 15)) * kStride + kk + (lane >> 4) * 8]);
+        ldmatrix_x4(af[m], &sa[(m * 16 + (lane & 15)) * kStride + kk + (lane >> 4) * 8]);
       }
 #pragma unroll
       for (int pair = 0; pair < 2; ++pair) {
         // Two n8 tiles: lanes 0-7 / 8-15 their first 8 columns at k and k + 8, 16-31 the next 8.
         unsigned bf[4];
         const int row = warp * 32 + pair * 16 + (lane & 7) + ((lane >> 4) << 3);
-        ldmatrix_x4(bf, &sb[stage][row * kStride + kk + ((lane >> 3) & 1) * 8]);
+        ldmatrix_x4(bf, &sb[row * kStride + kk + ((lane >> 3) & 1) * 8]);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           mma<T>(acc[m][pair * 2], af[m], bf[0], bf[1]);
@@ -308,8 +323,8 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    __syncthreads();
   }
+  cp_async_wait<0>();  // no copy outlives the CTA (the trailing groups are empty)
   // C fragments: c0, c1 at (row g, columns 2t, 2t + 1), c2, c3 at row g + 8.
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -391,12 +406,17 @@ void moe_grouped_gemm(const void* a, int64_t lda, const void* const* weights, DT
   }
   const dim3 grid(static_cast<unsigned>((n + kBn - 1) / kBn), static_cast<unsigned>(max_tiles));
   const auto s = static_cast<cudaStream_t>(stream);
+  // More than the 48 KB of shared memory a launch gets without asking (no stream work: allowed
+  // while a graph is captured).
+  const auto launch = [&](auto kernel, const auto* a_typed) {
+    PA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kGemmSmemBytes)));
+    kernel<<<grid, kThreads, kGemmSmemBytes, s>>>(a_typed, lda, weights, n, k, tiles, c, ldc);
+  };
   if (dtype == DType::kBF16) {
-    grouped_gemm_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(
-        static_cast<const __nv_bfloat16*>(a), lda, weights, n, k, tiles, c, ldc);
+    launch(grouped_gemm_kernel<__nv_bfloat16>, static_cast<const __nv_bfloat16*>(a));
   } else if (dtype == DType::kF16) {
-    grouped_gemm_kernel<__half><<<grid, kThreads, 0, s>>>(static_cast<const __half*>(a), lda,
-                                                          weights, n, k, tiles, c, ldc);
+    launch(grouped_gemm_kernel<__half>, static_cast<const __half*>(a));
   } else {
     throw_error("moe_grouped_gemm: dtype " + std::string(dtype_name(dtype)) +
                 " (expected bf16 or f16)");
