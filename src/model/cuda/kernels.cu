@@ -174,9 +174,10 @@ __device__ __forceinline__ void transform_head(const HeadTransformArgs& a, int64
 template <class Out>
 __global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTransformBatch b) {
   const int64_t index = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
-  // Unrolled so that every group is read from the parameter bank at a constant offset. The whole
-  // warp takes the same branch (index is per warp): transform_head's shuffles see all 32 lanes.
-  // Past the last group's warps (the last block's tail) no branch matches.
+  // The chosen group is read straight from the parameter bank (nvcc merges the unrolled branches
+  // into one body with an indexed ld.param; no copy to local memory). The whole warp takes the
+  // same branch (index is per warp): transform_head's shuffles see all 32 lanes. Past the last
+  // group's warps (the last block's tail) no branch matches.
 #pragma unroll
   for (int g = 0; g < kMaxHeadGroups; ++g) {
     if (index >= b.first_warp[g] && index < b.first_warp[g + 1]) {
