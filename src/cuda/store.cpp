@@ -1,6 +1,6 @@
 // The device store of new K/V / latent rows into their slots (include/pagedattn/cuda_store.h):
 // host checks (shapes, dtypes, devices) with errors naming the argument, then the kernels of
-// store_kernels.cu.
+// store_kernels.cu: the slot check (with a status view) and one store launch for both pools.
 #include <cuda_runtime_api.h>
 
 #include "core/check.h"
@@ -28,32 +28,43 @@ void prepare_slots(const TensorView& slots, int64_t num_tokens, int64_t num_slot
                      num_slots, word, stream);
 }
 
-StoreRows rows_params(const TensorView& pool, int64_t stride_token, int64_t stride_row,
-                      int64_t alloc_page_size, float scale, const TensorView& input,
-                      const TensorView& slots, const TensorView& status, int64_t rows) {
+// One pool's part of the store.
+StoreRows part_params(const TensorView& pool, int64_t stride_token, int64_t stride_row, float scale,
+                      const TensorView& input, int64_t rows) {
   StoreRows p{};
   p.cache = pool.data;
   p.stride_page = pool.strides[0];
   p.stride_token = stride_token;
   p.stride_row = stride_row;
-  p.alloc_page_size = alloc_page_size;
-  p.num_slots = pool.shape[0] * alloc_page_size;
   p.scale = scale;
   p.input = input.data;
+  p.input_dtype = input.dtype;
   p.in_stride_token = input.strides[0];
   p.in_stride_row = input.ndim == 3 ? input.strides[1] : 0;
   p.in_stride_elem = input.strides[input.ndim - 1];
   p.rows = rows;
   p.width = pool.shape[pool.ndim - 1];
-  p.slots = slots.data;
-  p.slots_i64 = slots.dtype == DType::kI64;
-  p.slots_stride = slots.strides[0];
-  p.status = status.defined() ? status.data_as<const int32_t>() : nullptr;
   return p;
+}
+
+// What the parts share: the slots, the allocation pages, the status.
+StoreBatch batch_params(int64_t num_alloc_pages, int64_t alloc_page_size, const TensorView& slots,
+                        const TensorView& status) {
+  StoreBatch b{};
+  b.alloc_page_size = alloc_page_size;
+  b.num_slots = num_alloc_pages * alloc_page_size;
+  b.slots = slots.data;
+  b.slots_i64 = slots.dtype == DType::kI64;
+  b.slots_stride = slots.strides[0];
+  b.status = status.defined() ? status.data_as<const int32_t>() : nullptr;
+  return b;
 }
 
 }  // namespace
 
+// K and V go in one launch (two parts: they share the slots and the cache dtype), as do ckv and
+// kpe below: a decode step stores every layer, and at small batches a launch costs more than the
+// copy.
 void store_kv(const PagedKv& cache, const TensorView& k_new, const TensorView& v_new,
               const TensorView& slots, void* stream, const TensorView& status) {
   const Device device = cache.k.device;
@@ -68,14 +79,16 @@ void store_kv(const PagedKv& cache, const TensorView& k_new, const TensorView& v
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   prepare_slots(slots, num_tokens, cache.num_alloc_pages() * alloc, status, device, cuda_stream);
   const bool nhd = cache.layout == KvLayout::kNHD;
+  StoreBatch batch = batch_params(cache.num_alloc_pages(), alloc, slots, status);
+  batch.num_parts = 2;
+  int part = 0;
   for (const auto* pool : {&cache.k, &cache.v}) {
     const bool is_k = pool == &cache.k;
-    const TensorView& input = is_k ? k_new : v_new;
-    const StoreRows params = rows_params(
+    batch.part[part++] = part_params(
         *pool, nhd ? pool->strides[1] : pool->strides[2], nhd ? pool->strides[2] : pool->strides[1],
-        alloc, is_k ? cache.k_scale : cache.v_scale, input, slots, status, heads);
-    launch_store(pool->dtype, input.dtype, params, num_tokens, cuda_stream);
+        is_k ? cache.k_scale : cache.v_scale, is_k ? k_new : v_new, heads);
   }
+  launch_store(cache.k.dtype, batch, num_tokens, cuda_stream);
 }
 
 void store_latent(const PagedLatent& cache, const TensorView& ckv_new, const TensorView& kpe_new,
@@ -90,12 +103,11 @@ void store_latent(const PagedLatent& cache, const TensorView& ckv_new, const Ten
   const int64_t alloc = cache.alloc_page_size();
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   prepare_slots(slots, num_tokens, cache.num_alloc_pages() * alloc, status, device, cuda_stream);
-  for (const auto* pool : {&cache.ckv, &cache.kpe}) {
-    const TensorView& input = pool == &cache.ckv ? ckv_new : kpe_new;
-    const StoreRows params =
-        rows_params(*pool, pool->strides[1], 0, alloc, cache.scale, input, slots, status, 1);
-    launch_store(pool->dtype, input.dtype, params, num_tokens, cuda_stream);
-  }
+  StoreBatch batch = batch_params(cache.num_alloc_pages(), alloc, slots, status);
+  batch.num_parts = 2;
+  batch.part[0] = part_params(cache.ckv, cache.ckv.strides[1], 0, cache.scale, ckv_new, 1);
+  batch.part[1] = part_params(cache.kpe, cache.kpe.strides[1], 0, cache.scale, kpe_new, 1);
+  launch_store(cache.ckv.dtype, batch, num_tokens, cuda_stream);
 }
 
 void read_store_status(const TensorView& status, void* stream) {

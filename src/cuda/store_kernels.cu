@@ -1,9 +1,13 @@
 // The device store's kernels (API: store.cpp, include/pagedattn/cuda_store.h).
 //
 // check_slots_kernel: every slot against [0, num_slots); the first bad one is recorded
-// (atomicCAS). store_rows_kernel: one CTA per token, threads over (row, element) of that token;
-// it reads the status first and writes nothing if a slot was bad. Conversion through float; an fp8
-// cache stores value / scale (a true division, as on the host), saturated.
+// (atomicCAS). store_rows_kernel: one launch for all parts of a store (K and V, or ckv and kpe),
+// one CTA per (token, part) (grid num_tokens x num_parts), threads over (row, element) of that
+// token's part; it reads the status first and writes nothing if a slot was bad. The cache dtype is
+// a template parameter (the parts share it); each part's input dtype is a runtime value, switched
+// on once per CTA outside the element loop, so K and V of different input dtypes still take one
+// launch. Conversion through float; an fp8 cache stores value / scale (a true division, as on the
+// host), saturated.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -52,15 +56,9 @@ __global__ void check_slots_kernel(const void* slots, bool i64, int64_t stride, 
   }
 }
 
+// One token's rows of part p, from src (its dtype Src) to dst (that token's slot in the cache).
 template <class Dst, class Src>
-__global__ void __launch_bounds__(kStoreThreads) store_rows_kernel(const StoreRows p) {
-  if (p.status != nullptr && p.status[0] != 0) return;
-  const int64_t t = blockIdx.x;
-  const int64_t slot = slot_of(p.slots, p.slots_i64, p.slots_stride, t);
-  if (slot < 0 || slot >= p.num_slots) return;
-  const int64_t page = slot / p.alloc_page_size;
-  const int64_t offset = slot - page * p.alloc_page_size;
-  Dst* dst = static_cast<Dst*>(p.cache) + page * p.stride_page + offset * p.stride_token;
+__device__ void store_token_rows(const StoreRows& p, Dst* dst, int64_t t) {
   const Src* src = static_cast<const Src*>(p.input) + t * p.in_stride_token;
   for (int64_t i = threadIdx.x; i < p.rows * p.width; i += kStoreThreads) {
     const int64_t row = i / p.width;
@@ -70,46 +68,70 @@ __global__ void __launch_bounds__(kStoreThreads) store_rows_kernel(const StoreRo
   }
 }
 
-template <class Src>
-void launch_store_for_dst(DType cache_dtype, const StoreRows& params, int64_t num_tokens,
-                          cudaStream_t stream) {
+template <class Dst>
+__device__ void store_part(const StoreRows& p, int64_t page, int64_t offset, int64_t t) {
+  Dst* dst = static_cast<Dst*>(p.cache) + page * p.stride_page + offset * p.stride_token;
+  switch (p.input_dtype) {
+    case DType::kF32:
+      return store_token_rows<Dst, float>(p, dst, t);
+    case DType::kF16:
+      return store_token_rows<Dst, __half>(p, dst, t);
+    default:  // bf16 (launch_store refuses any other)
+      return store_token_rows<Dst, __nv_bfloat16>(p, dst, t);
+  }
+}
+
+template <class Dst>
+__global__ void __launch_bounds__(kStoreThreads) store_rows_kernel(const StoreBatch b) {
+  if (b.status != nullptr && b.status[0] != 0) return;
+  const int64_t t = blockIdx.x;
+  const int64_t slot = slot_of(b.slots, b.slots_i64, b.slots_stride, t);
+  if (slot < 0 || slot >= b.num_slots) return;
+  const int64_t page = slot / b.alloc_page_size;
+  const int64_t offset = slot - page * b.alloc_page_size;
+  // blockIdx.y < num_parts picks the part; constant indices keep the parts in the parameter bank.
+  static_assert(kMaxStoreParts == 2);
+  if (blockIdx.y == 0) {
+    store_part<Dst>(b.part[0], page, offset, t);
+  } else {
+    store_part<Dst>(b.part[1], page, offset, t);
+  }
+}
+
+}  // namespace
+
+void launch_store(DType cache_dtype, const StoreBatch& batch, int64_t num_tokens,
+                  void* stream_pointer) {
+  auto stream = static_cast<cudaStream_t>(stream_pointer);
+  if (batch.num_parts < 1 || batch.num_parts > kMaxStoreParts)
+    throw_error("store: " + std::to_string(batch.num_parts) + " parts (expected 1 to " +
+                std::to_string(kMaxStoreParts) + ")");
+  for (int32_t i = 0; i < batch.num_parts; ++i) {
+    const DType input_dtype = batch.part[i].input_dtype;
+    if (input_dtype != DType::kF32 && input_dtype != DType::kF16 && input_dtype != DType::kBF16)
+      throw_error("store: input dtype " + std::string(dtype_name(input_dtype)) +
+                  " (expected f32, f16, bf16)");
+  }
+  if (num_tokens == 0) return;
+  const dim3 grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>(batch.num_parts));
   switch (cache_dtype) {
     case DType::kF32:
-      store_rows_kernel<float, Src><<<num_tokens, kStoreThreads, 0, stream>>>(params);
+      store_rows_kernel<float><<<grid, kStoreThreads, 0, stream>>>(batch);
       break;
     case DType::kF16:
-      store_rows_kernel<__half, Src><<<num_tokens, kStoreThreads, 0, stream>>>(params);
+      store_rows_kernel<__half><<<grid, kStoreThreads, 0, stream>>>(batch);
       break;
     case DType::kBF16:
-      store_rows_kernel<__nv_bfloat16, Src><<<num_tokens, kStoreThreads, 0, stream>>>(params);
+      store_rows_kernel<__nv_bfloat16><<<grid, kStoreThreads, 0, stream>>>(batch);
       break;
     case DType::kFP8E4M3:
-      store_rows_kernel<__nv_fp8_e4m3, Src><<<num_tokens, kStoreThreads, 0, stream>>>(params);
+      store_rows_kernel<__nv_fp8_e4m3><<<grid, kStoreThreads, 0, stream>>>(batch);
       break;
     default:
       throw_error("store: cache dtype " + std::string(dtype_name(cache_dtype)) +
                   " (expected f32, f16, bf16, fp8_e4m3)");
   }
   check_launch("store_rows_kernel");
-}
-
-}  // namespace
-
-void launch_store(DType cache_dtype, DType input_dtype, const StoreRows& params, int64_t num_tokens,
-                  void* stream_pointer) {
-  auto stream = static_cast<cudaStream_t>(stream_pointer);
-  if (num_tokens == 0) return;
-  switch (input_dtype) {
-    case DType::kF32:
-      return launch_store_for_dst<float>(cache_dtype, params, num_tokens, stream);
-    case DType::kF16:
-      return launch_store_for_dst<__half>(cache_dtype, params, num_tokens, stream);
-    case DType::kBF16:
-      return launch_store_for_dst<__nv_bfloat16>(cache_dtype, params, num_tokens, stream);
-    default:
-      throw_error("store: input dtype " + std::string(dtype_name(input_dtype)) +
-                  " (expected f32, f16, bf16)");
-  }
 }
 
 void launch_check_slots(const void* slots, bool slots_i64, int64_t stride, int64_t num_tokens,

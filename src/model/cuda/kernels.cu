@@ -115,10 +115,15 @@ __global__ void __launch_bounds__(kBlock) add_rms_norm_kernel(const AddNormArgs 
   }
 }
 
+// transform_heads' launch: the groups and where each one's warps start.
+struct HeadTransformBatch {
+  HeadTransformArgs group[kMaxHeadGroups];
+  int64_t first_warp[kMaxHeadGroups + 1];  // group g: warps [first_warp[g], first_warp[g + 1])
+};
+
+// One warp's (row, head) of one group, index = row * heads + head < rows * heads.
 template <class Out>
-__global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTransformArgs a) {
-  const int64_t index = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
-  if (index >= a.rows * a.heads) return;
+__device__ __forceinline__ void transform_head(const HeadTransformArgs& a, int64_t index) {
   const int lane = threadIdx.x % 32;
   const int64_t row = index / a.heads;
   const int64_t head = index % a.heads;
@@ -164,6 +169,22 @@ __global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTrans
     first_plain = 2 * half;
   }
   for (int d = first_plain + lane; d < a.width; d += 32) write(d, value(d));
+}
+
+template <class Out>
+__global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTransformBatch b) {
+  const int64_t index = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
+  // The chosen group is read straight from the parameter bank (nvcc merges the unrolled branches
+  // into one body with an indexed ld.param; no copy to local memory). The whole warp takes the
+  // same branch (index is per warp): transform_head's shuffles see all 32 lanes. Past the last
+  // group's warps (the last block's tail) no branch matches.
+#pragma unroll
+  for (int g = 0; g < kMaxHeadGroups; ++g) {
+    if (index >= b.first_warp[g] && index < b.first_warp[g + 1]) {
+      transform_head<Out>(b.group[g], index - b.first_warp[g]);
+      return;
+    }
+  }
 }
 
 template <class Out>
@@ -248,14 +269,37 @@ void add_rms_norm(const AddNormArgs& args, void* stream) {
 }
 
 void transform_heads(const HeadTransformArgs& args, void* stream) {
-  const int64_t warps = args.rows * args.heads;
+  transform_heads(std::span<const HeadTransformArgs>(&args, 1), stream);
+}
+
+void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
+  if (groups.size() > static_cast<size_t>(kMaxHeadGroups))
+    throw_error("transform_heads: " + std::to_string(groups.size()) + " groups (expected at most " +
+                std::to_string(kMaxHeadGroups) + ")");
+  HeadTransformBatch batch{};
+  int64_t warps = 0;
+  bool any_out = false;
+  DType out_dtype = DType::kF32;
+  for (size_t g = 0; g < static_cast<size_t>(kMaxHeadGroups); ++g) {
+    batch.first_warp[g] = warps;
+    if (g >= groups.size()) continue;
+    const HeadTransformArgs& group = groups[g];
+    batch.group[g] = group;
+    warps += group.rows * group.heads;
+    if (group.out == nullptr) continue;
+    if (any_out && group.out_dtype != out_dtype)
+      throw_error("transform_heads: groups write out dtypes " + std::string(dtype_name(out_dtype)) +
+                  " and " + std::string(dtype_name(group.out_dtype)) + " (expected one)");
+    any_out = true;
+    out_dtype = group.out_dtype;
+  }
+  batch.first_warp[kMaxHeadGroups] = warps;
   if (warps == 0) return;
   const auto blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  dispatch(
-      args.out != nullptr ? args.out_dtype : DType::kF32, "transform_heads out", [&](auto tag) {
-        using T = decltype(tag);
-        transform_heads_kernel<T><<<blocks, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(args);
-      });
+  dispatch(out_dtype, "transform_heads out", [&](auto tag) {
+    using T = decltype(tag);
+    transform_heads_kernel<T><<<blocks, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(batch);
+  });
   check_launch("transform_heads_kernel");
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "pagedattn/dtype.h"
 #include "pagedattn/sampling.h"
@@ -62,6 +63,12 @@ struct HeadTransformArgs {
   int64_t out_stride_row = 0, out_stride_head = 0;
 };
 void transform_heads(const HeadTransformArgs& args, void* stream);
+// Several transforms (head groups: a layer's q, k and v, each with its own x, strides, bias, norm,
+// RoPE on or off and out) in one launch: one warp per (group, row, head), each warp doing exactly
+// what the one-group launch does. The groups must not overlap in x or out, and those with an out
+// share one out_dtype. At most kMaxHeadGroups groups.
+constexpr int kMaxHeadGroups = 4;
+void transform_heads(std::span<const HeadTransformArgs> groups, void* stream);
 
 // out [rows, width] (out_dtype, row stride out_stride) = silu(gate_up[:, :width]) ⊙
 // gate_up[:, width:] with gate_up [rows, 2 width] f32 contiguous.

@@ -2,12 +2,14 @@
 // and layers_deepseek.cpp with the same arithmetic:
 //
 // GQA   qkv = x · Wqkvᵀ (one GEMM, f32 out); per head: + bias (Qwen2), q/k RMSNorm (Qwen3), RoPE;
-//       q converted to the pool dtype; k / v stored from the f32 buffer into their slots
-//       (cuda::store_kv); attention through the planned backend (decode or prefill); o_proj.
-// MLA   q = q_b(norm(q_a(x))) or q_proj(x); kv_a = kv_a_proj(x): the latent normed, k_pe rotated,
-//       both stored (cuda::store_latent: the 576-wide row); q_pe rotated; q_latent_h =
-//       q_nope_h · W_UK_h for every head in one strided-batched GEMM; run_mla over the latent
-//       cache; o_h = o_latent_h · W_UV_hᵀ (another batched GEMM); o_proj.
+//       q converted to the pool dtype (q, k and v's heads in one transform_heads launch); k / v
+//       stored from the f32 buffer into their slots (cuda::store_kv, one launch); attention
+//       through the planned backend (decode or prefill); o_proj. At batch 1 a launch costs more
+//       than its work, hence the fused launches.
+// MLA   q = q_b(norm(q_a(x))) or q_proj(x); kv_a = kv_a_proj(x): the latent normed, k_pe and q_pe
+//       rotated (one launch), the latent and k_pe stored (cuda::store_latent: the 576-wide row,
+//       one launch); q_latent_h = q_nope_h · W_UK_h for every head in one strided-batched GEMM;
+//       run_mla over the latent cache; o_h = o_latent_h · W_UV_hᵀ (another batched GEMM); o_proj.
 // MLP   gate_up = x · Wᵀ, SiLU·mul, down.
 // MoE   router logits in f32 (x in f32 · router f32). Steps of at most kDeviceMoeMaxTokens
 //       tokens with 16-bit weights route on the device (moe.h: ops::moe_route's algorithm, a
@@ -77,8 +79,12 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   s.blas->linear(t, width, w.qkv.in(), s.x.data(), w.qkv.in(), w.qkv.weight.data(), w.qkv.in(),
                  s.compute, qkv, width, DType::kF32);
   const float* bias = w.qkv.bias_data();
-  // q: bias, norm, RoPE, then converted into the attention's q buffer.
-  HeadTransformArgs q = rope_args(s);
+  // One launch for the head groups: q (bias, norm, RoPE, then converted into the attention's q
+  // buffer), k (bias, norm, RoPE, in place: stored from f32 below) and, with a bias, v (the bias
+  // only).
+  HeadTransformArgs groups[3];
+  HeadTransformArgs& q = groups[0];
+  q = rope_args(s);
   q.x = qkv;
   q.x_stride_row = width;
   q.x_stride_head = dim;
@@ -90,23 +96,23 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   q.out_dtype = s.attention;
   q.out_stride_row = heads * dim;
   q.out_stride_head = dim;
-  transform_heads(q, s.stream);
-  // k: bias, norm, RoPE, in place (stored from f32 below).
-  HeadTransformArgs k = q;
+  HeadTransformArgs& k = groups[1];
+  k = q;
   k.x = qkv + heads * dim;
   k.heads = static_cast<int32_t>(kv_heads);
   k.bias = bias != nullptr ? bias + heads * dim : nullptr;
   k.norm_weight = ptr<const float>(w.k_norm);
   k.out = nullptr;
-  transform_heads(k, s.stream);
-  if (bias != nullptr) {  // v: the bias only
-    HeadTransformArgs v = k;
+  size_t num_groups = 2;
+  if (bias != nullptr) {
+    HeadTransformArgs& v = groups[num_groups++];
+    v = k;
     v.x = qkv + (heads + kv_heads) * dim;
     v.bias = bias + (heads + kv_heads) * dim;
     v.norm_weight = nullptr;
     v.cos = v.sin = nullptr;
-    transform_heads(v, s.stream);
   }
+  transform_heads(std::span<const HeadTransformArgs>(groups, num_groups), s.stream);
   const PagedKv kv = s.pool->layer_kv(index);
   const TensorView slots = TensorView::contiguous(s.slots.data(), DType::kI64, {t}, s.device);
   ::pagedattn::cuda::store_kv(
@@ -165,43 +171,40 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
   const int64_t kv_width = rank + rope;
   float* kv_a = ptr<float>(s.kv_a);
   linear_f32(s, w.kv_a, s.x.data(), t, kv_a, kv_width);
-  {  // the latent: RMSNorm over its rank values, in place
-    HeadTransformArgs norm;
-    norm.x = kv_a;
-    norm.x_stride_row = kv_width;
-    norm.heads = 1;
-    norm.width = static_cast<int32_t>(rank);
-    norm.rows = t;
-    norm.norm_weight = ptr<const float>(w.kv_a_norm);
-    norm.eps = s.eps;
-    transform_heads(norm, s.stream);
-  }
-  {  // k_pe: RoPE in place
-    HeadTransformArgs k_pe = rope_args(s);
-    k_pe.x = kv_a + rank;
-    k_pe.x_stride_row = kv_width;
-    k_pe.heads = 1;
-    k_pe.width = static_cast<int32_t>(rope);
-    transform_heads(k_pe, s.stream);
-  }
+  // One launch for three head groups: the latent's RMSNorm over its rank values and k_pe's RoPE,
+  // both in place in kv_a (stored below), and q_pe's RoPE into the attention's q_pe [T, H, rope].
+  HeadTransformArgs groups[3];
+  HeadTransformArgs& norm = groups[0];
+  norm.x = kv_a;
+  norm.x_stride_row = kv_width;
+  norm.heads = 1;
+  norm.width = static_cast<int32_t>(rank);
+  norm.rows = t;
+  norm.norm_weight = ptr<const float>(w.kv_a_norm);
+  norm.eps = s.eps;
+  HeadTransformArgs& k_pe = groups[1];
+  k_pe = rope_args(s);
+  k_pe.x = kv_a + rank;
+  k_pe.x_stride_row = kv_width;
+  k_pe.heads = 1;
+  k_pe.width = static_cast<int32_t>(rope);
+  HeadTransformArgs& q_pe = groups[2];
+  q_pe = rope_args(s);
+  q_pe.x = q + nope;
+  q_pe.x_stride_row = q_width;
+  q_pe.x_stride_head = qk;
+  q_pe.heads = static_cast<int32_t>(heads);
+  q_pe.width = static_cast<int32_t>(rope);
+  q_pe.out = s.q_pe.data();
+  q_pe.out_dtype = s.attention;
+  q_pe.out_stride_row = heads * rope;
+  q_pe.out_stride_head = rope;
+  transform_heads(groups, s.stream);
   const PagedLatent cache = s.pool->layer_latent(index);
   const TensorView slots = TensorView::contiguous(s.slots.data(), DType::kI64, {t}, s.device);
   ::pagedattn::cuda::store_latent(cache, device_f32(s, kv_a, {t, rank}, {kv_width, 1}),
                                   device_f32(s, kv_a + rank, {t, rope}, {kv_width, 1}), slots,
                                   s.stream);
-  {  // q_pe: RoPE, into the attention's q_pe [T, H, rope]
-    HeadTransformArgs q_pe = rope_args(s);
-    q_pe.x = q + nope;
-    q_pe.x_stride_row = q_width;
-    q_pe.x_stride_head = qk;
-    q_pe.heads = static_cast<int32_t>(heads);
-    q_pe.width = static_cast<int32_t>(rope);
-    q_pe.out = s.q_pe.data();
-    q_pe.out_dtype = s.attention;
-    q_pe.out_stride_row = heads * rope;
-    q_pe.out_stride_head = rope;
-    transform_heads(q_pe, s.stream);
-  }
   // q_nope into the compute dtype [T, H, nope], the batched GEMM's input.
   convert_rows(q, DType::kF32, qk, s.q_nope_c.data(), s.compute, nope, t * heads, nope, s.stream);
   // q_latent[t, h] = q_nope[t, h] · W_UK_h, W_UK_h = kv_b rows [h (nope + v), + nope).
