@@ -150,7 +150,7 @@ __device__ __forceinline__ void transform_head(const HeadTransformArgs& a, int64
     return v;
   };
   const auto write = [&](int d, float v) {
-    x[d] = v;
+    if (a.write_x) x[d] = v;
     if (out != nullptr) out[d] = from_f32<Out>(v);
   };
   int first_plain = 0;  // elements from here on are not rotated
@@ -284,6 +284,9 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
     batch.first_warp[g] = warps;
     if (g >= groups.size()) continue;
     const HeadTransformArgs& group = groups[g];
+    if (!group.write_x && group.out == nullptr)
+      throw_error("transform_heads: group " + std::to_string(g) +
+                  " writes neither x nor out (write_x false needs out)");
     batch.group[g] = group;
     warps += group.rows * group.heads;
     if (group.out == nullptr) continue;

@@ -44,7 +44,9 @@ void add_rms_norm(const AddNormArgs& args, void* stream);
 //                                          q_a norms as one-head rows)
 //   RoPE over the first 2 * rotary_half elements at positions[row] (when cos): NeoX pairs
 //   (i, i + half) or interleaved pairs (2i, 2i + 1), cos / sin tables [positions, half] f32
-// then x is written back (f32) and, when out is set, also to out (out_dtype, its own strides).
+// then x is written back (f32; unless write_x is false: a q whose f32 copy nobody reads, where
+// the write-back was a third of the kernel's traffic) and, when out is set, also to out
+// (out_dtype, its own strides).
 struct HeadTransformArgs {
   float* x = nullptr;
   int64_t x_stride_row = 0, x_stride_head = 0;
@@ -61,6 +63,7 @@ struct HeadTransformArgs {
   void* out = nullptr;
   DType out_dtype = DType::kBF16;
   int64_t out_stride_row = 0, out_stride_head = 0;
+  bool write_x = true;  // false needs out
 };
 void transform_heads(const HeadTransformArgs& args, void* stream);
 // Several transforms (head groups: a layer's q, k and v, each with its own x, strides, bias, norm,

@@ -96,8 +96,10 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   q.out_dtype = s.attention;
   q.out_stride_row = heads * dim;
   q.out_stride_head = dim;
+  q.write_x = false;  // attention reads q from s.q only
   HeadTransformArgs& k = groups[1];
   k = q;
+  k.write_x = true;  // k is stored from the f32 buffer
   k.x = qkv + heads * dim;
   k.heads = static_cast<int32_t>(kv_heads);
   k.bias = bias != nullptr ? bias + heads * dim : nullptr;
