@@ -187,17 +187,29 @@ __global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTrans
   }
 }
 
+// One row per blockIdx.x, columns over blockIdx.y and the threads, four a thread: no 64-bit
+// division per element (the grid-stride version spent 33 us on a 2048 x 3072 prefill step on
+// the H200, 1.9 TB/s), and float4 loads where the row allows them.
 template <class Out>
-__global__ void silu_mul_kernel(const float* gate_up, int64_t rows, int64_t width, Out* out,
-                                int64_t out_stride) {
-  const int64_t n = rows * width;
-  for (int64_t i = int64_t{blockIdx.x} * kBlock + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * kBlock) {
-    const int64_t r = i / width, c = i - r * width;
-    const float g = gate_up[r * 2 * width + c];
-    const float u = gate_up[r * 2 * width + width + c];
-    out[r * out_stride + c] = from_f32<Out>(g / (1.0f + expf(-g)) * u);
+__global__ void __launch_bounds__(kBlock)
+    silu_mul_kernel(const float* gate_up, int64_t width, Out* out, int64_t out_stride) {
+  const int64_t r = blockIdx.x;
+  const float* g = gate_up + r * 2 * width;
+  const float* u = g + width;
+  Out* o = out + r * out_stride;
+  const int64_t c0 = (int64_t{blockIdx.y} * kBlock + threadIdx.x) * 4;
+  if (c0 >= width) return;
+  const auto silu_times = [](float gate, float up) { return gate / (1.0f + expf(-gate)) * up; };
+  if (width % 4 == 0 && (reinterpret_cast<uintptr_t>(gate_up) & 15u) == 0) {
+    const float4 gv = *reinterpret_cast<const float4*>(g + c0);
+    const float4 uv = *reinterpret_cast<const float4*>(u + c0);
+    o[c0] = from_f32<Out>(silu_times(gv.x, uv.x));
+    o[c0 + 1] = from_f32<Out>(silu_times(gv.y, uv.y));
+    o[c0 + 2] = from_f32<Out>(silu_times(gv.z, uv.z));
+    o[c0 + 3] = from_f32<Out>(silu_times(gv.w, uv.w));
+    return;
   }
+  for (int64_t c = c0; c < c0 + 4 && c < width; ++c) o[c] = from_f32<Out>(silu_times(g[c], u[c]));
 }
 
 template <class In, class Out>
@@ -309,10 +321,15 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
 void silu_mul(const float* gate_up, int64_t rows, int64_t width, void* out, DType out_dtype,
               int64_t out_stride, void* stream) {
   if (rows * width == 0) return;
+  if (rows > INT32_MAX || (width + 4 * kBlock - 1) / (4 * kBlock) > 65535)
+    throw_error("silu_mul: " + std::to_string(rows) + " rows of " + std::to_string(width) +
+                " (expected at most 2^31 - 1 rows and 2^26 columns)");
   dispatch(out_dtype, "silu_mul out", [&](auto tag) {
     using T = decltype(tag);
-    silu_mul_kernel<T><<<grid_for(rows * width), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
-        gate_up, rows, width, static_cast<T*>(out), out_stride);
+    const dim3 grid(static_cast<unsigned>(rows),
+                    static_cast<unsigned>((width + 4 * kBlock - 1) / (4 * kBlock)));
+    silu_mul_kernel<T><<<grid, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+        gate_up, width, static_cast<T*>(out), out_stride);
   });
   check_launch("silu_mul_kernel");
 }
