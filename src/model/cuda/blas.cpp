@@ -89,8 +89,7 @@ Blas::Blas(void* stream) : state_(std::make_unique<State>()) {
   state_->stream = static_cast<cudaStream_t>(stream);
   int device = 0;
   PA_CUDA_CHECK(cudaGetDevice(&device));
-  PA_CUDA_CHECK(
-      cudaDeviceGetAttribute(&state_->sm_count, cudaDevAttrMultiProcessorCount, device));
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&state_->sm_count, cudaDevAttrMultiProcessorCount, device));
   PA_CUBLAS_CHECK(cublasCreate(&state_->handle));
   PA_CUDA_CHECK(cudaMalloc(&state_->workspace, kWorkspaceBytes));
   PA_CUBLAS_CHECK(cublasSetStream(state_->handle, static_cast<cudaStream_t>(stream)));

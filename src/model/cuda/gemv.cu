@@ -47,6 +47,14 @@ constexpr int kRows = kM >= 4 ? 4 : 2;
 template <int kM>
 constexpr int kUnroll = 4 / kRows<kM>;
 
+// Blocks per SM the registers must allow (__launch_bounds__'s second argument; 0: unstated, as
+// if absent). Unstated up to m = 5: ptxas (CUDA 13, sm_90a) then takes 34 .. 80 registers without
+// spills, 3 to 6 blocks per SM (stating 1 makes it take more). 2 from m = 6, where ptxas would
+// squeeze into 80 registers and spill; 104 .. 120 registers, 2 blocks: 16 warps x 4 x 16 bytes =
+// 32 KiB of weight loads in flight per SM, above what the memory latency asks for.
+template <int kM>
+constexpr int kMinBlocks = kM >= 6 ? 2 : 0;
+
 // 16 bytes of weights. w is read-only while the kernel runs and each byte is read once: the
 // non-coherent path, without allocating in L1 (which holds x).
 __device__ __forceinline__ uint4 load_weights(const uint4* p) {
@@ -60,7 +68,7 @@ __device__ __forceinline__ uint4 load_weights(const uint4* p) {
 // x [kM, chunks * 8] (row stride ldx), w [n, chunks * 8] (ldw), y [kM, n] (ldy); grid: one block
 // per kRows x (kThreads >> group_shift) rows of w.
 template <class T, int kM>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kM>)
     gemv_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__ w, int64_t ldw,
                 int64_t n, int chunks, int group_shift, float* __restrict__ y, int64_t ldy) {
   constexpr int kR = kRows<kM>, kU = kUnroll<kM>;
@@ -102,8 +110,7 @@ __global__ void __launch_bounds__(kThreads)
       }
 #pragma unroll
       for (int i = 0; i < kM; ++i) {
-        xv[u][i] =
-            in_k ? reinterpret_cast<const uint4*>(x + i * ldx)[c] : make_uint4(0, 0, 0, 0);
+        xv[u][i] = in_k ? reinterpret_cast<const uint4*>(x + i * ldx)[c] : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
@@ -231,8 +238,16 @@ void gemv(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx, const voi
                 std::to_string(sm_count) + " (expected 0 <= n <= ldy, an output, sm_count >= 1)");
   }
   if (n == 0) return;
-  const Operands a{x,  ldx, w, ldw, n, static_cast<int>(k / kChunk), y, ldy, sm_count,
-                   static_cast<cudaStream_t>(stream)};
+  const Operands a{.x = x,
+                   .ldx = ldx,
+                   .w = w,
+                   .ldw = ldw,
+                   .n = n,
+                   .chunks = static_cast<int>(k / kChunk),
+                   .y = y,
+                   .ldy = ldy,
+                   .sm_count = sm_count,
+                   .stream = static_cast<cudaStream_t>(stream)};
   if (dtype == DType::kBF16) {
     launch_rows<__nv_bfloat16>(m, a);
   } else {

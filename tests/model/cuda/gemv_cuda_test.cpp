@@ -168,8 +168,8 @@ struct Problem {
           uint32_t bits;
           std::memcpy(&bits, &got, 4);
           if (bits != kUntouched && ++touched <= 3) {
-            ADD_FAILURE() << what << ": y[" << i << ", " << j << "] written (outside [" << m
-                          << ", " << n << "])";
+            ADD_FAILURE() << what << ": y[" << i << ", " << j << "] written (outside [" << m << ", "
+                          << n << "])";
           }
           continue;
         }
@@ -179,8 +179,8 @@ struct Problem {
         const double error = std::abs(double{got} - want);
         worst = std::max(worst, error / std::max(bound, 1e-300));
         if (!(error <= bound) && ++bad <= 5) {
-          ADD_FAILURE() << what << ": y[" << i << ", " << j << "] = " << got << ", float64 "
-                        << want << " (bound " << bound << ")";
+          ADD_FAILURE() << what << ": y[" << i << ", " << j << "] = " << got << ", float64 " << want
+                        << " (bound " << bound << ")";
         }
       }
     }
@@ -214,6 +214,8 @@ TEST_P(GemvLinear, EveryRowCountEqualsFloat64) {
   const uint16_t* x = d_x.data + c.x_offset;
   Stream stream;
   cuda::Blas blas(stream.stream);
+  // The uploads ran on the legacy default stream, which a non-blocking stream does not wait for.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   double worst = 0;
   for (int64_t m = c.m_first; m <= c.m_last; ++m) {
     const std::string what = fmt::format("{} m {}", c.name, m);
@@ -293,12 +295,12 @@ TEST(GemvGraph, CapturedLinearReplaysToTheSameBits) {
   std::vector<std::unique_ptr<DeviceArray<uint16_t>>> inputs;
   std::vector<std::unique_ptr<DeviceArray<float>>> outputs;
   for (const Call& call : calls) {
-    problems.push_back(std::make_unique<Problem>(call.dtype, call.m, call.n, call.k, call.k,
-                                                 call.k, 0, 131));
+    problems.push_back(
+        std::make_unique<Problem>(call.dtype, call.m, call.n, call.k, call.k, call.k, 0, 131));
     inputs.push_back(std::make_unique<DeviceArray<uint16_t>>(problems.back()->x_words));
     inputs.push_back(std::make_unique<DeviceArray<uint16_t>>(problems.back()->w_words));
-    outputs.push_back(std::make_unique<DeviceArray<float>>(
-        static_cast<size_t>((call.m + 1) * call.n)));
+    outputs.push_back(
+        std::make_unique<DeviceArray<float>>(static_cast<size_t>((call.m + 1) * call.n)));
   }
   const auto enqueue = [&] {
     for (size_t i = 0; i < std::size(calls); ++i) {
@@ -307,9 +309,11 @@ TEST(GemvGraph, CapturedLinearReplaysToTheSameBits) {
                   call.k, call.dtype, outputs[i]->data, call.n, DType::kF32);
     }
   };
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the uploads (legacy default stream)
   // Eager first: the reference bits.
   for (auto& out : outputs) {
-    ASSERT_EQ(cudaMemset(out->data, 0xff, out->count * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(out->data, 0xff, out->count * sizeof(float), stream.stream),
+              cudaSuccess);
   }
   enqueue();
   ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
@@ -327,7 +331,8 @@ TEST(GemvGraph, CapturedLinearReplaysToTheSameBits) {
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   for (int replay = 0; replay < 2; ++replay) {
     for (auto& out : outputs) {
-      ASSERT_EQ(cudaMemset(out->data, 0xff, out->count * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(out->data, 0xff, out->count * sizeof(float), stream.stream),
+                cudaSuccess);
     }
     ASSERT_EQ(cudaGraphLaunch(exec, stream.stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
