@@ -2,7 +2,8 @@
 // terms. Inputs in the compute dtype (bf16, f16 or f32), accumulation in f32
 // (CUBLAS_COMPUTE_32F: no TF32 for f32 inputs), outputs in f32 or the input dtype. Host API with
 // no cuBLAS types; one handle per model, bound to the model's stream, with a fixed workspace (so
-// that a captured CUDA graph never sees cuBLAS allocate).
+// that a captured CUDA graph never sees cuBLAS allocate). Linear layers at a few rows go to a GEMV
+// kernel of our own instead (gemv.h).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,9 @@ class Blas {
   Blas& operator=(const Blas&) = delete;
 
   // y [m, n] (row stride ldy) = x [m, k] (ldx) · wᵀ with w [n, k] (ldw): a linear layer with the
-  // weight as the checkpoint stores it. m = 0 is a no-op.
+  // weight as the checkpoint stores it. m = 0 is a no-op. At m <= 8 with bf16 / f16 inputs and an
+  // f32 output, the GEMV kernel of gemv.h when its preconditions hold (blas.cpp says why), on the
+  // same stream; cuBLAS otherwise.
   void linear(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx, const void* w,
               int64_t ldw, DType in_dtype, void* y, int64_t ldy, DType out_dtype);
 
