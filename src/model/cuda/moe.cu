@@ -207,18 +207,21 @@ __global__ void __launch_bounds__(kSortThreads)
   }
 }
 
-// ---- the grouped GEMM: mma.sync m16n8k16, 32 x 128 tiles, K in steps of 32 ----
+// ---- the grouped GEMM: mma.sync m16n8k16, 32 x 128 tiles, K in steps of 64 ----
 //
-// Decode is memory-bound here (each expert's few rows against its whole weight), so the pipeline
-// is what matters: kStages stages of K, kStages - 1 in flight while one is multiplied. With two
-// stages a CTA waited a full memory latency per 8 KB step (DeepSeek-V2-Lite at 64 tokens on the
-// H200: 2.3 TB/s over the experts' weights); four keep 30 KB in flight per CTA.
+// Decode is memory-bound here (each expert's few rows against its whole weight), so the reads
+// are what matters: a stage takes 128 bytes of each of the tile's 128 weight rows (a whole line;
+// 64 bytes, half-lines, ran at ~1.9 TB/s over DeepSeek-V2-Lite's experts at 64 tokens on the
+// H100), and kStages - 1 stages are in flight while one is multiplied (with two stages a CTA
+// waited a full memory latency per step: 2.3 TB/s on the H200).
 
-constexpr int kBm = kMoeTileRows, kBn = 128, kBk = 32;
+constexpr int kBm = kMoeTileRows, kBn = 128, kBk = 64;
 constexpr int kThreads = 128;     // 4 warps, each 32 rows x 32 columns
-constexpr int kStride = kBk + 8;  // shared row stride in elements (80 bytes: ldmatrix rows
-                                  // 16-byte aligned, banks staggered)
-constexpr int kStages = 4;
+constexpr int kStride = kBk + 8;  // shared row stride in elements (144 bytes: ldmatrix rows
+                                  // 16-byte aligned, 8 rows on distinct banks)
+constexpr int kChunks = kBk / 8;  // 16-byte chunks per row of a stage
+constexpr int kStages = 3;
+static_assert(kBm * kChunks % kThreads == 0 && kBn * kChunks % kThreads == 0);
 constexpr int kStageElems = (kBm + kBn) * kStride;  // A then B of one stage
 constexpr size_t kGemmSmemBytes = size_t{kStages} * kStageElems * 2;  // 16-bit elements
 
@@ -264,22 +267,24 @@ __global__ void __launch_bounds__(kThreads)
   T* const stages = reinterpret_cast<T*>(gemm_smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  // Stage loads: A 32 rows x 4 chunks of 8 (one per thread), B 128 rows x 4 chunks (four); one
-  // cp.async group per stage.
+  // Stage loads: A 32 rows x kChunks chunks of 8 halves, B 128 rows x kChunks (consecutive
+  // threads on consecutive chunks of a row: whole lines); one cp.async group per stage.
   const auto load = [&](int stage, int64_t k0) {
     T* sa = stages + stage * kStageElems;
     T* sb = sa + kBm * kStride;
-    {
-      const int r = tid >> 2, chunk = tid & 3;
+#pragma unroll
+    for (int i = 0; i < kBm * kChunks / kThreads; ++i) {
+      const int index = tid + i * kThreads;
+      const int r = index / kChunks, chunk = index % kChunks;
       const int64_t kk = k0 + chunk * 8;
       const bool valid = r < rows && kk < k;
       cp_async_16(&sa[r * kStride + chunk * 8], valid ? a + (int64_t{first} + r) * lda + kk : a,
                   valid);
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kBn * kChunks / kThreads; ++i) {
       const int index = tid + i * kThreads;
-      const int r = index >> 2, chunk = index & 3;
+      const int r = index / kChunks, chunk = index % kChunks;
       const int64_t kk = k0 + chunk * 8, col = col0 + r;
       const bool valid = col < n && kk < k;
       cp_async_16(&sb[r * kStride + chunk * 8], valid ? w + col * k + kk : w, valid);
