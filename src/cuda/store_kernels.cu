@@ -7,7 +7,8 @@
 // a template parameter (the parts share it); each part's input dtype is a runtime value, switched
 // on once per CTA outside the element loop, so K and V of different input dtypes still take one
 // launch. Conversion through float; an fp8 cache stores value / scale (a true division, as on the
-// host), saturated.
+// host), saturated. Both kernels are launched with programmatic dependent launch (cuda/launch.h):
+// pdl_wait() is their first statement, before the status and slot checks that return early.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -16,7 +17,9 @@
 #include <type_traits>
 
 #include "cuda/common/device_utils.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
+#include "cuda/launch.h"
 #include "cuda/store_kernels.h"
 
 namespace pagedattn::cuda {
@@ -46,6 +49,8 @@ __device__ Dst convert_store(float value, float scale) {
 
 __global__ void check_slots_kernel(const void* slots, bool i64, int64_t stride, int64_t num_tokens,
                                    int64_t num_slots, int32_t* status) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   const int64_t t = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (t >= num_tokens) return;
   const int64_t slot = slot_of(slots, i64, stride, t);
@@ -83,6 +88,8 @@ __device__ void store_part(const StoreRows& p, int64_t page, int64_t offset, int
 
 template <class Dst>
 __global__ void __launch_bounds__(kStoreThreads) store_rows_kernel(const StoreBatch b) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   if (b.status != nullptr && b.status[0] != 0) return;
   const int64_t t = blockIdx.x;
   const int64_t slot = slot_of(b.slots, b.slots_i64, b.slots_stride, t);
@@ -116,16 +123,16 @@ void launch_store(DType cache_dtype, const StoreBatch& batch, int64_t num_tokens
   const dim3 grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>(batch.num_parts));
   switch (cache_dtype) {
     case DType::kF32:
-      store_rows_kernel<float><<<grid, kStoreThreads, 0, stream>>>(batch);
+      launch_kernel(store_rows_kernel<float>, grid, kStoreThreads, 0, stream, batch);
       break;
     case DType::kF16:
-      store_rows_kernel<__half><<<grid, kStoreThreads, 0, stream>>>(batch);
+      launch_kernel(store_rows_kernel<__half>, grid, kStoreThreads, 0, stream, batch);
       break;
     case DType::kBF16:
-      store_rows_kernel<__nv_bfloat16><<<grid, kStoreThreads, 0, stream>>>(batch);
+      launch_kernel(store_rows_kernel<__nv_bfloat16>, grid, kStoreThreads, 0, stream, batch);
       break;
     case DType::kFP8E4M3:
-      store_rows_kernel<__nv_fp8_e4m3><<<grid, kStoreThreads, 0, stream>>>(batch);
+      launch_kernel(store_rows_kernel<__nv_fp8_e4m3>, grid, kStoreThreads, 0, stream, batch);
       break;
     default:
       throw_error("store: cache dtype " + std::string(dtype_name(cache_dtype)) +
@@ -138,8 +145,8 @@ void launch_check_slots(const void* slots, bool slots_i64, int64_t stride, int64
                         int64_t num_slots, int32_t* status, void* stream) {
   if (num_tokens == 0) return;
   const int blocks = static_cast<int>((num_tokens + kStoreThreads - 1) / kStoreThreads);
-  check_slots_kernel<<<blocks, kStoreThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      slots, slots_i64, stride, num_tokens, num_slots, status);
+  launch_kernel(check_slots_kernel, blocks, kStoreThreads, 0, static_cast<cudaStream_t>(stream),
+                slots, slots_i64, stride, num_tokens, num_slots, status);
   check_launch("check_slots_kernel");
 }
 

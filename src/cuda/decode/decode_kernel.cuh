@@ -19,13 +19,19 @@
 //          are fewer heads than lanes, the tile's tokens (reduced across lanes at the end).
 // Output: a request served by one item writes out / lse directly; a split request writes f32
 // partials that the merge kernel combines. A CTA that sees no key writes 0 and -inf.
+//
+// Launched with programmatic dependent launch (cuda/launch.h): pdl_wait() is the kernel's first
+// statement, before the partition is read and before a CTA past the item count returns.
 #pragma once
 
 #include <cmath>
 
 #include "cuda/common/device_utils.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/cuda_check.h"
 #include "cuda/decode/decode_params.h"
 #include "cuda/decode/decode_work.cuh"
+#include "cuda/launch.h"
 
 namespace pagedattn::cuda {
 
@@ -61,6 +67,8 @@ struct DecodeConfig {
 
 template <int kHeadDim, class QT, class KVT>
 __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   using C = DecodeConfig<kHeadDim, KVT>;
   constexpr int kVec = C::kVec;
   constexpr int kTile = C::kTile;
@@ -316,7 +324,8 @@ void launch_decode_kernel(const DecodeParams& params, int grid_items, void* stre
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::kSmemBytes));
   PA_CUDA_CHECK(attribute_status);
   const dim3 grid(grid_items, params.num_kv_heads * params.group_tiles);
-  kernel<<<grid, C::kThreads, C::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(params);
+  launch_kernel(kernel, grid, C::kThreads, C::kSmemBytes, static_cast<cudaStream_t>(stream),
+                params);
   check_launch("decode_kernel");
 }
 

@@ -7,6 +7,8 @@
 // per request and head tile): one CTA per (request, query head), exiting at once for requests
 // served by one item (head_dim <= 256):
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
+// Launched, like the decode kernels, with programmatic dependent launch (cuda/launch.h): it is
+// scheduled while the decode kernel drains and waits for its partials on the device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -15,8 +17,10 @@
 #include <string>
 #include <type_traits>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/decode/decode_params.h"
+#include "cuda/launch.h"
 
 namespace pagedattn::cuda {
 namespace {
@@ -52,10 +56,8 @@ __global__ void __launch_bounds__(kMergeThreads)
                  int num_qo_heads, int head_dim, QT* out, int64_t out_stride_batch,
                  int64_t out_stride_head, float* lse, int64_t lse_stride_batch,
                  int64_t lse_stride_head) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Launched as a programmatic dependent of the decode kernel: wait for its partials.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  pdl_wait();  // first (cuda/launch.h): the decode kernel's partials are complete
+  pdl_trigger();
   __shared__ float scratch[kMergeWarps];
   __shared__ float weights[kMergeTile];
   const int request = blockIdx.x;
@@ -152,29 +154,20 @@ void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DTyp
           ? launch_for_head_dim<__nv_bfloat16>(head_dim, kv_dtype, params, grid_items, stream)
           : launch_for_head_dim<__half>(head_dim, kv_dtype, params, grid_items, stream);
   if (merged) return;
-  // The merge is a programmatic dependent launch (sm_90): it is scheduled while the decode kernel
-  // runs and waits for it on the device, so the launch gap between the two disappears.
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(params.batch, params.num_qo_heads);
-  config.blockDim = dim3(kMergeThreads);
-  config.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const dim3 grid(params.batch, params.num_qo_heads);
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
   const int head = params.num_qo_heads;
   if (q_dtype == DType::kBF16) {
-    PA_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<__nv_bfloat16>, params.partition,
-                                     params.partial_out, params.partial_lse, head, head_dim,
-                                     static_cast<__nv_bfloat16*>(params.out),
-                                     params.out_stride_batch, params.out_stride_head, params.lse,
-                                     params.lse_stride_batch, params.lse_stride_head));
+    launch_kernel(merge_kernel<__nv_bfloat16>, grid, kMergeThreads, 0, cuda_stream,
+                  params.partition, params.partial_out, params.partial_lse, head, head_dim,
+                  static_cast<__nv_bfloat16*>(params.out), params.out_stride_batch,
+                  params.out_stride_head, params.lse, params.lse_stride_batch,
+                  params.lse_stride_head);
   } else {
-    PA_CUDA_CHECK(cudaLaunchKernelEx(
-        &config, merge_kernel<__half>, params.partition, params.partial_out, params.partial_lse,
-        head, head_dim, static_cast<__half*>(params.out), params.out_stride_batch,
-        params.out_stride_head, params.lse, params.lse_stride_batch, params.lse_stride_head));
+    launch_kernel(merge_kernel<__half>, grid, kMergeThreads, 0, cuda_stream, params.partition,
+                  params.partial_out, params.partial_lse, head, head_dim,
+                  static_cast<__half*>(params.out), params.out_stride_batch, params.out_stride_head,
+                  params.lse, params.lse_stride_batch, params.lse_stride_head);
   }
   check_launch("merge_kernel");
 }

@@ -26,14 +26,20 @@
 // writes out / lse directly (request served by one item) or the f32 partials of its item; the
 // last CTA of a split request's head tile to finish (an atomic arrival count in the workspace,
 // reset to zero by that CTA) merges the request's partials from L2: no merge kernel.
+//
+// Launched with programmatic dependent launch (cuda/launch.h): pdl_wait() is the kernel's first
+// statement, before the partition is read and before a CTA past the item count returns.
 #pragma once
 
 #include <cmath>
 #include <type_traits>
 
 #include "cuda/common/device_utils.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/cuda_check.h"
 #include "cuda/decode/decode_params.h"
 #include "cuda/decode/decode_work.cuh"
+#include "cuda/launch.h"
 
 namespace pagedattn::cuda {
 
@@ -145,6 +151,8 @@ template <int kHeadDim, class T>
 __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
                                   TcDecodeConfig<kHeadDim>::kMinCtasPerSm)
     decode_tc_kernel(const DecodeParams p) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   using C = TcDecodeConfig<kHeadDim>;
   constexpr int kStep = C::kStep;
   constexpr int kNTiles = kStep / 8;      // n8 tiles of S per step
@@ -500,7 +508,8 @@ void launch_decode_tc_kernel(const DecodeParams& params, int grid_items, void* s
   // One dimension, the head tiles of an item side by side: CTAs that run together read the same
   // pages (neighbouring rows of NHD pages, neighbouring blocks of HND pages).
   const int grid = grid_items * params.num_kv_heads * params.group_tiles;
-  kernel<<<grid, C::kThreads, C::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(params);
+  launch_kernel(kernel, grid, C::kThreads, C::kSmemBytes, static_cast<cudaStream_t>(stream),
+                params);
   check_launch("decode_tc_kernel");
 }
 

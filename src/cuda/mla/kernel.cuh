@@ -28,6 +28,9 @@
 // row's position kv_len - q_len + t. A CTA whose range is empty writes O = 0, lse = -inf.
 // Output: a request served by one item writes out / lse; a split request writes its f32 partials
 // (O / l and lse per item), combined by mla_merge_kernel.
+// Every MLA kernel (this file's two, kernel_small.cuh's, kernel_sm90_ws.cuh's) is launched with
+// programmatic dependent launch (cuda/launch.h): pdl_wait() is its first statement, before the
+// partition is read and before a CTA without work returns.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -38,6 +41,7 @@
 #include <cstdint>
 
 #include "cuda/common/device_utils.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/mla/config.h"
 #include "cuda/prefill/kernel.cuh"
 
@@ -368,6 +372,8 @@ __device__ __forceinline__ void convert_tile(uint32_t raw, uint32_t stage) {
 
 template <class KVT, int kRows>
 __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant__ MlaParams p) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   using Smem = mla::Smem<kRows>;
   using R = Roles<kRows>;
   // fp8: one bf16 stage fed by two raw fp8 stages (the same bytes as two bf16 stages).
@@ -649,6 +655,8 @@ inline constexpr int kMergeBatch = 8;
 
 __global__ void __launch_bounds__(kMergeThreads)
     mla_merge_kernel(const __grid_constant__ MlaParams p) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   const int request = static_cast<int>(blockIdx.x);
   // The request's item range and rows, loaded together.
   const int first = p.partition.merge_indptr[request];

@@ -60,6 +60,8 @@ __device__ __forceinline__ void issue_s_steps(float (&d)[16],
 
 __global__ void __launch_bounds__(Ws::kThreads, 1)
     mla_kernel_sm90_ws(const __grid_constant__ MlaParams p) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using W = Ws;
   constexpr int kN = W::kTokens;

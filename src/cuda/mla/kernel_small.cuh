@@ -128,6 +128,8 @@ __device__ __forceinline__ void pair_barrier(int pair) {
 
 __global__ void __launch_bounds__(kThreads, 1)
     mla_kernel_small(const __grid_constant__ MlaParams p) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   using T = Tile;
   constexpr int kN = T::kTokens;
   constexpr int kRowBytes = T::kRowBytes;

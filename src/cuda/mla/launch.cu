@@ -11,7 +11,8 @@
 //     row block).
 // PAGEDATTN_MLA_KERNEL=mma forces the general kernel on bf16 too: the sm_80 path, tested on the
 // Hopper test machine (tests/cuda/mla_test.cpp, CudaMlaOtherKernel). Every PAGEDATTN_* switch is
-// listed in ARCHITECTURE.md ("Switches").
+// listed in ARCHITECTURE.md ("Switches"). Every kernel goes through launch_kernel (cuda/launch.h):
+// programmatic dependent launch on 9.x devices, beside the cluster dimension where there is one.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <cstring>
 
 #include "cuda/cuda_check.h"
+#include "cuda/launch.h"
 #include "cuda/mla/config.h"
 #include "cuda/mla/kernel.cuh"
 #include "cuda/mla/kernel_sm90_ws.cuh"
@@ -33,8 +35,8 @@ void launch_mma(const MlaParams& params, int grid_items, int row_blocks, cudaStr
   static const cudaError_t attribute_status = cudaFuncSetAttribute(
       mla_kernel<KVT, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<kRows>::kBytes);
   PA_CUDA_CHECK(attribute_status);
-  mla_kernel<KVT, kRows>
-      <<<dim3(row_blocks, grid_items), kThreads, Smem<kRows>::kBytes, stream>>>(params);
+  launch_kernel(mla_kernel<KVT, kRows>, dim3(row_blocks, grid_items), kThreads, Smem<kRows>::kBytes,
+                stream, params);
   check_launch("mla_kernel");
 }
 
@@ -98,7 +100,7 @@ void launch_small(const MlaParams& params, int grid_items, int row_blocks, cudaS
   cudaLaunchAttribute attribute;
   const cudaLaunchConfig_t config = small_config(
       dim3(row_blocks, grid_items * params.cluster), params.cluster, stream, attribute);
-  PA_CUDA_CHECK(cudaLaunchKernelEx(&config, small::mla_kernel_small, params));
+  launch_kernel(config, small::mla_kernel_small, params);
   check_launch("mla_kernel_small");
 }
 
@@ -108,8 +110,8 @@ void launch_sm90_ws(const MlaParams& params, int grid_items, int row_blocks,
       cudaFuncSetAttribute(sm90ws::mla_kernel_sm90_ws, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            sm90ws::Ws::kSmemBytes);
   PA_CUDA_CHECK(attribute_status);
-  sm90ws::mla_kernel_sm90_ws<<<dim3(row_blocks, grid_items), sm90ws::Ws::kThreads,
-                               sm90ws::Ws::kSmemBytes, stream>>>(params);
+  launch_kernel(sm90ws::mla_kernel_sm90_ws, dim3(row_blocks, grid_items), sm90ws::Ws::kThreads,
+                sm90ws::Ws::kSmemBytes, stream, params);
   check_launch("mla_kernel_sm90_ws");
 }
 
@@ -175,8 +177,8 @@ void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_i
     launch_mma<__nv_bfloat16, 64>(params, grid_items, grid_rows, cuda_stream);
   }
   if (merge) {
-    mla_merge_kernel<<<dim3(params.batch_size, merge_rows), kMergeThreads, 0, cuda_stream>>>(
-        params);
+    launch_kernel(mla_merge_kernel, dim3(params.batch_size, merge_rows), kMergeThreads, 0,
+                  cuda_stream, params);
     check_launch("mla_merge_kernel");
   }
 }

@@ -12,10 +12,13 @@
 //                         run.
 //   split_kv_kernel       one CTA: chunk_pages from kv_indptr[batch], items per request, a scan
 //                         for merge_indptr, then each request writes its items.
-// Problems go to a status word (first one wins, atomicCAS), never to a trap.
+// Problems go to a status word (first one wins, atomicCAS), never to a trap. Each kernel is
+// launched with programmatic dependent launch (cuda/launch.h): pdl_wait() is its first statement.
 #include <cub/block/block_scan.cuh>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
+#include "cuda/launch.h"
 #include "cuda/planner/planner_kernels.h"
 #include "cuda/workspace.h"
 
@@ -47,6 +50,8 @@ __device__ void report(int32_t* status, int32_t code, int32_t request, int64_t p
 }
 
 __global__ void __launch_bounds__(kScanThreads) plan_lengths_kernel(const LengthsParams p) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   using Scan = cub::BlockScan<int32_t, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ int32_t carry_pages, carry_rows;
@@ -103,6 +108,8 @@ __global__ void __launch_bounds__(kScanThreads) plan_lengths_kernel(const Length
 }
 
 __global__ void __launch_bounds__(256) plan_indices_kernel(const IndicesParams p) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   if (p.status[0] == kIndicesTooSmall) return;  // the plan does not fit: write nothing
   const int r = blockIdx.x;
   const int32_t begin = p.kv_indptr[r];
@@ -146,6 +153,8 @@ __global__ void __launch_bounds__(256) plan_indices_kernel(const IndicesParams p
 }
 
 __global__ void __launch_bounds__(kScanThreads) split_kv_kernel(const SplitParams p) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   using Scan = cub::BlockScan<int32_t, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ int32_t carry;
@@ -201,13 +210,13 @@ __global__ void __launch_bounds__(kScanThreads) split_kv_kernel(const SplitParam
 }  // namespace
 
 void launch_plan_lengths(const LengthsParams& params, void* stream) {
-  plan_lengths_kernel<<<1, kScanThreads, 0, static_cast<cudaStream_t>(stream)>>>(params);
+  launch_kernel(plan_lengths_kernel, 1, kScanThreads, 0, static_cast<cudaStream_t>(stream), params);
   check_launch("plan_lengths_kernel");
 }
 
 void launch_plan_indices(const IndicesParams& params, int32_t num_reqs, void* stream) {
   if (num_reqs == 0) return;
-  plan_indices_kernel<<<num_reqs, 256, 0, static_cast<cudaStream_t>(stream)>>>(params);
+  launch_kernel(plan_indices_kernel, num_reqs, 256, 0, static_cast<cudaStream_t>(stream), params);
   check_launch("plan_indices_kernel");
 }
 
@@ -217,7 +226,7 @@ void launch_split_kv(const int32_t* kv_indptr, int32_t batch, const SplitKvConfi
   SplitParams params{
       kv_indptr,    batch,      config.enable, config.target_items, config.min_chunk_pages,
       work_request, work_chunk, capacity,      merge_indptr,        info};
-  split_kv_kernel<<<1, kScanThreads, 0, static_cast<cudaStream_t>(stream)>>>(params);
+  launch_kernel(split_kv_kernel, 1, kScanThreads, 0, static_cast<cudaStream_t>(stream), params);
   check_launch("split_kv_kernel");
 }
 

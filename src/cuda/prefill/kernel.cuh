@@ -16,6 +16,8 @@
 // O += P V_j. Shared rows are 16-byte-chunk XOR-swizzled (chunk ^ row % 8), so the ldmatrix reads
 // are conflict-free. Online softmax in base 2 in registers, one quad of lanes per row.
 // Split-KV (params.h): grid y is the KV chunk; each CTA then writes f32 partials instead of out.
+// Launched with programmatic dependent launch (cuda/launch.h), as are the wgmma kernel and the
+// merge: pdl_wait() is each one's first statement, before the tile search and its early return.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,6 +25,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/prefill/params.h"
 
 namespace pagedattn::cuda::prefill {
@@ -242,6 +245,8 @@ __device__ __forceinline__ int64_t partial_index(const PrefillParams& p, int64_t
 template <class T, int kHeadDimQk, int kHeadDimVo>
 __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 2)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   using Config = TileConfig<kHeadDimQk, kHeadDimVo>;
   constexpr int kThreads = Config::kThreads;
   constexpr int kMTiles = Config::kMTiles;

@@ -116,6 +116,8 @@ struct Ops<__half> {
 template <class T, int kHeadDimQk, int kHeadDimVo, int kBlockKeys = 64>
 __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys>::kMinBlocks)
     prefill_kernel_sm90(const __grid_constant__ PrefillParams p) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Config<kHeadDimQk, kHeadDimVo, kBlockKeys>;
   constexpr int kBlockM = C::kBlockM;

@@ -7,7 +7,8 @@
 // (kernel.cuh), which serves sm_80. PAGEDATTN_PREFILL_KERNEL=mma forces the mma.sync kernel on
 // Hopper too: the sm_80 path, tested on the Hopper test machine (tests/cuda/prefill_test.cpp) and
 // timed beside wgmma (tools/bench/cuda/bench_prefill_cuda_main.cpp); ARCHITECTURE.md lists every
-// switch.
+// switch. Every kernel goes through cuda/launch.h's launch_kernel (programmatic dependent launch
+// on 9.x devices).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/launch.h"
 #include "cuda/prefill/kernel.cuh"
 #include "cuda/prefill/kernel_sm90.cuh"
 #include "cuda/prefill/params.h"
@@ -36,6 +38,8 @@ inline bool mma_forced() {
 template <class T>
 __global__ void __launch_bounds__(128)
     prefill_merge_kernel(const __grid_constant__ PrefillParams p, int head_dim_vo) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   constexpr float kLog2e = 1.4426950408889634f;
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   const int64_t pair = int64_t{blockIdx.x} * 4 + warp;
@@ -76,19 +80,19 @@ __global__ void __launch_bounds__(128)
 }
 
 template <class T, class Kernel>
-void launch_kernel(Kernel* kernel, PrefillParams params, int block_rows, int threads, int smem,
-                   int head_dim_vo, cudaStream_t stream) {
+void launch_tiles(Kernel* kernel, PrefillParams params, int block_rows, int threads, int smem,
+                  int head_dim_vo, cudaStream_t stream) {
   params.num_tiles_bound = static_cast<int32_t>(tile_bound(params, block_rows));
   const int64_t blocks = int64_t{params.num_tiles_bound} * params.num_kv_heads;
   if (blocks == 0) return;
   PA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.num_kv_chunks));
-  kernel<<<grid, threads, smem, stream>>>(params);
+  launch_kernel(kernel, grid, threads, static_cast<size_t>(smem), stream, params);
   check_launch("prefill_kernel");
   if (params.num_kv_chunks > 1) {
     const int64_t pairs = params.num_qo_rows * params.num_qo_heads;
-    prefill_merge_kernel<T>
-        <<<static_cast<unsigned>((pairs + 3) / 4), 128, 0, stream>>>(params, head_dim_vo);
+    launch_kernel(prefill_merge_kernel<T>, static_cast<unsigned>((pairs + 3) / 4), 128, 0, stream,
+                  params, head_dim_vo);
     check_launch("prefill_merge_kernel");
   }
 }
@@ -109,12 +113,12 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
   // The rule: wgmma where its sm_90a code runs (a 9.x device), unless forced; mma.sync elsewhere.
   if (major == 9 && has_sm90 && !mma_forced()) {
     using C = sm90::Config<kHeadDimQk, kHeadDimVo>;
-    return launch_kernel<T>(sm90, params, C::kBlockM, C::kThreads, C::kSmemBytes, kHeadDimVo,
-                            stream);
+    return launch_tiles<T>(sm90, params, C::kBlockM, C::kThreads, C::kSmemBytes, kHeadDimVo,
+                           stream);
   }
   using C = TileConfig<kHeadDimQk, kHeadDimVo>;
-  launch_kernel<T>(&prefill_kernel<T, kHeadDimQk, kHeadDimVo>, params, C::kBlockM, C::kThreads,
-                   C::kSmemBytes, kHeadDimVo, stream);
+  launch_tiles<T>(&prefill_kernel<T, kHeadDimQk, kHeadDimVo>, params, C::kBlockM, C::kThreads,
+                  C::kSmemBytes, kHeadDimVo, stream);
 }
 
 template <class T>

@@ -15,6 +15,10 @@
 // wider while the grid would give the SMs fewer than two blocks each (k split over more threads,
 // fewer rows per block), so that a small n (1024 rows: an o_proj or down_proj) still spreads its
 // loads over every SM.
+//
+// Launched with programmatic dependent launch (cuda/launch.h): the kernel waits for the previous
+// kernel (pdl_wait(), its first statement) before its first load. (w is never written during a
+// step, so its first loads could be issued before the wait; the rule keeps every read after it.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -23,13 +27,18 @@
 #include <string>
 
 #include "cuda/common/device_utils.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
+#include "cuda/launch.h"
 #include "model/cuda/gemv.h"
 
 namespace pagedattn::model::cuda {
 namespace {
 
 using ::pagedattn::cuda::check_launch;
+using ::pagedattn::cuda::launch_kernel;
+using ::pagedattn::cuda::pdl_trigger;
+using ::pagedattn::cuda::pdl_wait;
 using ::pagedattn::cuda::vec_to_float;
 using ::pagedattn::cuda::warp_sum;
 
@@ -71,6 +80,8 @@ template <class T, int kM>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<kM>)
     gemv_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__ w, int64_t ldw,
                 int64_t n, int chunks, int group_shift, float* __restrict__ y, int64_t ldy) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   constexpr int kR = kRows<kM>, kU = kUnroll<kM>;
   constexpr int kSums = kM * kR;  // per thread, and per group after the reduction
   __shared__ float partial[kWarps][kSums];
@@ -197,9 +208,9 @@ void launch(const Operands& a) {
     throw_error("gemv: n = " + std::to_string(a.n) + " needs " + std::to_string(plan.blocks) +
                 " blocks (at most 2^31 - 1)");
   }
-  gemv_kernel<T, kM><<<static_cast<unsigned>(plan.blocks), kThreads, 0, a.stream>>>(
-      static_cast<const T*>(a.x), a.ldx, static_cast<const T*>(a.w), a.ldw, a.n, a.chunks,
-      plan.group_shift, a.y, a.ldy);
+  launch_kernel(gemv_kernel<T, kM>, static_cast<unsigned>(plan.blocks), kThreads, 0, a.stream,
+                static_cast<const T*>(a.x), a.ldx, static_cast<const T*>(a.w), a.ldw, a.n, a.chunks,
+                plan.group_shift, a.y, a.ldy);
   check_launch("gemv_kernel");
 }
 

@@ -4,7 +4,8 @@
 // f32; none is tuned (one block per row, one warp per head, grid-stride elsewhere), because at the
 // model's sizes the GEMMs and the attention dominate a step. The arithmetic follows the CPU ops
 // (src/ops/elementwise.cpp, rope.cpp, moe.cpp) term for term so that an f32 model agrees with the
-// CPU model to rounding.
+// CPU model to rounding. Every kernel is launched with programmatic dependent launch
+// (cuda/launch.h): pdl_wait() is each one's first statement.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -12,13 +13,18 @@
 #include <algorithm>
 #include <string>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
+#include "cuda/launch.h"
 #include "model/cuda/kernels.h"
 
 namespace pagedattn::model::cuda {
 namespace {
 
 using ::pagedattn::cuda::check_launch;
+using ::pagedattn::cuda::launch_kernel;
+using ::pagedattn::cuda::pdl_trigger;
+using ::pagedattn::cuda::pdl_wait;
 
 constexpr int kBlock = 256;
 constexpr int kWarpsPerBlock = kBlock / 32;
@@ -82,6 +88,8 @@ __device__ float block_sum(float v) {
 template <class T>
 __global__ void embedding_kernel(const T* table, int64_t dim, const int32_t* ids,
                                  const ops::SampledToken* pending, float* out) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   int32_t id = ids[row];
   if (id < 0) id = pending[-id - 1].token;
@@ -91,6 +99,8 @@ __global__ void embedding_kernel(const T* table, int64_t dim, const int32_t* ids
 
 template <class Out>
 __global__ void __launch_bounds__(kBlock) add_rms_norm_kernel(const AddNormArgs a) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const int64_t row = a.row_index != nullptr ? a.row_index[r] : r;
   float* residual = a.residual + row * a.dim;
@@ -173,6 +183,8 @@ __device__ __forceinline__ void transform_head(const HeadTransformArgs& a, int64
 
 template <class Out>
 __global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTransformBatch b) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   const int64_t index = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
   // The chosen group is read straight from the parameter bank (nvcc merges the unrolled branches
   // into one body with an indexed ld.param; no copy to local memory). The whole warp takes the
@@ -193,6 +205,8 @@ __global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTrans
 template <class Out>
 __global__ void __launch_bounds__(kBlock)
     silu_mul_kernel(const float* gate_up, int64_t width, Out* out, int64_t out_stride) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const float* g = gate_up + r * 2 * width;
   const float* u = g + width;
@@ -215,6 +229,8 @@ __global__ void __launch_bounds__(kBlock)
 template <class In, class Out>
 __global__ void convert_rows_kernel(const In* src, int64_t src_stride, Out* dst, int64_t dst_stride,
                                     int64_t rows, int64_t cols) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   const int64_t n = rows * cols;
   for (int64_t i = int64_t{blockIdx.x} * kBlock + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kBlock) {
@@ -225,6 +241,8 @@ __global__ void convert_rows_kernel(const In* src, int64_t src_stride, Out* dst,
 
 __global__ void add_bias_kernel(float* y, int64_t y_stride, const float* bias, int64_t rows,
                                 int64_t cols) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   const int64_t n = rows * cols;
   for (int64_t i = int64_t{blockIdx.x} * kBlock + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kBlock) {
@@ -235,6 +253,8 @@ __global__ void add_bias_kernel(float* y, int64_t y_stride, const float* bias, i
 
 __global__ void gather_rows_kernel(const uint16_t* src, const int32_t* source_row, uint16_t* dst,
                                    int64_t row_elems) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   const uint16_t* from = src + int64_t{source_row[row]} * row_elems;
   uint16_t* to = dst + row * row_elems;
@@ -244,6 +264,8 @@ __global__ void gather_rows_kernel(const uint16_t* src, const int32_t* source_ro
 __global__ void moe_combine_kernel(const float* expert_out, const int32_t* position,
                                    const float* weight, const float* shared, int32_t top_k,
                                    int64_t hidden, float* out) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   for (int64_t d = threadIdx.x; d < hidden; d += kBlock) {
     float acc = 0.0f;
@@ -263,9 +285,9 @@ void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t*
   if (rows == 0) return;
   dispatch(table_dtype, "embedding table", [&](auto tag) {
     using T = decltype(tag);
-    embedding_kernel<T>
-        <<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
-            static_cast<const T*>(table), dim, ids, pending, out);
+    launch_kernel(embedding_kernel<T>, static_cast<unsigned>(rows), kBlock, 0,
+                  static_cast<cudaStream_t>(stream), static_cast<const T*>(table), dim, ids,
+                  pending, out);
   });
   check_launch("embedding_kernel");
 }
@@ -274,8 +296,8 @@ void add_rms_norm(const AddNormArgs& args, void* stream) {
   if (args.rows == 0) return;
   dispatch(args.out_dtype, "add_rms_norm out", [&](auto tag) {
     using T = decltype(tag);
-    add_rms_norm_kernel<T>
-        <<<static_cast<unsigned>(args.rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(args);
+    launch_kernel(add_rms_norm_kernel<T>, static_cast<unsigned>(args.rows), kBlock, 0,
+                  static_cast<cudaStream_t>(stream), args);
   });
   check_launch("add_rms_norm_kernel");
 }
@@ -313,7 +335,8 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
   const auto blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
   dispatch(out_dtype, "transform_heads out", [&](auto tag) {
     using T = decltype(tag);
-    transform_heads_kernel<T><<<blocks, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(batch);
+    launch_kernel(transform_heads_kernel<T>, blocks, kBlock, 0, static_cast<cudaStream_t>(stream),
+                  batch);
   });
   check_launch("transform_heads_kernel");
 }
@@ -328,8 +351,8 @@ void silu_mul(const float* gate_up, int64_t rows, int64_t width, void* out, DTyp
     using T = decltype(tag);
     const dim3 grid(static_cast<unsigned>(rows),
                     static_cast<unsigned>((width + 4 * kBlock - 1) / (4 * kBlock)));
-    silu_mul_kernel<T><<<grid, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
-        gate_up, width, static_cast<T*>(out), out_stride);
+    launch_kernel(silu_mul_kernel<T>, grid, kBlock, 0, static_cast<cudaStream_t>(stream), gate_up,
+                  width, static_cast<T*>(out), out_stride);
   });
   check_launch("silu_mul_kernel");
 }
@@ -341,10 +364,9 @@ void convert_rows(const void* src, DType src_dtype, int64_t src_stride, void* ds
     using In = decltype(in_tag);
     dispatch(dst_dtype, "convert_rows destination", [&](auto out_tag) {
       using Out = decltype(out_tag);
-      convert_rows_kernel<In, Out>
-          <<<grid_for(rows * cols), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
-              static_cast<const In*>(src), src_stride, static_cast<Out*>(dst), dst_stride, rows,
-              cols);
+      launch_kernel(convert_rows_kernel<In, Out>, grid_for(rows * cols), kBlock, 0,
+                    static_cast<cudaStream_t>(stream), static_cast<const In*>(src), src_stride,
+                    static_cast<Out*>(dst), dst_stride, rows, cols);
     });
   });
   check_launch("convert_rows_kernel");
@@ -353,8 +375,8 @@ void convert_rows(const void* src, DType src_dtype, int64_t src_stride, void* ds
 void add_bias(float* y, int64_t y_stride, const float* bias, int64_t rows, int64_t cols,
               void* stream) {
   if (rows * cols == 0) return;
-  add_bias_kernel<<<grid_for(rows * cols), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
-      y, y_stride, bias, rows, cols);
+  launch_kernel(add_bias_kernel, grid_for(rows * cols), kBlock, 0,
+                static_cast<cudaStream_t>(stream), y, y_stride, bias, rows, cols);
   check_launch("add_bias_kernel");
 }
 
@@ -364,8 +386,9 @@ void gather_rows(const void* src, const int32_t* source_row, void* dst, int64_t 
   if (row_bytes % 2 != 0)
     throw_error("gather_rows: row of " + std::to_string(row_bytes) +
                 " bytes (expected a multiple of 2)");
-  gather_rows_kernel<<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const uint16_t*>(src), source_row, static_cast<uint16_t*>(dst), row_bytes / 2);
+  launch_kernel(gather_rows_kernel, static_cast<unsigned>(rows), kBlock, 0,
+                static_cast<cudaStream_t>(stream), static_cast<const uint16_t*>(src), source_row,
+                static_cast<uint16_t*>(dst), row_bytes / 2);
   check_launch("gather_rows_kernel");
 }
 
@@ -373,9 +396,9 @@ void moe_combine(const float* expert_out, const int32_t* position, const float* 
                  const float* shared, int64_t tokens, int32_t top_k, int64_t hidden, float* out,
                  void* stream) {
   if (tokens == 0) return;
-  moe_combine_kernel<<<static_cast<unsigned>(tokens), kBlock, 0,
-                       static_cast<cudaStream_t>(stream)>>>(expert_out, position, weight, shared,
-                                                            top_k, hidden, out);
+  launch_kernel(moe_combine_kernel, static_cast<unsigned>(tokens), kBlock, 0,
+                static_cast<cudaStream_t>(stream), expert_out, position, weight, shared, top_k,
+                hidden, out);
   check_launch("moe_combine_kernel");
 }
 

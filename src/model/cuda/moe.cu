@@ -1,4 +1,6 @@
-// MoE routing, sorting and the grouped expert GEMM on the device (see moe.h).
+// MoE routing, sorting and the grouped expert GEMM on the device (see moe.h). Each kernel is
+// launched with programmatic dependent launch (cuda/launch.h): pdl_wait() is its first statement,
+// before the early returns of warps past the last token and of tiles without an expert.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -6,7 +8,9 @@
 #include <string>
 
 #include "cuda/common/device_utils.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
+#include "cuda/launch.h"
 #include "model/cuda/moe.h"
 
 namespace pagedattn::model::cuda {
@@ -16,6 +20,9 @@ using ::pagedattn::cuda::check_launch;
 using ::pagedattn::cuda::cp_async_16;  // cuda/common/device_utils.cuh
 using ::pagedattn::cuda::cp_async_commit;
 using ::pagedattn::cuda::cp_async_wait;
+using ::pagedattn::cuda::launch_kernel;
+using ::pagedattn::cuda::pdl_trigger;
+using ::pagedattn::cuda::pdl_wait;
 
 // ---- routing: one warp per token, ops::moe_route's steps ----
 //
@@ -61,6 +68,8 @@ __device__ __forceinline__ Candidate better(Candidate a, Candidate b) {
 __global__ void __launch_bounds__(32 * kRouteWarps)
     route_kernel(const float* logits, int64_t tokens, ops::MoeRouterConfig config,
                  const float* bias, int32_t* expert_ids, float* weights) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   __shared__ float shared_scores[kRouteWarps][kMoeMaxExperts];
   __shared__ float shared_choice[kRouteWarps][kMoeMaxExperts];
   __shared__ float shared_group[kRouteWarps][kMoeMaxGroups];
@@ -176,6 +185,8 @@ constexpr int kSortThreads = 1024;
 __global__ void __launch_bounds__(kSortThreads)
     sort_kernel(const int32_t* expert_ids, int64_t pairs, int32_t top_k, int32_t experts,
                 int32_t* position, int32_t* source_row, int32_t* tiles, int64_t max_tiles) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   __shared__ int32_t count[kMoeMaxExperts];
   __shared__ int32_t start[kMoeMaxExperts];
   for (int32_t e = threadIdx.x; e < experts; e += kSortThreads) count[e] = 0;
@@ -258,6 +269,8 @@ template <class T>
 __global__ void __launch_bounds__(kThreads)
     grouped_gemm_kernel(const T* a, int64_t lda, const void* const* weights, int64_t n, int64_t k,
                         const int32_t* tiles, float* c, int64_t ldc) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
   const int32_t expert = tiles[blockIdx.y * 3];
   if (expert < 0) return;
   const int32_t first = tiles[blockIdx.y * 3 + 1], rows = tiles[blockIdx.y * 3 + 2];
@@ -376,9 +389,9 @@ void moe_route_device(const float* logits, int64_t tokens, const ops::MoeRouterC
                 " groups dividing the experts, 1 <= topk_group <= n_group, >= 2 experts per "
                 "group for noaux_tc)");
   }
-  route_kernel<<<static_cast<unsigned>((tokens + kRouteWarps - 1) / kRouteWarps),
-                 32 * kRouteWarps, 0, static_cast<cudaStream_t>(stream)>>>(
-      logits, tokens, config, correction_bias, expert_ids, weights);
+  launch_kernel(route_kernel, static_cast<unsigned>((tokens + kRouteWarps - 1) / kRouteWarps),
+                32 * kRouteWarps, 0, static_cast<cudaStream_t>(stream), logits, tokens, config,
+                correction_bias, expert_ids, weights);
   check_launch("moe route_kernel");
 }
 
@@ -393,8 +406,8 @@ void moe_sort_device(const int32_t* expert_ids, int64_t pairs, int32_t top_k, in
     throw_error("moe_sort_device: a tile table of " + std::to_string(max_tiles) +
                 " entries (needs " + std::to_string(moe_max_tiles(pairs, experts)) + ")");
   }
-  sort_kernel<<<1, kSortThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      expert_ids, pairs, top_k, experts, position, source_row, tiles, max_tiles);
+  launch_kernel(sort_kernel, 1, kSortThreads, 0, static_cast<cudaStream_t>(stream), expert_ids,
+                pairs, top_k, experts, position, source_row, tiles, max_tiles);
   check_launch("moe sort_kernel");
 }
 
@@ -416,7 +429,8 @@ void moe_grouped_gemm(const void* a, int64_t lda, const void* const* weights, DT
   const auto launch = [&](auto kernel, const auto* a_typed) {
     PA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kGemmSmemBytes)));
-    kernel<<<grid, kThreads, kGemmSmemBytes, s>>>(a_typed, lda, weights, n, k, tiles, c, ldc);
+    launch_kernel(kernel, grid, kThreads, kGemmSmemBytes, s, a_typed, lda, weights, n, k, tiles, c,
+                  ldc);
   };
   if (dtype == DType::kBF16) {
     launch(grouped_gemm_kernel<__nv_bfloat16>, static_cast<const __nv_bfloat16*>(a));

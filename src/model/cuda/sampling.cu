@@ -40,6 +40,9 @@
 // target), from 2 passes over the row instead of 6. Otherwise: 2 passes for greedy; 2 + 4 (id
 // draw) + 4 (top-k) + 8 (top-p) + 8 (value draw) at most, each reading the row from L2 / HBM; the
 // passes after the first digit touch only the tokens that share it.
+//
+// Launched with programmatic dependent launch (cuda/launch.h): pdl_wait() comes before the row's
+// spec is read, so also before a row that samples nothing returns.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -47,7 +50,9 @@
 #include <cub/block/block_scan.cuh>
 #include <string>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
+#include "cuda/launch.h"
 #include "model/cuda/sampling.h"
 #include "pagedattn/error.h"
 
@@ -55,6 +60,9 @@ namespace pagedattn::model::cuda {
 namespace {
 
 using ::pagedattn::cuda::check_launch;
+using ::pagedattn::cuda::launch_kernel;
+using ::pagedattn::cuda::pdl_trigger;
+using ::pagedattn::cuda::pdl_wait;
 
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4;  // float4 groups in flight per thread
@@ -369,6 +377,8 @@ __device__ int32_t draw_by_tiles(const RowView& row, const Mass* tile_mass, int3
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* logits, int32_t vocab, const DeviceRowSampling* rows,
                   ops::SampledToken* out) {
+  pdl_wait();  // first (cuda/launch.h): before the spec is read and before the return below
+  pdl_trigger();
   __shared__ Mass tile_mass[kMaxTiles];
   const DeviceRowSampling spec = rows[blockIdx.x];
   if (!spec.sample) return;  // the whole block
@@ -489,8 +499,9 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab,
     throw_error("sample_rows: vocabulary " + std::to_string(vocab) + " (expected 1 .. " +
                 std::to_string(kMaxSampledVocab) + ")");
   }
-  sample_kernel<<<static_cast<unsigned>(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      logits, static_cast<int32_t>(vocab), rows_spec, out);
+  launch_kernel(sample_kernel, static_cast<unsigned>(rows), kThreads, 0,
+                static_cast<cudaStream_t>(stream), logits, static_cast<int32_t>(vocab), rows_spec,
+                out);
   check_launch("sample_kernel");
 }
 

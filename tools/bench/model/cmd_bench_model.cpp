@@ -197,12 +197,14 @@ void run_bench_model(ModelBenchOptions options) {
   const double bytes_per_weight =
       static_cast<double>(runtime->weight_bytes()) / parameter_count(model_config);
   const ModelCost cost = model_cost(model_config, bytes_per_weight, kv_dtype);
+  const PdlMode pdl = pdl_mode(device);
   fmt::print(
-      "bench model: {} ({}, {} layers, {} GB of weights as stored) on {}, loaded in {:.1f} s; KV "
-      "pool {} pages of {} tokens ({:.2f} GB, {}); median of {} calls after {} warm-up\n",
+      "bench model: {} ({}, {} layers, {} GB of weights as stored) on {}{}, loaded in {:.1f} s; "
+      "KV pool {} pages of {} tokens ({:.2f} GB, {}); median of {} calls after {} warm-up\n",
       model_name, model::architecture_name(model_config.architecture),
       model_config.num_hidden_layers, static_cast<double>(runtime->weight_bytes()) / 1e9,
-      device.str(), load_s, runtime->pool().num_pages(), options.page_size,
+      device.str(), pdl.words.empty() ? "" : " (" + pdl.words + ")", load_s,
+      runtime->pool().num_pages(), options.page_size,
       static_cast<double>(runtime->pool().bytes()) / 1e9, dtype_name(kv_dtype), options.reps,
       options.warmup);
 
@@ -323,7 +325,8 @@ void run_bench_model(ModelBenchOptions options) {
           {"kv_dtype", dtype_name(kv_dtype)},
           {"reps", options.reps},
           {"warmup", options.warmup},
-          {"threads", ops::num_threads()}}},
+          {"threads", ops::num_threads()},
+          {"pdl", pdl.on}}},
         {"ceilings", {{"read_gbs", read_gbs}, {"gemm_gflops", gemm_gflops}, {"gemm", gemm_name}}},
         {"metadata", metadata},
         {"rows", json_rows}};

@@ -175,11 +175,12 @@ void run_bench_throughput(const ThroughputOptions& options) {
   fmt::print(
       "bench throughput: {} ({}{}), temperature {}, ignore_eos, max_tokens = output length\n",
       path.string(), subset, caps, options.temperature);
+  const PdlMode pdl = pdl_mode(device);
   fmt::print(
-      "model: {} ({}, {} layers, {} of weights as stored) on {}; {} {}, loaded in {:.1f} s\n",
+      "model: {} ({}, {} layers, {} of weights as stored) on {}{}; {} {}, loaded in {:.1f} s\n",
       model_name, model::architecture_name(model_config.architecture),
       model_config.num_hidden_layers, gb(static_cast<double>(runtime->weight_bytes())),
-      device.str(),
+      device.str(), pdl.words.empty() ? "" : " (" + pdl.words + ")",
       on_gpu ? "device memory of the model (weights, buffers):"
              : "the runtime "
                "holds more (f32 copies, RoPE tables):",
@@ -355,7 +356,8 @@ void run_bench_throughput(const ThroughputOptions& options) {
           {"max_tokens_per_step", options.max_tokens_per_step},
           {"prefix_cache", !options.no_prefix_cache},
           {"model_sampling", model_sampling},
-          {"threads", ops::num_threads()}}},
+          {"threads", ops::num_threads()},
+          {"pdl", pdl.on}}},
         {"ceilings",
          {{"read_gbs", read_gbs},
           {"read_gbs_after", after.read_gbs},

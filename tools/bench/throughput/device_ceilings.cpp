@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_check.h"
+#include "cuda/launch.h"
 #include "tools/bench/cuda/bench_cuda_util.h"
 #endif
 
@@ -47,6 +48,17 @@ std::string describe_device_ceilings(const DeviceCeilings& c) {
       "{}: streaming read {:.1f} GB/s ({} MiB, median), GEMM {:.1f} TFLOP/s (cuBLAS bf16, f32 "
       "accumulate, {} cube, median)",
       c.device_name, c.read_gbs, c.read_bytes >> 20, c.matmul_tflops, c.matmul_size);
+}
+
+PdlMode pdl_mode(Device device) {
+  if (device.type != DeviceType::kCUDA) return {};
+#ifdef PAGEDATTN_WITH_CUDA
+  if (!cuda::pdl_enabled()) return {false, "PDL off: PAGEDATTN_CUDA_PDL=0"};
+  if (!cuda::pdl_supported(device.index)) return {false, "PDL off: compute capability below 9.0"};
+  return {true, "PDL on"};
+#else
+  return {};
+#endif
 }
 
 }  // namespace pagedattn::tools

@@ -22,4 +22,14 @@ struct DeviceCeilings {
 DeviceCeilings measure_device_ceilings(Device device);
 std::string describe_device_ceilings(const DeviceCeilings& ceilings);
 
+// Whether the library's kernels run with programmatic dependent launch on `device`
+// (src/cuda/launch.h; PAGEDATTN_CUDA_PDL=0 turns it off), so that a result says which mode it
+// measured. `words`: "PDL on", "PDL off: PAGEDATTN_CUDA_PDL=0", "PDL off: compute capability
+// below 9.0"; empty on the CPU.
+struct PdlMode {
+  bool on = false;
+  std::string words;
+};
+PdlMode pdl_mode(Device device);
+
 }  // namespace pagedattn::tools

@@ -1,0 +1,36 @@
+// Programmatic dependent launch (PDL, compute capability 9.0+), the device side. A kernel launched
+// through launch_kernel (cuda/launch.h, where the rule that makes this safe is written) may start
+// while the kernel before it in the stream still runs; it must call pdl_wait() as its first
+// statement, in every thread, before any global read or write and before any early return, then
+// pdl_trigger():
+//
+//   __global__ void kernel(...) {
+//     pdl_wait();     // the previous kernel has completed and its writes are visible
+//     pdl_trigger();  // the next kernel's CTAs may be scheduled now (they wait in turn)
+//     ...
+//   }
+//
+// Both compile to nothing below sm_90 (and are no-ops when the launch had no PDL attribute).
+// Device code only (include from .cu files).
+#pragma once
+
+namespace pagedattn::cuda {
+
+// Blocks until every prerequisite grid (the previous kernel of the stream, when this one was
+// launched with PDL) has completed and its memory operations are visible to this thread.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel of the stream (launched with PDL) be scheduled once every CTA of this grid
+// has called it or exited; it changes nothing about what that kernel sees in memory (its
+// pdl_wait() still waits for this grid's completion).
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+}  // namespace pagedattn::cuda
