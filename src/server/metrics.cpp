@@ -129,6 +129,9 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t pending_re
   out += fmt::format("pagedattn_num_preemptions_total {}\n", stats.num_preemptions);
   header(out, "pagedattn_engine_steps_total", "counter", "Engine steps run.");
   out += fmt::format("pagedattn_engine_steps_total {}\n", stats.num_steps);
+  header(out, "pagedattn_engine_overlapped_steps_total", "counter",
+         "Engine steps launched while the step before was still running (overlap scheduling).");
+  out += fmt::format("pagedattn_engine_overlapped_steps_total {}\n", stats.num_overlapped_steps);
   header(out, "pagedattn_engine_seconds_total", "counter",
          "Engine-thread time by phase (schedule: inbox, scheduling; plan: the step's tables; "
          "forward: the model; sample: sampling, stop checks, events).");

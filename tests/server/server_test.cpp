@@ -227,6 +227,9 @@ TEST(Server, ModelsHealthMetricsAndLog) {
   EXPECT_TRUE(has("pagedattn_num_requests_running 0\n")) << text;
   EXPECT_TRUE(has("pagedattn_prefix_cache_hit_rate ")) << text;
   EXPECT_TRUE(has("pagedattn_num_preemptions_total 0\n")) << text;
+  // The CPU model runs steps one at a time: none overlapped.
+  EXPECT_TRUE(has("pagedattn_engine_overlapped_steps_total 0\n")) << text;
+  EXPECT_FALSE(has("pagedattn_engine_steps_total 0\n")) << text;
 
   int request_lines = 0;
   for (const std::string& line : server.log_lines()) {

@@ -27,8 +27,8 @@
 #include <random>
 #include <vector>
 
-#include "common/gpu_skip.h"
 #include "cuda/cuda_backend.h"
+#include "model/cuda/device_array.h"
 #include "model/cuda/kernels.h"
 #include "model/cuda/moe.h"
 #include "pagedattn/moe.h"
@@ -36,35 +36,7 @@
 namespace pagedattn::model {
 namespace {
 
-std::string gpu_unusable() {
-  const Support support = ::pagedattn::cuda::device_available();
-  return support ? std::string() : support.reason;
-}
-#define REQUIRE_GPU() PA_SKIP_OR_FAIL_WITHOUT_GPU(gpu_unusable())
-
-template <class T>
-struct DeviceArray {
-  T* data = nullptr;
-  size_t count = 0;
-  explicit DeviceArray(size_t n) : count(n) {
-    if (cudaMalloc(reinterpret_cast<void**>(&data), std::max<size_t>(n, 1) * sizeof(T)) !=
-        cudaSuccess) {
-      ADD_FAILURE() << "cudaMalloc failed";
-      data = nullptr;
-    }
-  }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
-    EXPECT_EQ(cudaMemcpy(data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  ~DeviceArray() { cudaFree(data); }
-  DeviceArray(const DeviceArray&) = delete;
-  std::vector<T> host() const {
-    std::vector<T> out(count);
-    EXPECT_EQ(cudaMemcpy(out.data(), data, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
-};
+using ::pagedattn::testing::DeviceArray;
 
 // ---- routing ----
 

@@ -27,10 +27,10 @@
 #include <random>
 #include <set>
 
-#include "common/gpu_skip.h"
 #include "common/sampling_reference.h"
 #include "common/test_util.h"
 #include "cuda/cuda_backend.h"
+#include "model/cuda/device_array.h"
 #include "model/cuda/sampling.h"
 #include "model/model_fixture.h"
 #include "pagedattn/checkpoint.h"
@@ -39,27 +39,10 @@
 namespace pagedattn::model {
 namespace {
 
-std::string gpu_unusable() {
-  const Support support = ::pagedattn::cuda::device_available();
-  return support ? std::string() : support.reason;
-}
-#define REQUIRE_GPU() PA_SKIP_OR_FAIL_WITHOUT_GPU(gpu_unusable())
+using ::pagedattn::testing::DeviceArray;
 
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-template <class T>
-struct DeviceArray {
-  T* data = nullptr;
-  explicit DeviceArray(size_t count) {
-    if (cudaMalloc(reinterpret_cast<void**>(&data), std::max<size_t>(count, 1) * sizeof(T)) !=
-        cudaSuccess) {
-      ADD_FAILURE() << "cudaMalloc failed";
-      data = nullptr;
-    }
-  }
-  ~DeviceArray() { cudaFree(data); }
-};
 
 using ::pagedattn::testing::to_row_sampling;
 
