@@ -233,7 +233,7 @@ constexpr int kStride = kBk + 8;  // shared row stride in elements (144 bytes: l
 constexpr int kChunks = kBk / 8;  // 16-byte chunks per row of a stage
 constexpr int kStages = 3;
 static_assert(kBm * kChunks % kThreads == 0 && kBn * kChunks % kThreads == 0);
-constexpr int kStageElems = (kBm + kBn) * kStride;  // A then B of one stage
+constexpr int kStageElems = (kBm + kBn) * kStride;                    // A then B of one stage
 constexpr size_t kGemmSmemBytes = size_t{kStages} * kStageElems * 2;  // 16-bit elements
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {

@@ -192,8 +192,7 @@ __device__ __forceinline__ void for_each_token(const float* x, int32_t vocab, F&
     });
     return;
   }
-  for (int32_t base = static_cast<int32_t>(threadIdx.x); base < vocab;
-       base += kUnroll * kThreads) {
+  for (int32_t base = static_cast<int32_t>(threadIdx.x); base < vocab; base += kUnroll * kThreads) {
     float l[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -406,8 +405,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   // The id-order draw over tiles: no top-k or top-p, a float4 row of at most kMaxTiles tiles.
   const int32_t tiles = (vocab / 4 + 31) / 32;
-  const bool by_tiles = !f.greedy && (f.top_k <= 0 || f.top_k >= vocab) && !f.sorted_draw && vector_row(x, vocab) &&
-                        tiles <= kMaxTiles;
+  const bool by_tiles = !f.greedy && (f.top_k <= 0 || f.top_k >= vocab) && !f.sorted_draw &&
+                        vector_row(x, vocab) && tiles <= kMaxTiles;
 
   // Pass 2: the softmax denominator; the min-p candidates' count and mass (per tile too).
   double denominator = 0.0;
