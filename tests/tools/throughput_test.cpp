@@ -39,6 +39,9 @@ using pagedattn::testing::run_cli;
 const fs::path kWorkload = fs::path(__FILE__).parent_path().parent_path().parent_path() / "bench" /
                            "workloads" / "nano-vllm-offline.json";
 
+const fs::path kEmbeddedModel =
+    fs::path(__FILE__).parent_path().parent_path().parent_path() / "models" / "austen-3m";
+
 nlohmann::json workload_json() {
   std::ifstream in(kWorkload);
   return nlohmann::json::parse(in);
@@ -359,6 +362,25 @@ TEST_F(Cli, BenchThroughputRunsTheTinyShape) {
   EXPECT_NE(run.output.find(" " + std::to_string(prompt) + " "), std::string::npos) << run.output;
 }
 
+// A model with fewer ids than nano-vllm's prompts use runs with --max-token-id (the embedded
+// model, as bench-serve-run's offline half runs it), and the JSON says which range was drawn.
+TEST_F(Cli, BenchThroughputDrawsPromptIdsUpToMaxTokenId) {
+  const fs::path json = fs::temp_directory_path() /
+                        ("pagedattn_throughput_ids_" + std::to_string(::getpid()) + ".json");
+  const CliRun run = run_cli("bench throughput --model " + kEmbeddedModel.string() +
+                             " --max-token-id 4095 --requests 2 --max-input-len 16 "
+                             "--max-output-len 3 --ceiling-time 0.05 --ceiling-mib 256 "
+                             "--threads 1 --json " +
+                             json.string());
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::ifstream in(json);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  fs::remove(json);
+  EXPECT_EQ(doc["workload"]["max_token_id"], 4095);
+  EXPECT_EQ(doc["rows"][0]["requests"], 2);
+  EXPECT_EQ(doc["rows"][0]["output_tokens"], 6);
+}
+
 // `bench model` end to end on the tiny shape: one prefill row and two decode rows; each row's
 // bytes and FLOPs equal the roofline's cost of the same step built here, and its derived figures
 // (tok/s, x floor, share of the GEMM ceiling) follow from its own time and the run's ceilings.
@@ -442,6 +464,10 @@ TEST_F(Cli, BenchThroughputNamesBadFlags) {
       {"bench throughput --shape tiny --workload /nonexistent/w.json", "/nonexistent/w.json"},
       {"bench throughput --model /nonexistent/model", "/nonexistent/model"},
       {"bench throughput --model /x --shape tiny", "excludes"},
+      {"bench throughput --shape tiny --max-token-id -1", "--max-token-id -1"},
+      // The embedded model has 4,096 ids, fewer than nano-vllm's 10,001: the error says which
+      // --max-token-id fits.
+      {"bench throughput --requests 1 --model " + kEmbeddedModel.string(), "--max-token-id 4095"},
   };
   for (const auto& [arguments, expected] : cases) {
     const CliRun run = run_cli(arguments);

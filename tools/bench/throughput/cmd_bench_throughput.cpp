@@ -104,8 +104,9 @@ void run_bench_throughput(const ThroughputOptions& options) {
   const model::ModelConfig config = options.model.empty() ? model::model_shape(options.shape)
                                                           : model::load_model_config(options.model);
   PA_CHECK(options.selection.max_token_id < config.vocab_size,
-           "bench throughput: the workload's token ids go up to {}, the model's vocabulary has {}",
-           options.selection.max_token_id, config.vocab_size);
+           "bench throughput: the workload's token ids go up to {}, the model's vocabulary has {} "
+           "(--max-token-id {} draws them from the model's ids)",
+           options.selection.max_token_id, config.vocab_size, config.vocab_size - 1);
   const int64_t page_bytes = model::KvPool::bytes_per_page(config, options.page_size, kv_dtype);
   engine::RuntimeOptions runtime_options;
   runtime_options.model.backend = options.backend;
@@ -342,7 +343,8 @@ void run_bench_throughput(const ThroughputOptions& options) {
         {"workload",
          {{"file", path.filename().string()},
           {"temperature", options.temperature},
-          {"seed", options.selection.seed}}},
+          {"seed", options.selection.seed},
+          {"max_token_id", options.selection.max_token_id}}},
         {"model",
          {{"name", model_name},
           {"source", options.model.empty() ? "random bf16 weights" : options.model},

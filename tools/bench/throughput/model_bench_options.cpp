@@ -27,6 +27,10 @@ void add_workload_options(CLI::App* cmd, std::string* workload, WorkloadSelectio
                   "cut the workload's outputs to this many tokens (0: no cap)");
   cmd->add_option("--seed", selection->seed, "seed of the prompts' token ids and of sampling")
       ->capture_default_str();
+  cmd->add_option("--max-token-id", selection->max_token_id,
+                  "prompts' token ids in [0, N] (nano-vllm's randint(0, 10000); lower it for a "
+                  "model with fewer ids)")
+      ->capture_default_str();
 }
 
 void add_model_source_options(CLI::App* cmd, std::string* model, std::string* shape) {

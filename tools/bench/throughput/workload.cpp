@@ -101,7 +101,7 @@ WorkloadRequests select_requests(const Workload& workload, const WorkloadSelecti
         fmt::format("--max-output-len {} (expected >= 1, or 0: no cap)", selection.max_output_len));
   }
   if (selection.max_token_id < 0) {
-    throw Error(fmt::format("max_token_id {} (expected >= 0)", selection.max_token_id));
+    throw Error(fmt::format("--max-token-id {} (expected >= 0)", selection.max_token_id));
   }
   const int64_t n = selection.requests == 0 ? available : selection.requests;
   WorkloadRequests out;
