@@ -100,7 +100,6 @@ std::vector<float> Sampler::processed_logits(std::span<const float> logits,
 TokenLogprob Sampler::sample(std::span<const float> logits, const SamplingParams& params,
                              const SampleContext& context) {
   PA_CHECK(!logits.empty(), "sampler: an empty logits row");
-  const size_t vocab = logits.size();
   const bool modifies = !params.logit_bias.empty() || params.repetition_penalty != 1.0 ||
                         params.presence_penalty != 0.0 || params.frequency_penalty != 0.0;
   TokenLogprob result;
