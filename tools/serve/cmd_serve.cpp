@@ -132,8 +132,7 @@ ServedModel load_served_model(const ServeOptions& options) {
   PA_CHECK(tokenizer->vocab_size() <= runtime->vocab_size(),
            "serve: the tokenizer in {} has {} token ids, more than the model's vocabulary of {}",
            tokenizer_directory.string(), tokenizer->vocab_size(), runtime->vocab_size());
-  engine::EngineConfig engine_config = runtime->engine_config();
-  options.gpu.apply(engine_config);
+  const engine::EngineConfig engine_config = runtime->engine_config();
   const std::string source = options.shape.empty()
                                  ? directory.string()
                                  : fmt::format("{} (random bf16 weights)", options.shape);
@@ -183,6 +182,7 @@ void run_serve(const ServeOptions& options) {
   config.prefix_cache = !options.no_prefix_cache;
   config.eos_token_ids = model.eos_token_ids;
   config.seed = options.seed;
+  options.gpu.apply(config);  // --disable-overlap-schedule (it was applied to a copy and lost)
   engine::Engine engine(config, *model.runner, model.detokenizer);
 
   server::ServerConfig server_config;
