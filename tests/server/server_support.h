@@ -27,18 +27,26 @@ namespace pagedattn::server::testing {
 using Json = nlohmann::json;
 
 // FakeModel whose forward() waits while paused, so requests stay in flight on demand, and can
-// be slowed down (a step delay), so a request lasts long enough to leave it midway.
+// be slowed down (a step delay), so a request lasts long enough to leave it midway. With
+// enable_overlap() it samples its rows and runs launched steps as a CUDA model does (overlap
+// scheduling: launch, then collect; the gate and the delay apply at collect; no script).
 class GatedModel : public engine::ModelRunner {
  public:
   GatedModel(int32_t vocab, int32_t num_pages, int32_t page_size)
       : model_(vocab, num_pages, page_size) {}
   int32_t vocab_size() const override { return model_.vocab_size(); }
+  void enable_overlap() { model_.enable_overlap(); }
+  bool supports_overlap() const override { return model_.supports_overlap(); }
+  bool prefers_model_sampling() const override { return model_.prefers_model_sampling(); }
+  void launch(const engine::StepPlan& plan, std::span<const ops::RowSampling> sampling) override {
+    model_.launch(plan, sampling);
+  }
+  void collect(std::span<ops::SampledToken> sampled) override {
+    wait_for_gate();
+    model_.collect(sampled);
+  }
   void forward(const engine::StepPlan& plan, std::span<float> logits) override {
-    std::unique_lock lock(mutex_);
-    resumed_.wait(lock, [&] { return !paused_; });
-    const std::chrono::milliseconds delay = step_delay_;
-    lock.unlock();
-    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    wait_for_gate();
     model_.forward(plan, logits);
     std::optional<std::string> script;
     {
@@ -53,6 +61,14 @@ class GatedModel : public engine::ModelRunner {
   void set_script(std::optional<std::string> script) {
     std::lock_guard lock(mutex_);
     script_ = std::move(script);
+  }
+  // Waits while paused, then sleeps the step delay.
+  void wait_for_gate() {
+    std::unique_lock lock(mutex_);
+    resumed_.wait(lock, [&] { return !paused_; });
+    const std::chrono::milliseconds delay = step_delay_;
+    lock.unlock();
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
   }
   // Every forward takes at least this long (a request of N tokens lasts N steps of it).
   void set_step_delay(std::chrono::milliseconds delay) {
@@ -113,6 +129,7 @@ struct TestServerOptions {
   size_t max_body_bytes = 1 << 20;
   std::string model_name = "test-model";
   ToolCallFormat tool_call_format = ToolCallFormat::kHermes;
+  bool overlap = false;  // the model samples and runs launched steps (GatedModel::enable_overlap)
 };
 
 class TestServer {
@@ -125,6 +142,7 @@ class TestServer {
     config.max_running = options.max_running;
     config.eos_token_ids = {kEos};
     model_ = std::make_unique<GatedModel>(kVocab, options.num_pages, options.page_size);
+    if (options.overlap) model_->enable_overlap();
     engine_ = std::make_unique<engine::Engine>(config, *model_, ByteFront::detokenizer());
     ServerConfig server_config;
     server_config.host = "127.0.0.1";

@@ -1,9 +1,14 @@
 // The endpoints over loopback with the tests' own HTTP client: non-streaming and streaming chat
 // and completions compared with the greedy reference (no engine) decoded by the whole-buffer
 // UTF-8 decoder; the SSE framing (role first, content, the finish chunk, usage, [DONE]); n > 1;
-// logprobs shape; stop strings; /v1/models, /health, /metrics; the request log line.
+// logprobs shape; stop strings; /v1/models, /health, /metrics; the request log line; streams
+// over a model that overlaps its steps (as a CUDA model does).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "server/http_client.h"
 #include "server/server_support.h"
@@ -191,6 +196,51 @@ TEST(Server, StopStringCutsTheText) {
   const Json body = Json::parse(response.body);
   EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(body["choices"][0]["message"]["content"], full.substr(0, full.find(stop)));
+}
+
+// Overlap scheduling through the server, as a CUDA model runs it: the model samples its rows and
+// each step is launched before the previous one is taken in. Concurrent streams each get the
+// greedy reference, and /metrics counts the overlapped steps (the server's steps must overlap as
+// the offline engine's do: issue 17's overhead against offline depends on it).
+TEST(Server, ConcurrentStreamsOverlapTheirSteps) {
+  TestServerOptions options;
+  options.overlap = true;
+  TestServer server(options);
+  constexpr int kStreams = 8;
+  constexpr int kTokens = 24;
+  const auto prompt_of = [](int i) { return std::vector<int32_t>{5 + i, 300, 17, 99}; };
+  std::vector<std::string> texts(kStreams);
+  std::vector<int> statuses(kStreams, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      const Json request = {{"model", "test-model"}, {"prompt", prompt_of(i)}, {"temperature", 0},
+                            {"max_tokens", kTokens}, {"ignore_eos", true},     {"stream", true}};
+      const StreamResult result = stream_request(server.port(), "/v1/completions", request.dump());
+      statuses[i] = result.status;
+      for (const std::string& event : result.events) {
+        if (event == "[DONE]") continue;
+        texts[i] += Json::parse(event)["choices"][0]["text"].get<std::string>();
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_EQ(statuses[i], 200) << "stream " << i;
+    EXPECT_EQ(texts[i], naive_decode(greedy_tokens(prompt_of(i), kTokens, true))) << "stream " << i;
+  }
+  const HttpResponse metrics = http_request(server.port(), "GET", "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  const auto counter = [&](const std::string& name) {
+    const size_t at = metrics.body.find("\n" + name + " ");
+    return at == std::string::npos ? -1L : std::stol(metrics.body.substr(at + name.size() + 2));
+  };
+  const long steps = counter("pagedattn_engine_steps_total");
+  const long overlapped = counter("pagedattn_engine_overlapped_steps_total");
+  EXPECT_GE(steps, kTokens) << metrics.body;  // one new token per sequence per step at most
+  // Every step launched while another was in flight overlaps; only the steps after an idle
+  // engine (a first arrival) and the drain at the end may not.
+  EXPECT_GT(overlapped, steps / 2) << metrics.body;
 }
 
 TEST(Server, ModelsHealthMetricsAndLog) {
