@@ -116,8 +116,7 @@ void Blas::linear(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx, c
   // 5.9 us plus a 3.5 us split-K reduction: ~34 us a layer for 30 MB, ~8 us at 4.3 TB/s). The
   // GEMV kernel (gemv.h) spreads the rows' 16-byte loads over every SM. It needs f32 output,
   // bf16 / f16 inputs and whole aligned 16-byte vectors; anything else stays with cuBLAS.
-  if (m <= kGemvMaxRows && out_dtype == DType::kF32 &&
-      gemv_supported(m, k, x, ldx, w, ldw, in_dtype)) {
+  if (out_dtype == DType::kF32 && gemv_supported(m, k, x, ldx, w, ldw, in_dtype)) {
     gemv(m, n, k, x, ldx, w, ldw, in_dtype, static_cast<float*>(y), ldy, state_->sm_count,
          state_->stream);
     return;

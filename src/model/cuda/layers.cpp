@@ -56,6 +56,21 @@ void linear_f32(State& s, const DeviceLinear& linear, const void* x, int64_t row
     add_bias(y, ldy, linear.bias_data(), rows, linear.out(), s.stream);
 }
 
+// An RMSNorm over the first `width` values of each of the step's rows of x (row stride `stride`),
+// as a one-head transform: MLA's q_a and latent norms.
+HeadTransformArgs row_norm_args(const State& s, float* x, int64_t stride, int64_t width,
+                                const DeviceBuffer& weight) {
+  HeadTransformArgs a;
+  a.x = x;
+  a.x_stride_row = stride;
+  a.heads = 1;
+  a.width = static_cast<int32_t>(width);
+  a.rows = s.tokens;
+  a.norm_weight = ptr<const float>(weight);
+  a.eps = s.eps;
+  return a;
+}
+
 HeadTransformArgs rope_args(const State& s) {
   HeadTransformArgs a;
   a.cos = ptr<const float>(s.rope_cos);
@@ -154,17 +169,11 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
   if (w.q_a.defined()) {
     const int64_t lora = m.q_lora_rank;
     linear_f32(s, w.q_a, s.x.data(), t, ptr<float>(s.qa), lora);
-    HeadTransformArgs norm;
-    norm.x = ptr<float>(s.qa);
-    norm.x_stride_row = lora;
-    norm.heads = 1;
-    norm.width = static_cast<int32_t>(lora);
-    norm.rows = t;
-    norm.norm_weight = ptr<const float>(w.q_a_norm);
-    norm.eps = s.eps;
+    HeadTransformArgs norm = row_norm_args(s, ptr<float>(s.qa), lora, lora, w.q_a_norm);
     norm.out = s.qa_c.data();
     norm.out_dtype = s.compute;
     norm.out_stride_row = lora;
+    norm.write_x = false;  // q_b reads qa_c only
     transform_heads(norm, s.stream);
     linear_f32(s, w.q_b, s.qa_c.data(), t, q, q_width);
   } else {
@@ -176,14 +185,7 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
   // One launch for three head groups: the latent's RMSNorm over its rank values and k_pe's RoPE,
   // both in place in kv_a (stored below), and q_pe's RoPE into the attention's q_pe [T, H, rope].
   HeadTransformArgs groups[3];
-  HeadTransformArgs& norm = groups[0];
-  norm.x = kv_a;
-  norm.x_stride_row = kv_width;
-  norm.heads = 1;
-  norm.width = static_cast<int32_t>(rank);
-  norm.rows = t;
-  norm.norm_weight = ptr<const float>(w.kv_a_norm);
-  norm.eps = s.eps;
+  groups[0] = row_norm_args(s, kv_a, kv_width, rank, w.kv_a_norm);
   HeadTransformArgs& k_pe = groups[1];
   k_pe = rope_args(s);
   k_pe.x = kv_a + rank;
@@ -201,6 +203,7 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
   q_pe.out_dtype = s.attention;
   q_pe.out_stride_row = heads * rope;
   q_pe.out_stride_head = rope;
+  q_pe.write_x = false;  // the attention reads s.q_pe; q's f32 rope part is not read again
   transform_heads(groups, s.stream);
   const PagedLatent cache = s.pool->layer_latent(index);
   const TensorView slots = TensorView::contiguous(s.slots.data(), DType::kI64, {t}, s.device);

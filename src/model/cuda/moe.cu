@@ -362,6 +362,21 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The grouped GEMM on one dtype. Its stages take more than the 48 KB of shared memory a launch
+// gets without asking: the attribute is set once per kernel (as decode's and MLA's launchers do),
+// not at every layer's launch.
+template <class T>
+void launch_grouped_gemm(const T* a, int64_t lda, const void* const* weights, int64_t n, int64_t k,
+                         const int32_t* tiles, float* c, int64_t ldc, dim3 grid,
+                         cudaStream_t stream) {
+  auto* kernel = grouped_gemm_kernel<T>;
+  static const cudaError_t attribute_status = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGemmSmemBytes));
+  PA_CUDA_CHECK(attribute_status);
+  launch_kernel(kernel, grid, kThreads, kGemmSmemBytes, stream, a, lda, weights, n, k, tiles, c,
+                ldc);
+}
+
 }  // namespace
 
 void moe_route_device(const float* logits, int64_t tokens, const ops::MoeRouterConfig& config,
@@ -424,18 +439,11 @@ void moe_grouped_gemm(const void* a, int64_t lda, const void* const* weights, DT
   }
   const dim3 grid(static_cast<unsigned>((n + kBn - 1) / kBn), static_cast<unsigned>(max_tiles));
   const auto s = static_cast<cudaStream_t>(stream);
-  // More than the 48 KB of shared memory a launch gets without asking (no stream work: allowed
-  // while a graph is captured).
-  const auto launch = [&](auto kernel, const auto* a_typed) {
-    PA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kGemmSmemBytes)));
-    launch_kernel(kernel, grid, kThreads, kGemmSmemBytes, s, a_typed, lda, weights, n, k, tiles, c,
-                  ldc);
-  };
   if (dtype == DType::kBF16) {
-    launch(grouped_gemm_kernel<__nv_bfloat16>, static_cast<const __nv_bfloat16*>(a));
+    launch_grouped_gemm(static_cast<const __nv_bfloat16*>(a), lda, weights, n, k, tiles, c, ldc,
+                        grid, s);
   } else if (dtype == DType::kF16) {
-    launch(grouped_gemm_kernel<__half>, static_cast<const __half*>(a));
+    launch_grouped_gemm(static_cast<const __half*>(a), lda, weights, n, k, tiles, c, ldc, grid, s);
   } else {
     throw_error("moe_grouped_gemm: dtype " + std::string(dtype_name(dtype)) +
                 " (expected bf16 or f16)");
