@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "cpu/cpu_problem.h"
+#include "planner/metadata_check.h"
 
 namespace pagedattn::cpu {
 namespace {
@@ -62,7 +63,9 @@ void set_outputs(Problem& p, const TensorView& out, const TensorView& lse, DType
   }
 }
 
-// Checks the step metadata against the problem's rows and cache size; fills the pointers.
+// Checks the step metadata's views (dtype, device, contiguity, sizes), then its values against the
+// problem's rows and cache size (check_metadata_values, shared with the CUDA backends' validating
+// mode); fills the pointers.
 void set_metadata(Problem& p, const StepMetadata& meta, int64_t num_attention_pages,
                   bool one_row_per_request) {
   const int32_t batch = meta.batch_size;
@@ -70,54 +73,36 @@ void set_metadata(Problem& p, const StepMetadata& meta, int64_t num_attention_pa
   p.batch = batch;
   p.kv_indptr = metadata("meta.kv_indptr", meta.kv_indptr, int64_t{batch} + 1);
   p.kv_last_page_len = metadata("meta.kv_last_page_len", meta.kv_last_page_len, batch);
-  PA_CHECK(p.kv_indptr[0] >= 0, "meta.kv_indptr[0]: {} must be >= 0", p.kv_indptr[0]);
-  for (int32_t r = 0; r < batch; ++r) {
-    const int32_t pages = p.kv_indptr[r + 1] - p.kv_indptr[r];
-    PA_CHECK(pages >= 0, "meta.kv_indptr: decreases at request {} ({} then {})", r, p.kv_indptr[r],
-             p.kv_indptr[r + 1]);
-    const int32_t last = p.kv_last_page_len[r];
-    PA_CHECK(pages == 0 ? (last >= 0 && last <= p.page_size) : (last >= 1 && last <= p.page_size),
-             "meta.kv_last_page_len[{}]: {} is out of range (expected [1, {}] for a request with "
-             "{} pages)",
-             r, last, p.page_size, pages);
-  }
-  const int64_t total_pages = p.kv_indptr[batch];
-  p.kv_indices = metadata("meta.kv_indices", meta.kv_indices, total_pages);
-  for (int64_t i = p.kv_indptr[0]; i < total_pages; ++i) {
-    PA_CHECK(p.kv_indices[i] >= 0 && p.kv_indices[i] < num_attention_pages,
-             "meta.kv_indices[{}]: page {} is out of range (the cache has {} attention pages of "
-             "{} tokens)",
-             i, p.kv_indices[i], num_attention_pages, p.page_size);
+  p.kv_indices = metadata("meta.kv_indices", meta.kv_indices, 0);
+  const int32_t* qo = nullptr;
+  if (meta.qo_indptr.defined()) {
+    qo = metadata("meta.qo_indptr", meta.qo_indptr, int64_t{batch} + 1);
   }
   if (one_row_per_request) {
     PA_CHECK(p.rows == batch,
              "q: {} rows, expected meta.batch_size = {} (decode: one query row per request)",
              p.rows, batch);
-    if (meta.qo_indptr.defined()) {
-      const int32_t* qo = metadata("meta.qo_indptr", meta.qo_indptr, int64_t{batch} + 1);
-      for (int32_t r = 0; r <= batch; ++r) {
-        PA_CHECK(qo[r] == r, "meta.qo_indptr[{}]: {}, expected {} (decode: one row per request)", r,
-                 qo[r], r);
-      }
-    }
-    return;
-  }
-  if (!meta.qo_indptr.defined()) {
+  } else if (qo == nullptr) {
     PA_CHECK(p.rows == batch,
              "meta.qo_indptr: missing, which means one query row per request, but q has {} rows "
              "for batch_size {}",
              p.rows, batch);
-    return;
   }
-  p.qo_indptr = metadata("meta.qo_indptr", meta.qo_indptr, int64_t{batch} + 1);
-  PA_CHECK(p.qo_indptr[0] == 0, "meta.qo_indptr[0]: {}, expected 0", p.qo_indptr[0]);
-  for (int32_t r = 0; r < batch; ++r) {
-    PA_CHECK(p.qo_indptr[r + 1] >= p.qo_indptr[r],
-             "meta.qo_indptr: decreases at request {} ({} then {})", r, p.qo_indptr[r],
-             p.qo_indptr[r + 1]);
-  }
-  PA_CHECK(p.qo_indptr[batch] == p.rows, "meta.qo_indptr[{}]: {} query rows, but q has {} rows",
-           batch, p.qo_indptr[batch], p.rows);
+  MetadataArrays arrays;
+  arrays.batch = batch;
+  arrays.qo_indptr = qo;
+  arrays.kv_indptr = p.kv_indptr;
+  arrays.kv_indices = p.kv_indices;
+  arrays.num_indices = meta.kv_indices.shape[0];
+  arrays.kv_last_page_len = p.kv_last_page_len;
+  arrays.max_q_len = meta.max_q_len;
+  MetadataBounds bounds;
+  bounds.page_size = p.page_size;
+  bounds.num_attention_pages = num_attention_pages;
+  bounds.rows = p.rows;
+  bounds.one_row_per_request = one_row_per_request;
+  check_metadata_values(arrays, bounds);
+  if (!one_row_per_request) p.qo_indptr = qo;
 }
 
 // Shared by decode and prefill: q, the MHA/GQA cache and the options.

@@ -42,7 +42,8 @@ std::vector<BadInput> bad_inputs() {
   using D = DecodeArgs;
   using P = PrefillArgs;
   using M = MlaArgs;
-  const OpKind dec = OpKind::kDecode, pre = OpKind::kPrefill, mla = OpKind::kMlaDecode;
+  const OpKind dec = OpKind::kDecode, pre = OpKind::kPrefill, mla = OpKind::kMlaDecode,
+               ext = OpKind::kMlaExtend;
   return {
       {"SmScaleZero", dec, [](D& a, P&, M&) { a.options.sm_scale = 0; }, "options.sm_scale: 0"},
       {"SmScaleNan", dec, [](D& a, P&, M&) { a.options.sm_scale = NAN; }, "options.sm_scale: nan"},
@@ -87,12 +88,20 @@ std::vector<BadInput> bad_inputs() {
        "meta.qo_indptr[3]: 9 query rows"},
       {"QoIndptrDecreases", pre, [](D&, P& a, M&) { ints(a.meta.qo_indptr)[2] = 1; },
        "meta.qo_indptr: decreases"},
+      // q_len > kv_len (qo_indptr 0, 6, 9, 10 over kv_lens 5, 40, 17): request 0's 6 rows would
+      // sit before its first key; the planner rejects the same step.
+      {"PrefillQLenOverKvLen", pre, [](D&, P& a, M&) { ints(a.meta.qo_indptr)[1] = 6; },
+       "request 0 has 6 query rows (qo_indptr[0..1] = 0, 6) but 5 KV tokens"},
+      {"MaxQLenBelowAQLen", pre, [](D&, P& a, M&) { a.meta.max_q_len = 3; },
+       "meta.max_q_len: 3, but request 1 has 7 query rows"},
       {"PrefillValueHeadDim", pre, [](D&, P& a, M&) { a.kv.v.shape[3] = 40; }, "kv.v: head_dim 40"},
       {"MlaQPeHeads", mla, [](D&, P&, M& a) { a.q_pe.shape[1] = 4; }, "q_pe: shape [3, 4, 16]"},
       {"MlaQNopeDim", mla, [](D&, P&, M& a) { a.q_nope.shape[2] = 48; },
        "q_nope: last dimension 48"},
       {"MlaKpeDtype", mla, [](D&, P&, M& a) { a.kv.kpe.dtype = DType::kF32; }, "kv.kpe: dtype f32"},
       {"MlaSmScale", mla, [](D&, P&, M& a) { a.sm_scale = -1; }, "sm_scale: -1"},
+      {"MlaExtendQLenOverKvLen", ext, [](D&, P&, M& a) { ints(a.meta.qo_indptr)[1] = 6; },
+       "request 0 has 6 query rows (qo_indptr[0..1] = 0, 6) but 5 KV tokens"},
       {"MlaPageId", mla, [](D&, P&, M& a) { ints(a.meta.kv_indices)[2] = 999; },
        "meta.kv_indices[2]: page 999"},
   };
