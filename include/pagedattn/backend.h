@@ -113,11 +113,30 @@ struct WorkspaceLimits {
   int64_t max_qo_rows = 1 << 16;
   int32_t max_qo_heads = 128;
   int32_t max_head_dim = 576;
+  // Validating mode (tests, ModelOptions::validate_metadata): a device backend's plan() and run_*
+  // copy the step's metadata to the host, synchronise, and check it as the CPU backend does (the
+  // same messages), throwing before anything is launched; plan() also reports what the kernels
+  // recorded (check_device_errors). A host sync per call: for debugging, not for serving. The CPU
+  // backend checks everything on every call anyway.
+  bool validate_metadata = false;
 };
 
+// Metadata on trust. run_* of a device backend does not synchronise to read the metadata (the
+// calls are captured in CUDA graphs), so a bad entry in it (a page id outside the pool, a
+// decreasing kv_indptr, q_len > kv_len, ...) cannot throw there. Instead the kernels never read
+// or write outside the cache, the metadata, q or out whatever it says; they write the affected
+// request's rows as out = 0, lse = -inf; and they record the first violation on the device.
+// check_device_errors() reports it.
 class Workspace {
  public:
   virtual ~Workspace() = default;
+  // Throws Error naming the first metadata violation the device recorded since the last call
+  // (the operation, request, array entry and value, and what was written for the request), and
+  // clears it so that the next one is recorded. The CUDA backends read it from host-mapped memory:
+  // call after the work of the run_* calls is synchronised (a stream or event sync, e.g. where the
+  // step's results are collected), not while a captured graph may be running. The CPU backend
+  // throws from run_* itself and records nothing: a no-op.
+  virtual void check_device_errors() {}
 };
 
 class Backend {

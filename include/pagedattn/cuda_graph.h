@@ -52,7 +52,8 @@ class DecodeGraphRunner {
   int32_t step(std::span<const int32_t> block_table, std::span<const int32_t> seq_lens,
                bool use_graph = true);
 
-  // Waits for the stream and throws if the planner recorded a bad table in the last step.
+  // Waits for the stream and throws if the planner recorded a bad table in the last step, or the
+  // decode kernels a metadata violation since the last check (Workspace::check_device_errors).
   void check_last_step() const;
 
  private:

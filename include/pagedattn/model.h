@@ -169,6 +169,11 @@ struct ModelOptions {
   // multiples of 16) up to this many requests, after that size's first step (0: every step is
   // launched kernel by kernel; the engines' --enforce-eager). Larger batches run eagerly.
   int64_t cuda_graph_max_batch = 256;
+  // Debugging: every attention plan and run checks the step's metadata on the host before it
+  // launches anything (WorkspaceLimits::validate_metadata: a host sync per call on a GPU).
+  // Without it the device kernels guard the metadata themselves and a violation is an Error of
+  // the step's collect / forward (Workspace::check_device_errors).
+  bool validate_metadata = false;
 };
 
 // What ModelOptions::device resolves to (see there); throws Error for an unknown device, or

@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "cuda/cuda_check.h"
 #include "cuda/decode/decode.h"
+#include "cuda/metadata_validate.h"
 #include "cuda/mla.h"
 #include "cuda/prefill.h"
 #include "cuda/workspace.h"
@@ -85,6 +86,12 @@ class CudaBackend final : public Backend {
       plan_mla(ws, op, meta);
     } else {
       // Prefill schedules its own tiles in run_prefill(); remember the step for checks.
+      if (ws.validating()) {  // WorkspaceLimits::validate_metadata (the pool's pages: at run)
+        PA_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(ws.stream)));
+        ws.check_device_errors();
+        validate_on_host(meta, {.page_size = op.page_size}, /*with_qo=*/true,
+                         Device::cuda(ws.device()), ws.stream);
+      }
       ws.planned = true;
       ws.planned_op = op;
       ws.planned_meta = meta;

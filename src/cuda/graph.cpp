@@ -226,7 +226,8 @@ int32_t DecodeGraphRunner::step(std::span<const int32_t> block_table,
 
 void DecodeGraphRunner::check_last_step() const {
   const State& s = *state_;
-  read_plan_status(s.i32(s.status, 4), s.stream);
+  read_plan_status(s.i32(s.status, 4), s.stream);  // synchronises the stream
+  s.workspace->check_device_errors();  // what the decode kernels recorded (common/guard.h)
 }
 
 }  // namespace pagedattn::cuda

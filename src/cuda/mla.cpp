@@ -29,7 +29,9 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "cuda/cuda_check.h"
 #include "cuda/cuda_fault.h"
+#include "cuda/metadata_validate.h"
 #include "cuda/mla/config.h"
 #include "cuda/planner/planner_kernels.h"
 #include "cuda/workspace.h"
@@ -91,6 +93,12 @@ void plan_mla(CudaWorkspace& workspace, const OpDesc& op, const StepMetadata& me
            "plan: batch_size {} (expected 0 .. workspace max_batch {})", batch,
            workspace.limits().max_batch);
   PA_CHECK(meta.max_q_len >= 0, "meta.max_q_len: {} (expected >= 0; 0 = unknown)", meta.max_q_len);
+  if (workspace.validating()) {  // WorkspaceLimits::validate_metadata (the pool's pages: at run)
+    PA_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(workspace.stream)));
+    workspace.check_device_errors();
+    validate_on_host(meta, {.page_size = op.page_size}, /*with_qo=*/true,
+                     Device::cuda(workspace.device()), workspace.stream);
+  }
   workspace.planned = true;
   workspace.planned_op = op;
   workspace.planned_meta = meta;
@@ -185,6 +193,14 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   PA_CHECK(meta.max_q_len >= 0, "meta.max_q_len: {} (expected >= 0; 0 = unknown)", meta.max_q_len);
   PA_CHECK(rows * heads <= INT32_MAX, "q_nope: {} rows x {} heads exceed the int32 row index", rows,
            heads);
+  if (workspace.validating()) {
+    validate_on_host(meta,
+                     {.page_size = args.kv.page_size,
+                      .num_attention_pages = args.kv.num_attention_pages(),
+                      .rows = rows,
+                      .one_row_per_request = false},
+                     /*with_qo=*/true, device, args.stream);
+  }
   if (batch == 0 || rows == 0) return;
 
   // The plan's partition (run once per step by plan() when max_q_len is known), or one for this
@@ -248,6 +264,12 @@ void run_mla(CudaWorkspace& workspace, const MlaArgs& args) {
   p.partial_lse = workspace.partial_lse();
   p.partial_rows = static_cast<int32_t>(shape.partial_rows);
   p.cluster = shape.cluster;
+  p.guard = workspace.guard(workspace.planned_op.op);
+  p.guard.pool_pages = pool_pages_bound(args.kv.num_attention_pages());
+  p.guard.num_indices = meta.kv_indices.shape[0];
+  p.guard.num_rows = rows;
+  // The q_len bound the launch was sized by (partial_rows / H): the hint, else q's rows.
+  p.guard.max_q_len = static_cast<int32_t>(shape.partial_rows / heads);
 
   const int merge_rows = static_cast<int>(std::min<int64_t>(shape.partial_rows, 65535));
   mla::launch_mla(p, op.kv_dtype == DType::kFP8E4M3, shape.block_rows,

@@ -21,6 +21,7 @@
 
 #include "core/check.h"
 #include "cuda/cuda_fault.h"
+#include "cuda/metadata_validate.h"
 #include "cuda/prefill/params.h"
 #include "cuda/workspace.h"
 
@@ -170,6 +171,15 @@ void run_prefill(CudaWorkspace& workspace, const PrefillArgs& args) {
            "kv.k_scale/v_scale: {}/{} (expected 1 for a {} cache)", kv.k_scale, kv.v_scale,
            dtype_name(op.kv_dtype));
 
+  if (workspace.validating()) {
+    validate_on_host(meta,
+                     {.page_size = kv.page_size,
+                      .num_attention_pages = kv.num_attention_pages(),
+                      .rows = rows,
+                      .one_row_per_request = false},
+                     /*with_qo=*/true, device, args.stream);
+  }
+
   const int group = hq / hkv;
   // Grid bound (see params.h tile_bound) with the smallest tile of either kernel: 64 rows.
   const int64_t max_blocks = (rows * group / 64 + batch) * static_cast<int64_t>(hkv);
@@ -216,6 +226,11 @@ void run_prefill(CudaWorkspace& workspace, const PrefillArgs& args) {
   p.causal = options.causal;
   p.num_qo_rows = rows;
   p.max_q_len = meta.max_q_len;
+  p.guard = workspace.guard(OpKind::kPrefill);
+  p.guard.pool_pages = pool_pages_bound(kv.num_attention_pages());
+  p.guard.num_indices = meta.kv_indices.shape[0];
+  p.guard.num_rows = rows;
+  p.guard.max_q_len = meta.max_q_len;
   choose_kv_split(workspace, meta.num_pages_hint, op.head_dim_vo, p);
 
   if (op.q_dtype == DType::kBF16) {

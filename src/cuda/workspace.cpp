@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "cuda/cuda_check.h"
+#include "cuda/fault_log.h"
 #include "cuda/mla/config.h"
 
 namespace pagedattn::cuda {
@@ -76,9 +77,14 @@ CudaWorkspace::CudaWorkspace(const WorkspaceLimits& limits) : limits_(limits) {
   merge_counters_capacity_ = int64_t{limits.max_batch} * limits.max_qo_heads;
   merge_counters_ = DeviceBuffer(sizeof(int32_t) * merge_counters_capacity_);
   PA_CUDA_CHECK(cudaMemset(merge_counters_.data(), 0, merge_counters_.bytes()));
+  faults_ = std::make_unique<FaultLog>();
 }
 
 CudaWorkspace::~CudaWorkspace() = default;
+
+MetadataGuard CudaWorkspace::guard(OpKind op) const { return faults_->guard(op); }
+
+void CudaWorkspace::check_device_errors() { faults_->check(); }
 
 int32_t decode_split_target(int32_t num_sms, int32_t num_qo_heads, int32_t num_kv_heads,
                             int32_t batch) {

@@ -13,17 +13,23 @@
 //   counters    int32 [max_batch * max_qo_heads], zero between calls: the tensor-core decode
 //               kernel counts the finished items of each (request, head tile) here; the last one
 //               merges the request's partials and sets its counter back to 0.
+//   faults      the record of the first metadata violation the kernels met (fault_log.h:
+//               host-mapped), reported by check_device_errors().
 // A workspace belongs to one device (the current one when it was created) and one stream at a
 // time: plan() and run_*() must be issued on the same stream, in order.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
+#include "cuda/common/guard.h"
 #include "pagedattn/backend.h"
 #include "pagedattn/planner.h"
 
 namespace pagedattn::cuda {
+
+class FaultLog;
 
 // An owning cudaMalloc'd buffer (movable, not copyable). Bytes are not initialised.
 class DeviceBuffer {
@@ -113,6 +119,14 @@ class CudaWorkspace final : public Workspace {
   void* scratch() const { return scratch_.data(); }
   size_t scratch_bytes() const { return scratch_.bytes(); }
 
+  // ---- metadata guards (common/guard.h) ----
+  // The guard of a call of `op`: this workspace's fault record (the caller fills in the sizes).
+  MetadataGuard guard(OpKind op) const;
+  // Workspace::check_device_errors (backend.h): the first recorded violation, as an Error.
+  void check_device_errors() override;
+  // WorkspaceLimits::validate_metadata: plan() and run_* check the metadata on the host first.
+  bool validating() const { return limits_.validate_metadata; }
+
   // The stream plan() enqueues on (a cudaStream_t; null = the legacy default stream). Decode,
   // and MLA when plan() ran its partition, must run on the same stream as the plan (checked).
   void* stream = nullptr;
@@ -137,6 +151,7 @@ class CudaWorkspace final : public Workspace {
   DeviceBuffer merge_counters_;
   DeviceBuffer work_request_, work_chunk_, merge_indptr_, info_;
   DeviceBuffer partial_out_, partial_lse_, scratch_;
+  std::unique_ptr<FaultLog> faults_;
 };
 
 // Resident decode CTAs per SM that the split rule targets (see decode launcher).

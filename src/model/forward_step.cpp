@@ -197,6 +197,7 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool, const op
     limits.max_qo_rows = std::max<int64_t>(limits.max_qo_rows, ctx.tokens * 2);
     limits.max_qo_heads = heads_;
     limits.max_head_dim = std::max(head_dim_qk_, head_dim_vo_);
+    limits.validate_metadata = validate_metadata_;
     slot.workspace = slot.backend->create_workspace(limits);
     ++workspace_generation_;
     if (device_step_ != nullptr) device_step_->adopt(*slot.workspace);
@@ -205,6 +206,12 @@ StepContext& StepPlanner::prepare(const Step& step, const KvPool& pool, const op
   ctx.backend = slot.backend;
   ctx.workspace = slot.workspace.get();
   return ctx;
+}
+
+void StepPlanner::check_device_errors() {
+  for (BackendSlot& slot : slots_by_op_) {
+    if (slot.workspace) slot.workspace->check_device_errors();
+  }
 }
 
 const Backend& StepPlanner::backend_for(bool decode, const KvPool& pool) {

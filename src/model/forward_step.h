@@ -50,6 +50,12 @@ class StepPlanner {
   // Counts the workspaces created so far: a captured graph holds the workspace it was captured
   // with, and is stale once this changes.
   int64_t workspace_generation() const { return workspace_generation_; }
+  // ModelOptions::validate_metadata: the workspaces created from now on check every step's
+  // metadata on the host (WorkspaceLimits::validate_metadata).
+  void set_validate_metadata(bool on) { validate_metadata_ = on; }
+  // Workspace::check_device_errors of every workspace: the first metadata violation the device
+  // kernels recorded, as an Error. After the step's work is synchronised.
+  void check_device_errors();
 
  private:
   OpDesc describe(bool decode, const KvPool& pool) const;
@@ -72,6 +78,7 @@ class StepPlanner {
   int32_t storage_batch_ = 0;
   int64_t storage_pages_ = 0;
   int64_t workspace_generation_ = 0;
+  bool validate_metadata_ = false;
   std::vector<int32_t> token_ids_, block_table_, seq_lens_, q_lens_;
   std::vector<int64_t> rows_;
   StepContext context_;

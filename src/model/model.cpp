@@ -134,6 +134,7 @@ Model::Model(const ModelConfig& config, const ModelWeights& weights, const Model
   }
   m.rope = make_rope_table(config, options);
   m.planner = StepPlanner(config, Selection::parse(options.backend));
+  m.planner.set_validate_metadata(options.validate_metadata);
 }
 
 Model::~Model() = default;

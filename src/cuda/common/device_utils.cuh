@@ -136,12 +136,15 @@ __device__ __forceinline__ float warp_sum(float v) {
 // log(sum_i exp(values[i * stride])) over i < count (natural log; -inf values count as nothing),
 // by one warp in one pass: each lane (`lane`) folds its values into (max, sum), then the lanes'
 // pairs are combined. Reads with ld.cg (L2: values written by other CTAs of this grid). -inf when
-// nothing is finite. Every lane returns the result.
+// nothing is finite, and when a value is NaN (a merge's poisoned partial, common/guard.h: the
+// merged row is then 0 / -inf). Every lane returns the result.
 __device__ __forceinline__ float warp_logsumexp_cg(const float* values, int count, int stride,
                                                    int lane) {
   float big = -INFINITY, sum = 0.0f;
+  bool nan = false;
   for (int i = lane; i < count; i += 32) {
     const float x = __ldcg(values + int64_t{i} * stride);
+    nan |= x != x;
     if (x > big) {
       sum = sum * __expf(big - x) + 1.0f;  // exp(-inf) = 0 on the first finite x
       big = x;
@@ -159,6 +162,7 @@ __device__ __forceinline__ float warp_logsumexp_cg(const float* values, int coun
     }
     big = new_big;
   }
+  if (__any_sync(0xffffffffu, nan)) return -INFINITY;
   return sum > 0.0f ? big + __logf(sum) : -INFINITY;
 }
 

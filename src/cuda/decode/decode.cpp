@@ -19,8 +19,10 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "cuda/cuda_check.h"
 #include "cuda/cuda_fault.h"
 #include "cuda/decode/decode_params.h"
+#include "cuda/metadata_validate.h"
 #include "cuda/planner/planner_kernels.h"
 
 namespace pagedattn::cuda {
@@ -80,6 +82,14 @@ void plan_decode(CudaWorkspace& workspace, const OpDesc& op, const StepMetadata&
            workspace.limits().max_batch);
   const Device device = Device::cuda(workspace.device());
   check_meta_i32("kv_indptr", meta.kv_indptr, int64_t{batch} + 1, device);
+  if (workspace.validating()) {
+    // WorkspaceLimits::validate_metadata: what the kernels recorded so far, then this step's
+    // metadata, checked on the host (the pool's size is known at run_decode).
+    PA_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(workspace.stream)));
+    workspace.check_device_errors();
+    validate_on_host(meta, {.page_size = op.page_size, .one_row_per_request = true},
+                     /*with_qo=*/true, device, workspace.stream);
+  }
   const SplitKvConfig config = workspace.split_config(op, batch);
   launch_split_kv(meta.kv_indptr.data_as<const int32_t>(), batch, config, workspace.work_request(),
                   workspace.work_chunk(), workspace.max_items(), workspace.merge_indptr(),
@@ -143,6 +153,14 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   PA_CHECK(hq <= workspace.limits().max_qo_heads && dim <= workspace.limits().max_head_dim,
            "run_decode: {} heads x head_dim {} exceed the workspace limits ({} x {})", hq, dim,
            workspace.limits().max_qo_heads, workspace.limits().max_head_dim);
+  if (workspace.validating()) {
+    validate_on_host(args.meta,
+                     {.page_size = args.kv.page_size,
+                      .num_attention_pages = args.kv.num_attention_pages(),
+                      .rows = batch,
+                      .one_row_per_request = true},
+                     /*with_qo=*/true, device, args.stream);
+  }
   if (batch == 0) return;
 
   const int grid_items = static_cast<int>(std::min<int64_t>(
@@ -194,6 +212,10 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.partial_out = workspace.partial_out();
   params.partial_lse = workspace.partial_lse();
   params.merge_counters = workspace.merge_counters();
+  params.guard = workspace.guard(OpKind::kDecode);
+  params.guard.pool_pages = pool_pages_bound(args.kv.num_attention_pages());
+  params.guard.num_indices = args.meta.kv_indices.shape[0];
+  params.guard.num_rows = batch;
   PA_CHECK(batch * hkv * params.group_tiles <= workspace.merge_counters_capacity(),
            "run_decode: {} requests x {} head tiles exceed the workspace's {} merge counters",
            batch, hkv * params.group_tiles, workspace.merge_counters_capacity());

@@ -19,6 +19,9 @@
 //          are fewer heads than lanes, the tile's tokens (reduced across lanes at the end).
 // Output: a request served by one item writes out / lse directly; a split request writes f32
 // partials that the merge kernel combines. A CTA that sees no key writes 0 and -inf.
+// Metadata on trust (common/guard.h): a request with bad KV metadata gets no keys (decode_work);
+// a page id outside the pool is zero-filled instead of read and the CTA writes 0 / -inf (a split
+// item poisons its partial lse; the merge kernel then writes 0 / -inf for the row).
 //
 // Launched with programmatic dependent launch (cuda/launch.h): pdl_wait() is the kernel's first
 // statement, before the partition is read and before a CTA past the item count returns.
@@ -27,6 +30,7 @@
 #include <cmath>
 
 #include "cuda/common/device_utils.cuh"
+#include "cuda/common/guard.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/decode/decode_params.h"
@@ -110,6 +114,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
   const KVT* v_cache = static_cast<const KVT*>(p.v);
   const int64_t k_head_offset = kv_head * p.k_stride_head;
   const int64_t v_head_offset = kv_head * p.v_stride_head;
+  // A page id outside the pool is zero-filled, never read; the CTA's rows then get 0 / -inf.
+  bool saw_bad_page = false;
   auto load_tile = [&](int tile, int stage) {
     const int t0 = tok_begin + tile * kTile;
 #pragma unroll
@@ -118,13 +124,18 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
       const int token = idx / C::kChunksPerRow;
       const int chunk_in_row = idx - token * C::kChunksPerRow;
       const int pos = t0 + token;
-      const bool valid = pos < tok_end;
+      bool valid = pos < tok_end;
       const KVT* k_src = k_cache;
       const KVT* v_src = v_cache;
+      const int page_local = pos / page_size;
+      const int page = valid ? p.kv_indices[page_begin + page_local] : 0;
+      if (valid && !page_in_pool(p.guard, page)) [[unlikely]] {
+        valid = false;
+        saw_bad_page = true;
+        report_page(p.guard, request, page_begin + page_local, page);
+      }
       if (valid) {
-        const int page_local = pos / page_size;
         const int in_page = pos - page_local * page_size;
-        const int page = p.kv_indices[page_begin + page_local];
         const int alloc = page / p.pages_per_alloc;
         const int64_t token_in_alloc =
             static_cast<int64_t>(page - alloc * p.pages_per_alloc) * page_size + in_page;
@@ -271,7 +282,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
     }
   }
   cp_async_wait<0>();
-  __syncthreads();  // all tiles consumed: the K stages are free for the reduction
+  // All tiles consumed: the K stages are free for the reduction. And whether a page id was bad.
+  const bool bad_page = __syncthreads_or(saw_bad_page) != 0;
 
   if (slices > 1) {
     float* red = reinterpret_cast<float*>(k_smem);  // [kLanes][kHeadDim]
@@ -295,8 +307,15 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
     const int h = pv_head + j * C::kLanes;
     if (h >= heads) continue;
     const float l = l_smem[h];
-    const float scale = l > 0.0f ? p.v_scale / l : 0.0f;
-    const float lse = l > 0.0f ? (m_smem[h] + log2f(l)) * kLn2 : -INFINITY;
+    // A bad page id: 0 / -inf, or a poisoned partial that makes the merge write them.
+    const float scale = l > 0.0f && !bad_page ? p.v_scale / l : 0.0f;
+    if (bad_page) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[j][e] = 0.0f;
+    }
+    const float lse = bad_page   ? (split ? poisoned_partial() : -INFINITY)
+                      : l > 0.0f ? (m_smem[h] + log2f(l)) * kLn2
+                                 : -INFINITY;
     const int qo_head = qo_head0 + h;
     const int d0 = pv_chunk * kVec;
     if (!split) {

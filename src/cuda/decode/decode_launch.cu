@@ -6,7 +6,8 @@
 // Merge (after the CUDA-core kernel, i.e. fp8 KV; the tensor-core kernel merges in its last CTA
 // per request and head tile): one CTA per (request, query head), exiting at once for requests
 // served by one item (head_dim <= 256):
-//   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
+//   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i;
+// 0 / -inf for a row with a poisoned partial (an item that met a bad page id: common/guard.h).
 // Launched, like the decode kernels, with programmatic dependent launch (cuda/launch.h): it is
 // scheduled while the decode kernel drains and waits for its partials on the device.
 #include <cuda_bf16.h>
@@ -17,6 +18,7 @@
 #include <string>
 #include <type_traits>
 
+#include "cuda/common/guard.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/decode/decode_params.h"
@@ -66,9 +68,14 @@ __global__ void __launch_bounds__(kMergeThreads)
   const int last = partition.merge_indptr[request + 1];
   if (last - first <= 1) return;
   float max_lse = -INFINITY;
+  bool poisoned = false;
   for (int i = first + threadIdx.x; i < last; i += kMergeThreads) {
-    max_lse = fmaxf(max_lse, partial_lse[int64_t{i} * num_qo_heads + h]);
+    const float item_lse = partial_lse[int64_t{i} * num_qo_heads + h];
+    poisoned |= is_poisoned(item_lse);
+    max_lse = fmaxf(max_lse, item_lse);
   }
+  // An item met a page id outside the pool (common/guard.h): the row is 0 / -inf.
+  if (__syncthreads_or(poisoned)) max_lse = -INFINITY;
   max_lse = block_reduce<true>(max_lse, scratch);
   float weight_sum = 0.0f;
   if (max_lse != -INFINITY) {

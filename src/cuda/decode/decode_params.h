@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/guard.h"
 #include "cuda/workspace.h"
 #include "pagedattn/dtype.h"
 
@@ -45,6 +46,8 @@ struct DecodeParams {
   // Tensor-core kernel: [B * Hkv * group_tiles] arrival counters, zero on entry and on exit; the
   // last CTA of a split (request, head tile) merges its partials (no merge kernel).
   int32_t* merge_counters;
+  // The metadata taken on trust is checked against these (common/guard.h).
+  MetadataGuard guard;
 };
 
 // Query heads handled by one CTA (a group larger than this takes several CTAs per KV head).

@@ -26,6 +26,9 @@
 // writes out / lse directly (request served by one item) or the f32 partials of its item; the
 // last CTA of a split request's head tile to finish (an atomic arrival count in the workspace,
 // reset to zero by that CTA) merges the request's partials from L2: no merge kernel.
+// Metadata on trust (common/guard.h): a request with bad KV metadata gets no keys (decode_work);
+// a page id outside the pool is zero-filled instead of read, and the CTA's rows are written as
+// 0 / -inf (a split item poisons its partial lse, and the merge writes 0 / -inf for the row).
 //
 // Launched with programmatic dependent launch (cuda/launch.h): pdl_wait() is the kernel's first
 // statement, before the partition is read and before a CTA past the item count returns.
@@ -35,6 +38,7 @@
 #include <type_traits>
 
 #include "cuda/common/device_utils.cuh"
+#include "cuda/common/guard.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/decode/decode_params.h"
@@ -190,11 +194,20 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   const T* k_cache = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
   const T* v_cache = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
   const uint64_t stream_policy = tc::kv_load_policy();
-  // Lane l owns token (l % kStep) of a step: its page id, read one step ahead (-1: past the end).
+  // Lane l owns token (l % kStep) of a step: its page id, read one step ahead (-1: past the end,
+  // or an id outside the pool: zero-filled, never read; the CTA's rows then get 0 / -inf).
+  bool saw_bad_page = false;
   auto fetch_page = [&](int j) {
     const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
     if (j >= my_steps || pos >= tok_end) return -1;
-    return p.kv_indices[page_begin + pos / page_size];
+    const int index = page_begin + pos / page_size;
+    const int page = p.kv_indices[index];
+    if (!page_in_pool(p.guard, page)) [[unlikely]] {
+      saw_bad_page = true;
+      report_page(p.guard, request, index, page);
+      return -1;
+    }
+    return page;
   };
   auto load_step = [&](int j, int stage, int page) {
     const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
@@ -387,7 +400,8 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
-  __syncthreads();  // every warp is done with its ring
+  // Every warp is done with its ring; and whether any lane met a page id outside the pool.
+  const bool bad_page = __syncthreads_or(saw_bad_page) != 0;
   float* combine_o = reinterpret_cast<float*>(smem_raw);
   float* combine_m = combine_o + C::kWarps * C::kRows * C::kCombineStride;
   float* combine_l = combine_m + C::kWarps * C::kRows;
@@ -424,8 +438,12 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
       total += weight * combine_l[w * C::kRows + row];
       value += weight * combine_o[(w * C::kRows + row) * C::kCombineStride + d];
     }
-    const float result = total > 0.0f ? value * (p.v_scale / total) : 0.0f;
-    const float lse = total > 0.0f ? (row_max + log2f(total)) * kLn2 : -INFINITY;
+    float result = total > 0.0f ? value * (p.v_scale / total) : 0.0f;
+    float lse = total > 0.0f ? (row_max + log2f(total)) * kLn2 : -INFINITY;
+    if (bad_page) {  // 0 / -inf, or a poisoned partial that makes the merge write them
+      result = 0.0f;
+      lse = split ? poisoned_partial() : -INFINITY;
+    }
     const int qo_head = qo_head0 + row;
     if (!split) {
       T* out = static_cast<T*>(p.out) + request * p.out_stride_batch + qo_head * p.out_stride_head;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/guard.cuh"
 #include "cuda/decode/decode_params.h"
 
 namespace pagedattn::cuda {
@@ -30,7 +31,8 @@ struct DecodeWork {
 // memory latency, not two, before the request's metadata): the grid never exceeds the partition
 // arrays' capacity (run_decode bounds it by the workspace's max_items), and an entry past the
 // count is read but not used. The request's reads (merge_indptr, kv_indptr, kv_last_page_len)
-// then go out together too.
+// then go out together too, and are checked (common/guard.cuh): a request whose KV metadata is
+// bad gets no keys (its rows 0 / -inf).
 __device__ __forceinline__ bool decode_work(const DecodeParams& p, int item, int head_tile,
                                             DecodeWork& w) {
   const int num_items = p.partition.info->num_items;
@@ -49,8 +51,15 @@ __device__ __forceinline__ bool decode_work(const DecodeParams& p, int item, int
   w.split = w.merge_items > 1;
   const int page_size = p.page_size;
   w.page_begin = p.kv_indptr[request];
-  const int num_pages = p.kv_indptr[request + 1] - w.page_begin;
-  w.kv_len = num_pages == 0 ? 0 : (num_pages - 1) * page_size + p.kv_last_page_len[request];
+  const int page_end = p.kv_indptr[request + 1];
+  const int last_page_len = p.kv_last_page_len[request];
+  // Metadata on trust (common/guard.h): a request with a bad KV range or last-page length runs
+  // without KV (its rows 0 / -inf); the split partition gave it items as for its page count.
+  const int num_pages = kv_metadata_ok(p.guard, p.kv_indices, request, w.page_begin, page_end,
+                                       last_page_len, page_size)
+                            ? page_end - w.page_begin
+                            : 0;
+  w.kv_len = num_pages == 0 ? 0 : (num_pages - 1) * page_size + last_page_len;
   const int64_t chunk_tokens = chunk_pages * page_size;
   w.tok_begin = static_cast<int>(min(static_cast<int64_t>(w.kv_len), chunk * chunk_tokens));
   w.tok_end = static_cast<int>(min(static_cast<int64_t>(w.kv_len), (chunk + 1) * chunk_tokens));

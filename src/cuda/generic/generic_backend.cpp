@@ -1,12 +1,17 @@
 // The "cuda_generic" backend (generic.h): supports() / describe() / an empty workspace / run_* over
 // the one generic kernel (generic_kernel.cu). Arguments are checked on the host (shapes, dtypes,
 // devices), with errors naming the argument; the metadata is read on the device only.
+#include <cuda_runtime_api.h>
+
 #include <cmath>
 
 #include "core/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
+#include "cuda/fault_log.h"
 #include "cuda/generic/generic.h"
 #include "cuda/generic/generic_params.h"
+#include "cuda/metadata_validate.h"
 
 namespace pagedattn::cuda {
 namespace {
@@ -14,8 +19,17 @@ namespace {
 using generic::GenericParams;
 using generic::kMaxDim;
 
-// Nothing to plan: the kernel reads the metadata as it is.
-class GenericWorkspace final : public Workspace {};
+// Nothing to plan: the kernel reads the metadata as it is (checked on the device: common/guard.h;
+// the first violation is recorded in `faults` and reported by check_device_errors()).
+class GenericWorkspace final : public Workspace {
+ public:
+  explicit GenericWorkspace(const WorkspaceLimits& limits) : validate(limits.validate_metadata) {}
+  void check_device_errors() override { faults.check(); }
+
+  FaultLog faults;
+  bool validate = false;             // WorkspaceLimits::validate_metadata
+  OpKind planned = OpKind::kDecode;  // the last plan()'s operation (an MLA call's report)
+};
 
 bool is_query_dtype(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
@@ -60,10 +74,29 @@ void set_output(const TensorView& out, const TensorView& lse, GenericParams& p) 
   }
 }
 
+// The guard of a call (common/guard.h), and the host check first in validating mode.
+MetadataGuard guard_for(GenericWorkspace& ws, OpKind op, const StepMetadata& meta, int64_t rows,
+                        int64_t pool_pages, int32_t page_size, Device device, void* stream) {
+  if (ws.validate) {
+    validate_on_host(meta,
+                     {.page_size = page_size,
+                      .num_attention_pages = pool_pages,
+                      .rows = rows,
+                      .one_row_per_request = op == OpKind::kDecode},
+                     /*with_qo=*/true, device, stream);
+  }
+  MetadataGuard g = ws.faults.guard(op);
+  g.pool_pages = pool_pages_bound(pool_pages);
+  g.num_indices = meta.kv_indices.shape[0];
+  g.num_rows = rows;
+  return g;
+}
+
 // Decode and prefill: q [rows, Hq, Dqk] over K / V.
-void run_paged(const char* what, const TensorView& q, const PagedKv& kv, const StepMetadata& meta,
-               const TensorView& out, const TensorView& lse, const AttentionOptions& options,
-               bool causal, void* stream) {
+void run_paged(GenericWorkspace& ws, OpKind op, const TensorView& q, const PagedKv& kv,
+               const StepMetadata& meta, const TensorView& out, const TensorView& lse,
+               const AttentionOptions& options, bool causal, void* stream) {
+  const std::string_view what = op_name(op);
   const Device device = q.device;
   PA_CHECK(device.type == DeviceType::kCUDA, "{} q: on {}, expected a CUDA device", what,
            device.str());
@@ -118,6 +151,7 @@ void run_paged(const char* what, const TensorView& q, const PagedKv& kv, const S
   p.soft_cap = options.logits_soft_cap;
   p.window_left = options.window_left;
   p.causal = causal;
+  p.guard = guard_for(ws, op, meta, rows, kv.num_attention_pages(), kv.page_size, device, stream);
   generic::launch_generic_attention(p, q.dtype, kv.k.dtype, stream);
 }
 
@@ -175,34 +209,39 @@ class GenericBackend final : public Backend {
     return text;
   }
 
-  std::unique_ptr<Workspace> create_workspace(const WorkspaceLimits&) const override {
+  std::unique_ptr<Workspace> create_workspace(const WorkspaceLimits& limits) const override {
     if (Support device = device_available(); !device) {
       PA_FAIL("backend 'cuda_generic': {}", device.reason);
     }
-    return std::make_unique<GenericWorkspace>();
+    return std::make_unique<GenericWorkspace>(limits);
   }
 
-  void plan(Workspace& workspace, const OpDesc&, const StepMetadata&) const override {
-    as_generic(workspace);
+  void plan(Workspace& workspace, const OpDesc& op, const StepMetadata&) const override {
+    GenericWorkspace& ws = as_generic(workspace);
+    ws.planned = op.op;
+    if (ws.validate) {  // WorkspaceLimits::validate_metadata: what the kernels recorded so far
+      PA_CUDA_CHECK(cudaDeviceSynchronize());
+      ws.check_device_errors();
+    }
   }
 
   void run_decode(Workspace& workspace, const DecodeArgs& args) const override {
-    as_generic(workspace);
+    GenericWorkspace& ws = as_generic(workspace);
     PA_CHECK(args.q.ndim == 3 && args.meta.batch_size == args.q.shape[0],
              "run_decode: meta.batch_size {} for q of shape {} (expected one row per request)",
              args.meta.batch_size, args.q.shape_str());
-    run_paged("decode", args.q, args.kv, args.meta, args.out, args.lse, args.options,
+    run_paged(ws, OpKind::kDecode, args.q, args.kv, args.meta, args.out, args.lse, args.options,
               /*causal=*/true, args.stream);
   }
 
   void run_prefill(Workspace& workspace, const PrefillArgs& args) const override {
-    as_generic(workspace);
-    run_paged("prefill", args.q, args.kv, args.meta, args.out, args.lse, args.options,
+    GenericWorkspace& ws = as_generic(workspace);
+    run_paged(ws, OpKind::kPrefill, args.q, args.kv, args.meta, args.out, args.lse, args.options,
               args.options.causal, args.stream);
   }
 
   void run_mla(Workspace& workspace, const MlaArgs& args) const override {
-    as_generic(workspace);
+    GenericWorkspace& ws = as_generic(workspace);
     const Device device = args.q_nope.device;
     PA_CHECK(device.type == DeviceType::kCUDA, "run_mla q_nope: on {}, expected a CUDA device",
              device.str());
@@ -248,13 +287,17 @@ class GenericBackend final : public Backend {
     p.sm_scale = args.sm_scale;
     p.k_scale = p.v_scale = kv.scale;
     p.causal = args.causal;
+    p.guard = guard_for(ws, is_mla(ws.planned) ? ws.planned : OpKind::kMlaExtend, args.meta, rows,
+                        kv.num_attention_pages(), kv.page_size, device, args.stream);
     generic::launch_generic_attention(p, args.q_nope.dtype, kv.ckv.dtype, args.stream);
   }
 
  private:
-  static void as_generic(Workspace& workspace) {
-    PA_CHECK(dynamic_cast<GenericWorkspace*>(&workspace) != nullptr,
+  static GenericWorkspace& as_generic(Workspace& workspace) {
+    auto* generic = dynamic_cast<GenericWorkspace*>(&workspace);
+    PA_CHECK(generic != nullptr,
              "backend 'cuda_generic': the workspace was not created by the cuda_generic backend");
+    return *generic;
   }
 };
 

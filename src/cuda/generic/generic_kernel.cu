@@ -14,6 +14,7 @@
 #include <cmath>
 #include <string>
 
+#include "cuda/common/guard.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/generic/generic_params.h"
 
@@ -104,7 +105,18 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t i = row - p.qo_indptr[b];
   const int64_t first_page = p.kv_indptr[b];
   const int64_t pages = p.kv_indptr[b + 1] - first_page;
-  const int64_t kv_len = pages > 0 ? (pages - 1) * p.page_size + p.kv_last_page_len[b] : 0;
+  // Metadata on trust (common/guard.h): a row of a request whose query range or KV metadata is
+  // bad, or whose q_len > kv_len, sees no key (0 / -inf); a page id outside the pool is not read
+  // and the row gets 0 / -inf.
+  int64_t kv_len = 0;
+  if (query_rows_ok(p.guard, b, p.qo_indptr[b], p.qo_indptr[b + 1]) &&
+      kv_metadata_ok(p.guard, p.kv_indices, b, static_cast<int>(first_page), p.kv_indptr[b + 1],
+                     p.kv_last_page_len[b], p.page_size)) {
+    kv_len = pages > 0 ? (pages - 1) * p.page_size + p.kv_last_page_len[b] : 0;
+    if (!q_len_within_kv(p.guard, b, static_cast<int>(q_len), static_cast<int>(kv_len))) {
+      kv_len = 0;
+    }
+  }
   const int64_t position = kv_len - q_len + i;
   const int64_t end = p.causal ? min(kv_len, position + 1) : kv_len;
   const int64_t start = p.window_left >= 0 ? max(int64_t{0}, position - p.window_left) : 0;
@@ -124,11 +136,16 @@ __global__ void __launch_bounds__(kThreads)
   const Kv* k2 = static_cast<const Kv*>(p.k2.data);
   const Kv* v = static_cast<const Kv*>(p.v.data);
   float running_max = -INFINITY, running_sum = 0.0f;
+  bool saw_bad_page = false;
   for (int64_t tile = start; tile < end; tile += kTile) {
     const int64_t key = tile + threadIdx.x;
     float score = -INFINITY;
-    if (key < end) {
-      const int32_t page = p.kv_indices[first_page + key / p.page_size];
+    value_offset[threadIdx.x] = 0;  // a key not read (past the end, a bad page) weighs 0
+    const int32_t page = key < end ? p.kv_indices[first_page + key / p.page_size] : 0;
+    if (key < end && !page_in_pool(p.guard, page)) {
+      saw_bad_page = true;
+      report_page(p.guard, b, first_page + key / p.page_size, page);
+    } else if (key < end) {
       const int64_t alloc_page = page / p.pages_per_alloc;
       const int64_t offset = (page % p.pages_per_alloc) * p.page_size + key % p.page_size;
       const Kv* key1 = k1 + alloc_page * p.k1.stride_page + offset * p.k1.stride_token +
@@ -147,7 +164,7 @@ __global__ void __launch_bounds__(kThreads)
     const float tile_max = block_reduce<true>(score, scratch);
     const float new_max = fmaxf(running_max, tile_max);
     const float rescale = running_max == -INFINITY ? 0.0f : expf(running_max - new_max);
-    const float prob = key < end ? expf(score - new_max) : 0.0f;
+    const float prob = score != -INFINITY ? expf(score - new_max) : 0.0f;
     probs[threadIdx.x] = prob;
     running_sum = running_sum * rescale + block_reduce<false>(prob, scratch);
     running_max = new_max;
@@ -161,10 +178,11 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // probs / value_offset are rewritten by the next tile
   }
 
+  if (__syncthreads_or(saw_bad_page)) running_sum = 0.0f;  // the row: 0 / -inf
   const float inverse = running_sum > 0.0f ? p.v_scale / running_sum : 0.0f;
   for (int d = threadIdx.x; d < p.dim_v; d += kThreads) {
     store_dynamic(p.out, row * p.out_stride_row + head * p.out_stride_head + d, q_dtype,
-                  acc[d] * inverse);
+                  running_sum > 0.0f ? acc[d] * inverse : 0.0f);
   }
   if (p.lse != nullptr && threadIdx.x == 0) {
     p.lse[row * p.lse_stride_row + head * p.lse_stride_head] =

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/guard.h"
 #include "pagedattn/dtype.h"
 
 namespace pagedattn::cuda::generic {
@@ -44,6 +45,7 @@ struct GenericParams {
   float soft_cap = 0.0f;
   int32_t window_left = -1;
   bool causal = true;
+  MetadataGuard guard;  // the metadata taken on trust is checked against it (common/guard.h)
 };
 
 // Maximum widths: dim1 + dim2 and dim_v (shared memory holds the query and the accumulator).

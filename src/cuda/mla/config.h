@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/common/guard.h"
 #include "cuda/workspace.h"
 
 namespace pagedattn::cuda::mla {
@@ -70,6 +71,9 @@ struct MlaParams {
   // shares an item's chunk, each a run of whole tiles, and combines their results in distributed
   // shared memory; item = blockIdx.y / cluster. 1 everywhere else.
   int32_t cluster = 1;
+
+  // The metadata taken on trust is checked against these (common/guard.h).
+  MetadataGuard guard;
 };
 
 // The largest cluster of CTAs per work item the H <= 16 kernel takes for this process and cache

@@ -28,6 +28,10 @@
 // row's position kv_len - q_len + t. A CTA whose range is empty writes O = 0, lse = -inf.
 // Output: a request served by one item writes out / lse; a split request writes its f32 partials
 // (O / l and lse per item), combined by mla_merge_kernel.
+// Metadata on trust (common/guard.h), for every MLA kernel: item_work gives a request with a bad
+// query range no rows and one with bad KV metadata (or q_len > kv_len) no keys; request_page reads
+// page 0 in place of an id outside the pool, and the CTA writes its rows as 0 / -inf (a split
+// item poisons its partial lse; the merge writes 0 / -inf for the row).
 // Every MLA kernel (this file's two, kernel_small.cuh's, kernel_sm90_ws.cuh's) is launched with
 // programmatic dependent launch (cuda/launch.h): pdl_wait() is its first statement, before the
 // partition is read and before a CTA without work returns.
@@ -41,6 +45,7 @@
 #include <cstdint>
 
 #include "cuda/common/device_utils.cuh"
+#include "cuda/common/guard.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/mla/config.h"
 #include "cuda/prefill/kernel.cuh"
@@ -104,12 +109,28 @@ __device__ __forceinline__ int page_slot(const MlaParams& p, int key) {
   return p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
 }
 
+// The attention page of token `key` of request `request`, whose page ids start at `pages`. An id
+// outside the pool (common/guard.h) is reported and not read: page 0 (which exists: item_work)
+// stands in, and `bad` is set (the CTA then writes its rows as 0 / -inf, or poisons its partials).
+__device__ __forceinline__ int request_page(const MlaParams& p, const int32_t* pages, int key,
+                                            int request, bool& bad) {
+  const int slot = page_slot(p, key);
+  const int page = __ldg(pages + slot);
+  if (page_in_pool(p.guard, page)) [[likely]] {
+    return page;
+  }
+  bad = true;
+  report_page(p.guard, request, (pages - p.kv_indices) + slot, page);
+  return 0;
+}
+
 // The attention page of token n0 + index of the request (tokens at or past `end` take token
-// end - 1). Loaded a tile ahead of its use, so the load's latency is off the barrier path.
-__device__ __forceinline__ int token_page(const MlaParams& p, const int32_t* pages, int n0, int end,
+// end - 1), checked (request_page). Loaded a tile ahead of its use, so the load's latency is off
+// the barrier path.
+__device__ __forceinline__ int token_page(const MlaParams& p, const int32_t* pages, int request,
+                                          bool& bad, int n0, int end,
                                           int index = static_cast<int>(threadIdx.x)) {
-  const int key = min(n0 + index, end - 1);
-  return __ldg(pages + page_slot(p, key));
+  return request_page(p, pages, min(n0 + index, end - 1), request, bad);
 }
 
 // Element offsets of token n0 + index (on attention page `page`) in ckv / kpe, into entry `index`
@@ -133,10 +154,12 @@ __device__ __forceinline__ void token_offsets(const MlaParams& p, int page, int 
                                               int index = static_cast<int>(threadIdx.x)) {
   latent_offsets(p, page, min(n0 + index, end - 1), ckv_off[index], kpe_off[index]);
 }
-__device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t* pages, int n0,
-                                              int end, int64_t* ckv_off, int64_t* kpe_off,
+__device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t* pages, int request,
+                                              bool& bad, int n0, int end, int64_t* ckv_off,
+                                              int64_t* kpe_off,
                                               int index = static_cast<int>(threadIdx.x)) {
-  token_offsets(p, token_page(p, pages, n0, end, index), n0, end, ckv_off, kpe_off, index);
+  token_offsets(p, token_page(p, pages, request, bad, n0, end, index), n0, end, ckv_off, kpe_off,
+                index);
 }
 
 // The online softmax (base 2, lazy rescale: kRescaleSlack) of one thread's part of a 16-row x
@@ -238,11 +261,21 @@ __device__ __forceinline__ bool item_work(const MlaParams& p, ItemWork& w,
   w.split = p.partition.merge_indptr[w.request + 1] - p.partition.merge_indptr[w.request] > 1;
   const int64_t chunk_tokens = int64_t{p.partition.info->chunk_pages} * p.page_size;
   w.q_begin = p.qo_indptr[w.request];
-  w.q_len = p.qo_indptr[w.request + 1] - w.q_begin;
-  w.num_rows = w.q_len * p.num_heads;
+  const int q_end = p.qo_indptr[w.request + 1];
   const int page_begin = p.kv_indptr[w.request];
-  const int num_pages = p.kv_indptr[w.request + 1] - page_begin;
-  w.kv_len = num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[w.request] : 0;
+  const int page_end = p.kv_indptr[w.request + 1];
+  const int last_page_len = p.kv_last_page_len[w.request];
+  // Metadata on trust (common/guard.h): a bad query range gives the item no rows (nothing is
+  // written); bad KV metadata, or q_len > kv_len, no keys (the rows get 0 / -inf).
+  w.q_len = query_rows_ok(p.guard, w.request, w.q_begin, q_end) ? q_end - w.q_begin : 0;
+  w.num_rows = w.q_len * p.num_heads;
+  w.kv_len = 0;
+  if (kv_metadata_ok(p.guard, p.kv_indices, w.request, page_begin, page_end, last_page_len,
+                     p.page_size)) {
+    w.kv_len =
+        page_end > page_begin ? (page_end - page_begin - 1) * p.page_size + last_page_len : 0;
+    if (!q_len_within_kv(p.guard, w.request, w.q_len, w.kv_len)) w.kv_len = 0;
+  }
   w.pages = p.kv_indices + page_begin;
   w.chunk_begin = static_cast<int>(min(int64_t{w.kv_len}, chunk * chunk_tokens));
   w.chunk_end = static_cast<int>(min(int64_t{w.kv_len}, (chunk + 1) * chunk_tokens));
@@ -443,6 +476,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.0f, 0.0f};
     int page_ahead = 0;  // threads < 64: the page of their token in tile + 2
+    bool saw_bad_page = false;  // threads < 64: a page id outside the pool (request_page)
 
     if (num_tiles > 0) {
       // Q rows (zero past the request's rows), and the first two tiles' offsets.
@@ -455,12 +489,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
         prefill::cp_async_16(s_q + swz<kRowBytes>(r, c), src, bytes);
       }
       if (tid < kBlockN) {
-        token_offsets(p, pages, chunk_begin, block_end, s_off, s_off + kBlockN);
+        token_offsets(p, pages, request, saw_bad_page, chunk_begin, block_end, s_off,
+                      s_off + kBlockN);
         if (num_tiles > 1) {
-          token_offsets(p, pages, chunk_begin + kBlockN, block_end, s_off + 2 * kBlockN,
-                        s_off + 3 * kBlockN);
+          token_offsets(p, pages, request, saw_bad_page, chunk_begin + kBlockN, block_end,
+                        s_off + 2 * kBlockN, s_off + 3 * kBlockN);
         }
-        if (num_tiles > 2) page_ahead = token_page(p, pages, chunk_begin + 2 * kBlockN, block_end);
+        if (num_tiles > 2) {
+          page_ahead =
+              token_page(p, pages, request, saw_bad_page, chunk_begin + 2 * kBlockN, block_end);
+        }
       }
       __syncthreads();
       load_tile(landing(0), ckv, kpe, s_off, s_off + kBlockN);
@@ -520,7 +558,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
       if (tile + 2 < num_tiles && tid < kBlockN) {
         int64_t* off = s_off + (tile & 1) * 2 * kBlockN;
         token_offsets(p, page_ahead, n0 + 2 * kBlockN, block_end, off, off + kBlockN);
-        if (tile + 3 < num_tiles) page_ahead = token_page(p, pages, n0 + 3 * kBlockN, block_end);
+        if (tile + 3 < num_tiles) {
+          page_ahead = token_page(p, pages, request, saw_bad_page, n0 + 3 * kBlockN, block_end);
+        }
       }
 
       // Mask, then this half's row maxima (in base-2 logit units) to shared memory.
@@ -608,7 +648,20 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
     }
 
     // ---- epilogue: row sums of both halves and the final max through shared memory ----
-    __syncthreads();  // every warp is done reading s_red / s_alpha of the last tile
+    // Every warp is done reading s_red / s_alpha of the last tile; and whether a page id was bad
+    // (then 0 / -inf for the block's rows, or a poisoned partial lse).
+    const bool bad_page = __syncthreads_or(saw_bad_page) != 0;
+    if (bad_page) {
+#pragma unroll
+      for (int mt = 0; mt < R::kMTiles; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[mt][nt][e] = 0.0f;
+        }
+      }
+      row_sum[0] = row_sum[1] = 0.0f;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float l = row_sum[h];
@@ -636,7 +689,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
         store_row<8>(p, work, row, warp * 64 + 2 * (lane & 3), inv,
                      [&](int nt) { return make_float2(o[mt][nt][2 * h], o[mt][nt][2 * h + 1]); });
         if (warp == 0 && (lane & 3) == 0) {
-          if (float* slot = lse_slot(p, work, row)) *slot = lse;
+          if (float* slot = lse_slot(p, work, row))
+            *slot = bad_page && split ? poisoned_partial() : lse;
         }
       }
     }
@@ -664,12 +718,15 @@ __global__ void __launch_bounds__(kMergeThreads)
   const int q_begin = p.qo_indptr[request];
   const int q_end = p.qo_indptr[request + 1];
   if (last - first <= 1) return;
+  // A bad query range (common/guard.h; the attention kernel reported it) has no rows to write.
+  if (q_begin < 0 || q_end < q_begin || q_end > p.guard.num_rows) return;
   const int num_rows = min((q_end - q_begin) * p.num_heads, p.partial_rows);
   const int col = 4 * static_cast<int>(threadIdx.x);
   for (int row = static_cast<int>(blockIdx.y); row < num_rows; row += static_cast<int>(gridDim.y)) {
     float max_lse = -INFINITY, weight_sum = 0.0f;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int i0 = first; i0 < last; i0 += kMergeBatch) {
+    bool poisoned = false;  // an item met a page id outside the pool: the row is 0 / -inf
+    for (int i0 = first; i0 < last && !poisoned; i0 += kMergeBatch) {
       float lse[kMergeBatch];
       float4 part[kMergeBatch];
 #pragma unroll
@@ -682,8 +739,10 @@ __global__ void __launch_bounds__(kMergeThreads)
 #pragma unroll
       for (int j = 0; j < kMergeBatch; ++j) {
         if (i0 + j >= last) lse[j] = -INFINITY;
+        poisoned |= is_poisoned(lse[j]);
         batch_max = fmaxf(batch_max, lse[j]);
       }
+      if (poisoned) break;
       if (batch_max == -INFINITY) continue;  // nothing seen by this batch's items
       if (batch_max > max_lse) {  // rescale what the earlier batches added (0 before the first)
         const float scale = __expf(max_lse - batch_max);
@@ -703,6 +762,10 @@ __global__ void __launch_bounds__(kMergeThreads)
         acc.z += weight * part[j].z;
         acc.w += weight * part[j].w;
       }
+    }
+    if (poisoned) {
+      weight_sum = 0.0f;
+      acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     const float inv = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
     const int t = row / p.num_heads;

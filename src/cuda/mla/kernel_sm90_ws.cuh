@@ -29,7 +29,8 @@
 //   pempty[b] (256: WG 1, WG 2) both output warpgroups are done reading buffer b.
 // Each thread of WG 1 / WG 2 gathers 2 token rows of a tile (8 lanes per 128-byte run); their
 // attention pages are loaded one refill ahead. Tokens past the range re-read the last one (real
-// data, masked).
+// data, masked). WG 1 writes the rows' lse from WG 0's statistics, after barrier (3), when it
+// knows whether a gatherer met a page id outside the pool (then 0 / -inf: kernel.cuh).
 #pragma once
 
 #include "cuda/mla/kernel.cuh"
@@ -85,6 +86,9 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
   const int H = p.num_heads;
   const int row0 = static_cast<int>(blockIdx.x) * W::kRows;
   if (row0 >= num_rows) return;
+  // Set by a gathering thread that met a page id outside the pool (request_page, kernel.cuh); read
+  // by the output warpgroups after barrier (3): the block's rows then get 0 / -inf.
+  __shared__ int s_bad_page;
   const int block_end = row_block_end(p, work, row0, W::kRows);
   const int num_tiles = (block_end - chunk_begin + kN - 1) / kN;
 
@@ -95,6 +99,7 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
   auto stage_of = [&](int tile) -> uint32_t { return s_kv + (tile % W::kStages) * W::kStageBytes; };
 
   if (tid == 0) {
+    s_bad_page = 0;
     for (int s = 0; s < W::kStages; ++s) mbarrier_init(bar_full + 8 * s, 256);
     for (int b = 0; b < 2; ++b) {
       mbarrier_init(bar_pfull + 8 * b, 128);
@@ -253,14 +258,8 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
         s_stats[r] = row_max[h];
         s_stats[W::kRows + r] = l;
       }
-      const int row = row0 + r;
-      if ((lane & 3) == 0 && row < num_rows && !(split && row >= p.partial_rows)) {
-        if (float* slot = lse_slot(p, work, row)) {
-          *slot = l > 0.0f ? (row_max[h] + __log2f(l)) * kLn2 : -INFINITY;
-        }
-      }
     }
-    named_barrier_arrive(2, W::kThreads);  // (3) statistics written
+    named_barrier_arrive(2, W::kThreads);  // (3) statistics written (WG 1 writes lse from them)
   } else {
     // ================= output warpgroups =================
     regs_decrease<W::kOutputRegs>();
@@ -270,11 +269,12 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
     const int gather_part = t_in_wg & 7;
     const int gather_row = t_in_wg >> 3;  // and gather_row + 16
     // The pages of this thread's gather rows in tile t, and the copies of its blocks of tile t.
+    bool saw_bad_page = false;
     auto tile_pages = [&](int t, int (&pg)[2]) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int key = min(chunk_begin + t * kN + gather_row + 16 * i, block_end - 1);
-        pg[i] = __ldg(pages + page_slot(p, key));
+        pg[i] = request_page(p, pages, key, request, saw_bad_page);
       }
     };
     auto load_tile = [&](int t, const int (&pg)[2]) {
@@ -354,14 +354,27 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
         load_tile(next, pg);
       }
     }
-    named_barrier_sync(2, W::kThreads);  // (3) WG 0's statistics
+    if (saw_bad_page) atomicOr(&s_bad_page, 1);
+    named_barrier_sync(2, W::kThreads);  // (3) WG 0's statistics; every gatherer's s_bad_page
+    const bool bad_page = s_bad_page != 0;
+    if (bad_page) {
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = warp * 16 + (lane >> 2) + 8 * h;
       const int row = row0 + r;
       if (row >= num_rows || (split && row >= p.partial_rows)) continue;
-      const float l = s_stats[W::kRows + r];
+      const float l = bad_page ? 0.0f : s_stats[W::kRows + r];
       const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
+      if (half == 0 && (lane & 3) == 0) {  // the row's lse (WG 0's statistics)
+        if (float* slot = lse_slot(p, work, row)) {
+          *slot = bad_page   ? (split ? poisoned_partial() : -INFINITY)
+                  : l > 0.0f ? (s_stats[r] + __log2f(l)) * kLn2
+                             : -INFINITY;
+        }
+      }
       store_row<32>(p, work, row, half * 256 + 2 * (lane & 3), inv,
                     [&](int j) { return make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]); });
     }

@@ -188,11 +188,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // The pages of this thread's gather rows in tile t (t < num_tiles), and the copies of tile t
     // into the pair's stage from them.
+    bool saw_bad_page = false;  // a page id outside the pool (request_page, kernel.cuh)
     auto tile_pages = [&](int t, int (&pg)[T::kRowsPerThread]) {
 #pragma unroll
       for (int i = 0; i < T::kRowsPerThread; ++i) {
         const int key = min(chunk_begin + t * kN + gather_row + 8 * i, block_end - 1);
-        pg[i] = __ldg(pages + page_slot(p, key));
+        pg[i] = request_page(p, pages, key, request, saw_bad_page);
       }
     };
     auto load_tile = [&](int t, const int (&pg)[T::kRowsPerThread]) {
@@ -338,7 +339,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     // ---- combine the pairs: max and sum per row, then O through shared memory ----
-    __syncthreads();  // every pair is done with its stage (reused below)
+    // Every pair is done with its stage (reused below); and whether a page id was bad: then the
+    // block's rows get 0 / -inf (a poisoned lse, s_lse, tells the cluster and the merge).
+    const bool bad_page = __syncthreads_or(saw_bad_page) != 0;
+    if (bad_page) {
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+      row_max[0] = row_max[1] = -INFINITY;
+      row_sum[0] = row_sum[1] = 0.0f;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // a thread's sums cover 8 of each tile's 32 tokens: add the quad
       row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
@@ -371,7 +380,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float w =
           row_max[h] != -INFINITY && total > 0.0f ? fast_exp2(row_max[h] - big) / total : 0.0f;
       if (pair == 0 && half == 0 && (lane & 3) == 0) {
-        s_lse[r] = total > 0.0f ? (big + __log2f(total)) * kLn2 : -INFINITY;
+        s_lse[r] = bad_page       ? poisoned_partial()
+                   : total > 0.0f ? (big + __log2f(total)) * kLn2
+                                  : -INFINITY;
       }
       float* dst = s_o + (pair * T::kRows + r) * T::kORowFloats + half * 256 + 2 * (lane & 3);
 #pragma unroll
@@ -395,8 +406,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t slot = int64_t{item} * p.partial_rows + row;
         *reinterpret_cast<float4*>(p.partial_out + slot * kRank + col) = acc;
       }
-      if (col == 0) {
-        if (float* slot = lse_slot(p, work, row)) *slot = lse;
+      if (col == 0) {  // a poisoned lse is kept for the merge of a split request
+        if (float* slot = lse_slot(p, work, row))
+          *slot = !split && is_poisoned(lse) ? -INFINITY : lse;
       }
     };
     // Thread t: float4 t, t + 256, ... of the [16 rows][512] block (consecutive threads,
@@ -457,10 +469,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (row >= num_rows || (split && row >= p.partial_rows)) continue;
         float lse_j[kMaxCluster];
         float big = -INFINITY;
+        bool poisoned = false;  // a CTA of the cluster met a page id outside the pool
 #pragma unroll
         for (int j = 0; j < kMaxCluster; ++j) {
           lse_j[j] = j < cluster ? ld_cluster_f32(map_cluster(lse_base + 4 * r, j)) : -INFINITY;
+          poisoned |= is_poisoned(lse_j[j]);
           big = fmaxf(big, lse_j[j]);
+        }
+        if (poisoned) {
+          emit(row, col, make_float4(0.0f, 0.0f, 0.0f, 0.0f), poisoned_partial());
+          continue;
         }
         float total = 0.0f;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);

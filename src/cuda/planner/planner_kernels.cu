@@ -10,10 +10,12 @@
 //                         b * r .. b * r + r - 1) from the block table or the slots, checking page
 //                         ids and, for slots, that each allocation page is one aligned contiguous
 //                         run.
-//   split_kv_kernel       one CTA: chunk_pages from kv_indptr[batch], items per request, a scan
-//                         for merge_indptr, then each request writes its items.
+//   split_kv_kernel       one CTA: chunk_pages from kv_indptr[batch] (or the sum of the
+//                         requests' pages, if larger: a bad kv_indptr), items per request, a
+//                         scan for merge_indptr, then each request writes its items.
 // Problems go to a status word (first one wins, atomicCAS), never to a trap. Each kernel is
 // launched with programmatic dependent launch (cuda/launch.h): pdl_wait() is its first statement.
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include "cuda/common/pdl.cuh"
@@ -156,11 +158,32 @@ __global__ void __launch_bounds__(kScanThreads) split_kv_kernel(const SplitParam
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
   using Scan = cub::BlockScan<int32_t, kScanThreads>;
-  __shared__ typename Scan::TempStorage temp;
+  using Reduce = cub::BlockReduce<int64_t, kScanThreads>;
+  __shared__ union {
+    typename Scan::TempStorage scan;
+    typename Reduce::TempStorage reduce;
+  } temp;
   __shared__ int32_t carry;
   __shared__ int any_split;
+  __shared__ int64_t request_pages;
   const int tid = threadIdx.x;
-  const int64_t total = p.kv_indptr[p.batch];
+  // Metadata on trust (common/guard.h): a request whose kv_indptr pair is negative or decreasing
+  // counts 0 pages (one item, which the attention kernel runs as a request without KV), and
+  // chunk_pages comes from at least the sum of the requests' pages (and stays an int32), so that
+  // the items never outnumber target_items + batch (the grid the attention kernels launch for
+  // them: an item past the grid would never run, and its split request never be merged) whatever
+  // kv_indptr holds. For a valid kv_indptr the sum is kv_indptr[batch] - kv_indptr[0] <=
+  // kv_indptr[batch]: the rule of planner.h, unchanged.
+  auto request_pages_of = [&](int r) -> int64_t {
+    const int32_t begin = p.kv_indptr[r], end = p.kv_indptr[r + 1];
+    return begin >= 0 && end >= begin ? end - begin : 0;
+  };
+  int64_t my_pages = 0;
+  for (int r = tid; r < p.batch; r += kScanThreads) my_pages += request_pages_of(r);
+  const int64_t sum_pages = Reduce(temp.reduce).Sum(my_pages);
+  if (tid == 0) request_pages = sum_pages;
+  __syncthreads();
+  const int64_t total = max(static_cast<int64_t>(p.kv_indptr[p.batch]), request_pages);
   int64_t chunk_pages;
   if (p.enable) {
     const int64_t target = max(1, p.target_items);
@@ -168,6 +191,7 @@ __global__ void __launch_bounds__(kScanThreads) split_kv_kernel(const SplitParam
   } else {
     chunk_pages = max(int64_t{1}, total);
   }
+  chunk_pages = min(chunk_pages, static_cast<int64_t>(INT32_MAX));
   if (tid == 0) {
     carry = 0;
     any_split = 0;
@@ -178,11 +202,11 @@ __global__ void __launch_bounds__(kScanThreads) split_kv_kernel(const SplitParam
     const int r = base + tid;
     int32_t items = 0;
     if (r < p.batch) {
-      const int64_t pages = p.kv_indptr[r + 1] - p.kv_indptr[r];
+      const int64_t pages = request_pages_of(r);
       items = static_cast<int32_t>(max(int64_t{1}, (pages + chunk_pages - 1) / chunk_pages));
     }
     int32_t incl = 0;
-    Scan(temp).InclusiveSum(items, incl);
+    Scan(temp.scan).InclusiveSum(items, incl);
     if (r < p.batch) {
       const int32_t end = carry + incl;
       p.merge_indptr[r + 1] = end;

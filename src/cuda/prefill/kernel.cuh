@@ -16,6 +16,10 @@
 // O += P V_j. Shared rows are 16-byte-chunk XOR-swizzled (chunk ^ row % 8), so the ldmatrix reads
 // are conflict-free. Online softmax in base 2 in registers, one quad of lanes per row.
 // Split-KV (params.h): grid y is the KV chunk; each CTA then writes f32 partials instead of out.
+// Metadata on trust (common/guard.h), for both kernels: find_tile gives a request whose query
+// range is bad no tiles; request_kv runs a request with bad KV metadata (or q_len > kv_len)
+// without keys; key_offsets reads page 0 in place of an id outside the pool, and the CTA writes
+// its rows as 0 / -inf (a split chunk poisons its partial lse, and the merge writes 0 / -inf).
 // Launched with programmatic dependent launch (cuda/launch.h), as are the wgmma kernel and the
 // merge: pdl_wait() is each one's first statement, before the tile search and its early return.
 #pragma once
@@ -25,6 +29,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/guard.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/prefill/params.h"
 
@@ -119,17 +124,39 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
+// The first page id outside the pool a CTA's key_offsets met (common/guard.h), in shared memory:
+// cleared by find_tile (before its first barrier), claimed by the first thread to meet one, read
+// after the key loop (a barrier follows every key_offsets call).
+struct CtaPageFault {
+  int flag;
+  int page;
+  int64_t index;  // in kv_indices
+};
+__device__ __forceinline__ CtaPageFault& cta_page_fault() {
+  __shared__ CtaPageFault fault;
+  return fault;
+}
+
 // Byte offsets of keys [n0, n0 + kBlockN) in the K and V pools, run by threads 0 .. kBlockN - 1,
 // one key each. A key past the KV end takes the last key's slot: it is read (real data, never an
 // unwritten slot's NaN) and masked out of the softmax, so its P is exactly 0 and no zero-fill or
-// per-copy test is needed in the loads. Requires kv_len >= 1.
+// per-copy test is needed in the loads. Requires kv_len >= 1. A page id outside the pool is not
+// read: page 0 (which exists, request_kv) stands in, and cta_page_fault() records it.
 template <class T>
 __device__ __forceinline__ void key_offsets(const PrefillParams& p, const int32_t* pages,
                                             int kv_len, int n0, int64_t* k_off, int64_t* v_off) {
   const int key = min(n0 + static_cast<int>(threadIdx.x), kv_len - 1);
   const int slot = key / p.page_size;
   const int in_page = key - slot * p.page_size;
-  const int page = __ldg(pages + slot);
+  int page = __ldg(pages + slot);
+  if (!page_in_pool(p.guard, page)) [[unlikely]] {
+    CtaPageFault& fault = cta_page_fault();
+    if (atomicCAS(&fault.flag, 0, 1) == 0) {
+      fault.page = page;
+      fault.index = (pages - p.kv_indices) + slot;
+    }
+    page = 0;
+  }
   const int alloc = page / p.pages_per_alloc;
   const int64_t token = int64_t{page - alloc * p.pages_per_alloc} * p.page_size + in_page;
   k_off[threadIdx.x] = (alloc * p.k_stride_page + token * p.k_stride_token) * int64_t{sizeof(T)};
@@ -185,14 +212,23 @@ __device__ __forceinline__ bool find_tile(const PrefillParams& p, int target, in
   __shared__ int s_warp_sums[kThreads / 32];
   __shared__ int s_found[2];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (threadIdx.x == 0) s_found[0] = -1;
+  if (threadIdx.x == 0) {
+    s_found[0] = -1;
+    cta_page_fault().flag = 0;
+  }
+  // The grid's last CTA scans every request, so that a bad query range is reported even past the
+  // requests with tiles; the others stop at their own.
+  const bool scan_all = target == p.num_tiles_bound - 1;
   int base = 0;
   for (int chunk = 0; chunk < p.batch_size; chunk += kThreads) {
     const int r = chunk + static_cast<int>(threadIdx.x);
     int count = 0;
     if (r < p.batch_size) {
-      const int rows = (__ldg(p.qo_indptr + r + 1) - __ldg(p.qo_indptr + r)) * p.group_size;
-      count = (rows + kBlockM - 1) / kBlockM;
+      // A bad query range (common/guard.h) gets no tiles: nothing is read or written for it.
+      const int q_begin = __ldg(p.qo_indptr + r), q_end = __ldg(p.qo_indptr + r + 1);
+      if (query_rows_ok(p.guard, r, q_begin, q_end)) {
+        count = ((q_end - q_begin) * p.group_size + kBlockM - 1) / kBlockM;
+      }
     }
     int inclusive = count;
 #pragma unroll
@@ -215,11 +251,42 @@ __device__ __forceinline__ bool find_tile(const PrefillParams& p, int target, in
     }
     base = total;
     __syncthreads();
-    if (s_found[0] >= 0 || target < base) break;  // uniform: all threads read the same values
+    // Uniform: all threads read the same values.
+    if ((s_found[0] >= 0 || target < base) && !scan_all) break;
   }
   request = s_found[0];
   tile = s_found[1];
   return request >= 0;
+}
+
+// The KV of request `request` (q_len query rows): its page ids and kv_len, the metadata checked
+// (common/guard.cuh): kv_len 0 (rows 0 / -inf) when it is bad or q_len > kv_len.
+struct RequestKv {
+  const int32_t* pages;
+  int kv_len;
+};
+__device__ __forceinline__ RequestKv request_kv(const PrefillParams& p, int request, int q_len) {
+  const int page_begin = p.kv_indptr[request];
+  const int page_end = p.kv_indptr[request + 1];
+  const int last_page_len = p.kv_last_page_len[request];
+  int kv_len = 0;
+  if (kv_metadata_ok(p.guard, p.kv_indices, request, page_begin, page_end, last_page_len,
+                     p.page_size)) {
+    kv_len = page_end > page_begin ? (page_end - page_begin - 1) * p.page_size + last_page_len : 0;
+    if (!q_len_within_kv(p.guard, request, q_len, kv_len)) kv_len = 0;
+  }
+  return {p.kv_indices + page_begin, kv_len};
+}
+
+// Whether this CTA's keys met a page id outside the pool (key_offsets); if so it reports it (once
+// per CTA) and the caller writes the CTA's rows as 0 / -inf. After the key loop.
+__device__ __forceinline__ bool cta_met_bad_page(const PrefillParams& p, int request) {
+  const CtaPageFault& fault = cta_page_fault();
+  if (fault.flag == 0) [[likely]] {
+    return false;
+  }
+  if (threadIdx.x == 0) report_page(p.guard, request, fault.index, fault.page);
+  return true;
 }
 
 // This CTA's keys: [lo, hi) of its rows' causal / window range, cut to its KV chunk when the
@@ -277,11 +344,9 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
   const int q_len = p.qo_indptr[request + 1] - q_begin;
   const int num_rows = q_len * g;
   const int row0 = tile * kBlockM;
-  const int kv_page_begin = p.kv_indptr[request];
-  const int num_pages = p.kv_indptr[request + 1] - kv_page_begin;
-  const int kv_len =
-      num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request] : 0;
-  const int32_t* pages = p.kv_indices + kv_page_begin;
+  const RequestKv request_keys = request_kv(p, request, q_len);
+  const int kv_len = request_keys.kv_len;
+  const int32_t* pages = request_keys.pages;
   const int pos_shift = kv_len - q_len;  // query token t sits at KV position pos_shift + t
 
   // The KV position of each of this thread's rows (2 per m16 tile; rows past the end repeat the
@@ -517,7 +582,20 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
     }
   }
 
-  // Epilogue: out = O / l (0 for a row that saw no key), lse = ln(sum exp(logits)).
+  // Epilogue: out = O / l (0 for a row that saw no key), lse = ln(sum exp(logits)); 0 / -inf (or a
+  // poisoned partial) when the keys met a page id outside the pool.
+  const bool bad_page = cta_met_bad_page(p, request);
+  if (bad_page) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kOTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[mt][nt][e] = 0.0f;
+      }
+      row_sum[mt][0] = row_sum[mt][1] = 0.0f;
+    }
+  }
   T* out = static_cast<T*>(p.out);
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
@@ -540,7 +618,9 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
               make_float2(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
         }
         if ((lane & 3) == 0) {
-          p.partial_lse[index] = l > 0.0f ? row_max[mt][h] + __log2f(l) : -INFINITY;
+          p.partial_lse[index] = bad_page   ? poisoned_partial()
+                                 : l > 0.0f ? row_max[mt][h] + __log2f(l)
+                                            : -INFINITY;
         }
         continue;
       }

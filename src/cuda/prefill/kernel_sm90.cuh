@@ -146,11 +146,9 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
   const int q_len = p.qo_indptr[request + 1] - q_begin;
   const int num_rows = q_len * g;
   const int row0 = tile * kBlockM;
-  const int kv_page_begin = p.kv_indptr[request];
-  const int num_pages = p.kv_indptr[request + 1] - kv_page_begin;
-  const int kv_len =
-      num_pages > 0 ? (num_pages - 1) * p.page_size + p.kv_last_page_len[request] : 0;
-  const int32_t* pages = p.kv_indices + kv_page_begin;
+  const RequestKv request_keys = request_kv(p, request, q_len);  // checked (kernel.cuh)
+  const int kv_len = request_keys.kv_len;
+  const int32_t* pages = request_keys.pages;
   const int pos_shift = kv_len - q_len;
 
   int row_pos[2];  // this thread's rows: 16 * warp + lane / 4 (+ 8)
@@ -309,6 +307,14 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
     fence_registers(o);
   }
 
+  // A page id outside the pool (kernel.cuh's key_offsets): the rows get 0 / -inf (a poisoned
+  // partial when split).
+  const bool bad_page = cta_met_bad_page(p, request);
+  if (bad_page) {
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
+    row_sum[0] = row_sum[1] = 0.0f;
+  }
   T* out = static_cast<T*>(p.out);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -328,7 +334,11 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
         *reinterpret_cast<float2*>(part + j * 8) =
             make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
       }
-      if ((lane & 3) == 0) p.partial_lse[index] = l > 0.0f ? row_max[h] + __log2f(l) : -INFINITY;
+      if ((lane & 3) == 0) {
+        p.partial_lse[index] = bad_page   ? poisoned_partial()
+                               : l > 0.0f ? row_max[h] + __log2f(l)
+                                          : -INFINITY;
+      }
       continue;
     }
     T* dst =

@@ -34,7 +34,7 @@ inline bool mma_forced() {
 // Combines the split-KV partials of each (query row, head) (params.h): out = sum_c w_c O_c /
 // sum_c w_c with w_c = 2^(lse_c - max_c lse_c), lse = ln(sum_c 2^lse_c). One warp per (row, head),
 // each lane 4 columns at a time; rows past qo_indptr[B] belong to no request and stay untouched,
-// as in the unsplit kernel.
+// as in the unsplit kernel. A row with a poisoned partial (common/guard.h) gets 0 / -inf.
 template <class T>
 __global__ void __launch_bounds__(128)
     prefill_merge_kernel(const __grid_constant__ PrefillParams p, int head_dim_vo) {
@@ -43,13 +43,20 @@ __global__ void __launch_bounds__(128)
   constexpr float kLog2e = 1.4426950408889634f;
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   const int64_t pair = int64_t{blockIdx.x} * 4 + warp;
-  const int64_t rows = __ldg(p.qo_indptr + p.batch_size);
+  // qo_indptr[B] on trust (common/guard.h): never past q's rows.
+  const int64_t rows = min(static_cast<int64_t>(__ldg(p.qo_indptr + p.batch_size)), p.num_qo_rows);
   if (pair >= rows * p.num_qo_heads) return;
   const int64_t row = pair / p.num_qo_heads;
   const int head = static_cast<int>(pair - row * p.num_qo_heads);
   const int64_t chunk_stride = p.num_qo_rows * p.num_qo_heads;
   float m = -INFINITY;
-  for (int c = 0; c < p.num_kv_chunks; ++c) m = fmaxf(m, p.partial_lse[c * chunk_stride + pair]);
+  bool poisoned = false;
+  for (int c = 0; c < p.num_kv_chunks; ++c) {
+    const float lse = p.partial_lse[c * chunk_stride + pair];
+    poisoned |= is_poisoned(lse);
+    m = fmaxf(m, lse);
+  }
+  if (poisoned) m = -INFINITY;  // a chunk met a page id outside the pool: 0 / -inf
   float sum = 0.0f;
   if (m != -INFINITY) {
     for (int c = 0; c < p.num_kv_chunks; ++c)

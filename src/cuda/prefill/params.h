@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/guard.h"
 #include "pagedattn/dtype.h"
 
 namespace pagedattn::cuda::prefill {
@@ -58,6 +59,10 @@ struct PrefillParams {
   int32_t kv_chunk_tokens = 0;  // a multiple of kChunkAlign when split
   float* partial_out = nullptr;
   float* partial_lse = nullptr;
+
+  // The metadata taken on trust is checked against these (common/guard.h; its max_q_len and
+  // num_rows repeat the fields above).
+  MetadataGuard guard;
 };
 
 // Chunk boundaries are multiples of every kernel's key tile, so a chunk start is a tile start.

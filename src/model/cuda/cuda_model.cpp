@@ -392,6 +392,7 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
   s.kv_last_page_len = s.allocate(t * 4);
 
   s.planner = StepPlanner(config, Selection::parse(options.backend), device, &s);
+  s.planner.set_validate_metadata(options.validate_metadata);
   PA_CHECK(options.cuda_graph_max_batch >= 0, "model: cuda_graph_max_batch {} (expected >= 0)",
            options.cuda_graph_max_batch);
   // Padded sizes 1, 2, 4, 8, 16, 32, 48, ...: at most 15 padding rows past 16 requests.
@@ -606,6 +607,9 @@ void CudaModel::collect(std::span<ops::SampledToken> tokens) {
            "collect: {} outputs for a step of {} logits rows", tokens.size(), launch.rows);
   PA_CUDA_CHECK(cudaEventSynchronize(launch.done));
   ++s.num_collected;
+  // What the attention kernels recorded of the metadata they took on trust (backend.h); the
+  // planner's metadata is checked on the host, so this never fires unless something is broken.
+  s.planner.check_device_errors();
   record_timing(s, launch.call, launch.done, launch.graph);
   s.last_done = launch.done;
   std::copy(launch.tokens, launch.tokens + launch.rows, tokens.begin());
@@ -786,6 +790,7 @@ Logits CudaModel::run(const Step& step, KvPool& pool, bool launch) {
   }
   PA_CUDA_CHECK(cudaEventRecord(s.done_event, s.stream));
   PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  s.planner.check_device_errors();  // as in collect()
   record_timing(s, s.call_event, s.done_event, replay);
   std::swap(s.done_event, s.previous_done_event);
   s.last_done = s.previous_done_event;
