@@ -29,6 +29,7 @@
 #include "common/test_util.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_test_util.h"
+#include "cuda/fault_log.h"
 #include "cuda/generic/generic.h"
 #include "reference/reference.h"
 
@@ -632,6 +633,47 @@ TEST(CudaGuardValidating, CpuMessagesNothingLaunched) {
     ref.out = c.reference(&ref.lse);
     EXPECT_EQ(compare_request(c, got, ref, {0, c.num_rows()}, "valid call"), "");
   }
+}
+
+// The host's messages for every fault code (no device needed): the op, the request, the array
+// entry and its value, what was expected and what was written.
+TEST(CudaGuardMessages, EveryCodeNamesTheEntry) {
+  auto message = [](cuda::FaultCode code, OpKind op, int32_t request, int64_t index,
+                    int64_t value, int64_t limit) {
+    cuda::FaultRecord record{};
+    record.code = code;
+    record.op = static_cast<int32_t>(op);
+    record.request = request;
+    record.index = index;
+    record.value = value;
+    record.limit = limit;
+    return cuda::describe_fault(record);
+  };
+  EXPECT_EQ(message(cuda::kFaultPageOutOfRange, OpKind::kDecode, 2, 37, 4096, 4096),
+            "decode: meta.kv_indices[37] = 4096 of request 2 is outside the pool's 4096 attention "
+            "pages; it was not read, and the request's rows that needed it were written as 0 / "
+            "-inf");
+  EXPECT_EQ(message(cuda::kFaultKvIndptrDecreasing, OpKind::kPrefill, 3, 40, 39, 0),
+            "prefill: meta.kv_indptr decreases at request 3 (40 then 39); the request's rows were "
+            "written as 0 / -inf");
+  EXPECT_EQ(message(cuda::kFaultKvIndptrPastIndices, OpKind::kMlaDecode, 4, 300, 305, 300),
+            "mla_decode: meta.kv_indptr gives request 4 the pages [300, 305) of meta.kv_indices, "
+            "which has 300 entries; the request's rows were written as 0 / -inf");
+  EXPECT_EQ(message(cuda::kFaultLastPageLen, OpKind::kDecode, 2, 188, 17, 16),
+            "decode: meta.kv_last_page_len[2] = 17 is out of range (expected [1, 16] for a request "
+            "with 188 pages); the request's rows were written as 0 / -inf");
+  EXPECT_NE(message(cuda::kFaultLastPageLen, OpKind::kDecode, 2, 0, 17, 16).find("[0, 16]"),
+            std::string::npos);
+  EXPECT_EQ(message(cuda::kFaultQoIndptr, OpKind::kMlaExtend, 1, 50, 20, 150),
+            "mla_extend: meta.qo_indptr gives request 1 the query rows [50, 20) (expected an "
+            "ordered range within q's 150 rows); nothing was written for the request");
+  EXPECT_EQ(message(cuda::kFaultQLenOverMax, OpKind::kPrefill, 1, 0, 70, 60),
+            "prefill: request 1 has 70 query rows, more than meta.max_q_len = 60 (the bound the "
+            "launch was sized by); nothing was written for the request");
+  EXPECT_EQ(message(cuda::kFaultQLenOverKvLen, OpKind::kMlaExtend, 1, 0, 50, 40),
+            "mla_extend: request 1 has 50 query rows but 40 KV tokens (expected q_len <= kv_len: "
+            "a request's new tokens are the last of its KV); the request's rows were written as "
+            "0 / -inf");
 }
 
 }  // namespace
