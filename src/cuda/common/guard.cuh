@@ -48,6 +48,28 @@ __device__ __forceinline__ void report_page(const MetadataGuard& g, int request,
   report_fault(g, kFaultPageOutOfRange, request, index, page, g.pool_pages);
 }
 
+// A CTA's note of a page id outside the pool that its threads met: its position in kv_indices and
+// the id in one 64-bit shared-memory word (a single atomic store: any thread's note is a
+// consistent pair), so that the hot loop that meets it makes no call; one thread reports it at the
+// kernel's end, once the accumulators are dead (report_noted_page), if the barrier that ORs the
+// threads' flags said that a thread met one. Never read otherwise: no initialisation needed.
+// The word is the caller's: a static one (cta_bad_page_note) where the kernel's shared memory has
+// room, a slot of its dynamic layout where it does not (MLA: a static variable there would be
+// padded to the 1024-byte alignment of another kernel's dynamic array in the same module).
+__device__ __forceinline__ unsigned long long* cta_bad_page_note() {
+  __shared__ unsigned long long note;
+  return &note;
+}
+__device__ __forceinline__ void note_bad_page(unsigned long long* note, int64_t index, int page) {
+  atomicExch(note, (static_cast<unsigned long long>(index) << 32) | static_cast<uint32_t>(page));
+}
+__device__ __forceinline__ void report_noted_page(const MetadataGuard& g, int request,
+                                                  const unsigned long long* note) {
+  const unsigned long long word = *note;
+  report_page(g, request, static_cast<int64_t>(word >> 32),
+              static_cast<int>(static_cast<uint32_t>(word & 0xffffffffu)));
+}
+
 // Request `request`'s KV metadata: pages [page_begin, page_end) of kv_indices and
 // last_page_len. True when the kernel may read them; else the fault is reported and the request
 // must be run without KV (its rows 0 / -inf). An empty pool fails any request with pages (no id

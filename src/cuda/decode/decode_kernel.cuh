@@ -127,21 +127,24 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
       bool valid = pos < tok_end;
       const KVT* k_src = k_cache;
       const KVT* v_src = v_cache;
-      const int page_local = pos / page_size;
-      const int page = valid ? p.kv_indices[page_begin + page_local] : 0;
-      if (valid && !page_in_pool(p.guard, page)) [[unlikely]] {
-        valid = false;
-        saw_bad_page = true;
-        report_page(p.guard, request, page_begin + page_local, page);
-      }
       if (valid) {
+        const int page_local = pos / page_size;
         const int in_page = pos - page_local * page_size;
-        const int alloc = page / p.pages_per_alloc;
-        const int64_t token_in_alloc =
-            static_cast<int64_t>(page - alloc * p.pages_per_alloc) * page_size + in_page;
-        const int64_t dim = chunk_in_row * kVec;
-        k_src += alloc * p.k_stride_page + token_in_alloc * p.k_stride_token + k_head_offset + dim;
-        v_src += alloc * p.v_stride_page + token_in_alloc * p.v_stride_token + v_head_offset + dim;
+        const int page = p.kv_indices[page_begin + page_local];
+        if (page_in_pool(p.guard, page)) [[likely]] {
+          const int alloc = page / p.pages_per_alloc;
+          const int64_t token_in_alloc =
+              static_cast<int64_t>(page - alloc * p.pages_per_alloc) * page_size + in_page;
+          const int64_t dim = chunk_in_row * kVec;
+          k_src +=
+              alloc * p.k_stride_page + token_in_alloc * p.k_stride_token + k_head_offset + dim;
+          v_src +=
+              alloc * p.v_stride_page + token_in_alloc * p.v_stride_token + v_head_offset + dim;
+        } else {  // zero-filled from the cache's base; reported at the end (guard.cuh)
+          valid = false;
+          saw_bad_page = true;
+          note_bad_page(cta_bad_page_note(), page_begin + page_local, page);
+        }
       }
       const int slot = (stage * kTile + token) * C::kChunksPerRow + C::swizzle(token, chunk_in_row);
       cp_async_16(k_smem + slot, k_src, valid);
@@ -333,6 +336,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const DecodeParams p) {
       if (pv_chunk == 0) p.partial_lse[int64_t{item} * p.num_qo_heads + qo_head] = lse;
     }
   }
+  if (bad_page && tid == 0)
+    report_noted_page(p.guard, request, cta_bad_page_note());  // thread 0 has pv_slice 0
 }
 
 template <int kHeadDim, class QT, class KVT>

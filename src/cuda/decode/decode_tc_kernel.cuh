@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     const int page = p.kv_indices[index];
     if (!page_in_pool(p.guard, page)) [[unlikely]] {
       saw_bad_page = true;
-      report_page(p.guard, request, index, page);
+      note_bad_page(cta_bad_page_note(), index, page);  // reported after the combine (guard.cuh)
       return -1;
     }
     return page;
@@ -456,6 +456,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
       if (d == 0) p.partial_lse[int64_t{item} * p.num_qo_heads + qo_head] = lse;
     }
   }
+  if (bad_page && tid == 0) report_noted_page(p.guard, request, cta_bad_page_note());
   if (!split) return;
 
   // ---- split request: the last of its items to finish (for this head tile) merges them ----

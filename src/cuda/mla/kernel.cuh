@@ -81,7 +81,8 @@ struct Smem {
   static constexpr int kOffsets = kP + kRows * kPRowBytes;     // int64 [2 bufs][ckv, kpe][64]
   static constexpr int kRed = kOffsets + 2 * 2 * kBlockN * 8;  // f32 [token groups][rows]
   static constexpr int kAlpha = kRed + Roles<kRows>::kTokenGroups * kRows * 4;  // f32 [rows]
-  static constexpr int kBytes = kAlpha + kRows * 4;
+  static constexpr int kNote = kAlpha + kRows * 4;  // u64: a bad page id (PageGuard)
+  static constexpr int kBytes = kNote + 8;
   static_assert(kBytes <= 227 * 1024, "one CTA per SM must fit");
 };
 
@@ -109,28 +110,42 @@ __device__ __forceinline__ int page_slot(const MlaParams& p, int key) {
   return p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
 }
 
-// The attention page of token `key` of request `request`, whose page ids start at `pages`. An id
-// outside the pool (common/guard.h) is reported and not read: page 0 (which exists: item_work)
-// stands in, and `bad` is set (the CTA then writes its rows as 0 / -inf, or poisons its partials).
+// What a thread met of the page ids outside the pool (common/guard.h): `bad`, ORed over the CTA at
+// its epilogue (its rows then get 0 / -inf, or poisoned partials), or, where `flag` is set, ORed
+// into that shared word at once (the warp-specialized kernel, whose output warpgroups have no
+// register to spare); and the CTA's shared-memory word where the id is noted for the report at
+// the CTA's end (note_bad_page).
+struct PageGuard {
+  bool bad;
+  unsigned long long* note;
+  int* flag = nullptr;
+};
+
+// The attention page of token `key` of a request whose page ids start at `pages`. An id outside
+// the pool is not read: page 0 (which exists: item_work) stands in, and `guard` records it.
 __device__ __forceinline__ int request_page(const MlaParams& p, const int32_t* pages, int key,
-                                            int request, bool& bad) {
+                                            PageGuard& guard) {
   const int slot = page_slot(p, key);
   const int page = __ldg(pages + slot);
   if (page_in_pool(p.guard, page)) [[likely]] {
     return page;
   }
-  bad = true;
-  report_page(p.guard, request, (pages - p.kv_indices) + slot, page);
+  if (guard.flag != nullptr) {
+    atomicOr(guard.flag, 1);
+  } else {
+    guard.bad = true;
+  }
+  note_bad_page(guard.note, (pages - p.kv_indices) + slot, page);
   return 0;
 }
 
 // The attention page of token n0 + index of the request (tokens at or past `end` take token
 // end - 1), checked (request_page). Loaded a tile ahead of its use, so the load's latency is off
 // the barrier path.
-__device__ __forceinline__ int token_page(const MlaParams& p, const int32_t* pages, int request,
-                                          bool& bad, int n0, int end,
+__device__ __forceinline__ int token_page(const MlaParams& p, const int32_t* pages,
+                                          PageGuard& guard, int n0, int end,
                                           int index = static_cast<int>(threadIdx.x)) {
-  return request_page(p, pages, min(n0 + index, end - 1), request, bad);
+  return request_page(p, pages, min(n0 + index, end - 1), guard);
 }
 
 // Element offsets of token n0 + index (on attention page `page`) in ckv / kpe, into entry `index`
@@ -154,12 +169,11 @@ __device__ __forceinline__ void token_offsets(const MlaParams& p, int page, int 
                                               int index = static_cast<int>(threadIdx.x)) {
   latent_offsets(p, page, min(n0 + index, end - 1), ckv_off[index], kpe_off[index]);
 }
-__device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t* pages, int request,
-                                              bool& bad, int n0, int end, int64_t* ckv_off,
+__device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t* pages,
+                                              PageGuard& guard, int n0, int end, int64_t* ckv_off,
                                               int64_t* kpe_off,
                                               int index = static_cast<int>(threadIdx.x)) {
-  token_offsets(p, token_page(p, pages, request, bad, n0, end, index), n0, end, ckv_off, kpe_off,
-                index);
+  token_offsets(p, token_page(p, pages, guard, n0, end, index), n0, end, ckv_off, kpe_off, index);
 }
 
 // The online softmax (base 2, lazy rescale: kRescaleSlack) of one thread's part of a 16-row x
@@ -476,7 +490,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.0f, 0.0f};
     int page_ahead = 0;  // threads < 64: the page of their token in tile + 2
-    bool saw_bad_page = false;  // threads < 64: a page id outside the pool (request_page)
+    // Threads < 64: a page id outside the pool (request_page).
+    PageGuard page_guard{false, reinterpret_cast<unsigned long long*>(smem + Smem::kNote)};
 
     if (num_tiles > 0) {
       // Q rows (zero past the request's rows), and the first two tiles' offsets.
@@ -489,15 +504,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
         prefill::cp_async_16(s_q + swz<kRowBytes>(r, c), src, bytes);
       }
       if (tid < kBlockN) {
-        token_offsets(p, pages, request, saw_bad_page, chunk_begin, block_end, s_off,
-                      s_off + kBlockN);
+        token_offsets(p, pages, page_guard, chunk_begin, block_end, s_off, s_off + kBlockN);
         if (num_tiles > 1) {
-          token_offsets(p, pages, request, saw_bad_page, chunk_begin + kBlockN, block_end,
-                        s_off + 2 * kBlockN, s_off + 3 * kBlockN);
+          token_offsets(p, pages, page_guard, chunk_begin + kBlockN, block_end, s_off + 2 * kBlockN,
+                        s_off + 3 * kBlockN);
         }
         if (num_tiles > 2) {
-          page_ahead =
-              token_page(p, pages, request, saw_bad_page, chunk_begin + 2 * kBlockN, block_end);
+          page_ahead = token_page(p, pages, page_guard, chunk_begin + 2 * kBlockN, block_end);
         }
       }
       __syncthreads();
@@ -559,7 +572,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
         int64_t* off = s_off + (tile & 1) * 2 * kBlockN;
         token_offsets(p, page_ahead, n0 + 2 * kBlockN, block_end, off, off + kBlockN);
         if (tile + 3 < num_tiles) {
-          page_ahead = token_page(p, pages, request, saw_bad_page, n0 + 3 * kBlockN, block_end);
+          page_ahead = token_page(p, pages, page_guard, n0 + 3 * kBlockN, block_end);
         }
       }
 
@@ -650,7 +663,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
     // ---- epilogue: row sums of both halves and the final max through shared memory ----
     // Every warp is done reading s_red / s_alpha of the last tile; and whether a page id was bad
     // (then 0 / -inf for the block's rows, or a poisoned partial lse).
-    const bool bad_page = __syncthreads_or(saw_bad_page) != 0;
+    const bool bad_page = __syncthreads_or(page_guard.bad) != 0;
     if (bad_page) {
 #pragma unroll
       for (int mt = 0; mt < R::kMTiles; ++mt) {
@@ -694,6 +707,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
         }
       }
     }
+    if (bad_page && tid == 0) report_noted_page(p.guard, request, page_guard.note);
     __syncthreads();  // shared memory is reused by the next row block
   }
 }

@@ -29,8 +29,9 @@
 //   pempty[b] (256: WG 1, WG 2) both output warpgroups are done reading buffer b.
 // Each thread of WG 1 / WG 2 gathers 2 token rows of a tile (8 lanes per 128-byte run); their
 // attention pages are loaded one refill ahead. Tokens past the range re-read the last one (real
-// data, masked). WG 1 writes the rows' lse from WG 0's statistics, after barrier (3), when it
-// knows whether a gatherer met a page id outside the pool (then 0 / -inf: kernel.cuh).
+// data, masked). A gatherer that meets a page id outside the pool sets a shared flag; after
+// barrier (3) the output warpgroups write the block's rows as 0 and WG 1 its lse (written by WG 0
+// before the barrier) as -inf, or poisoned for a split request (kernel.cuh).
 #pragma once
 
 #include "cuda/mla/kernel.cuh"
@@ -75,6 +76,9 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
   float* s_alpha = reinterpret_cast<float*>(smem + W::kAlpha);
   int* s_moved = reinterpret_cast<int*>(smem + W::kMoved);
   float* s_stats = reinterpret_cast<float*>(smem + W::kStats);
+  // Set by a gathering thread that met a page id outside the pool (request_page, kernel.cuh); read
+  // by the output warpgroups after barrier (3): the block's rows then get 0 / -inf.
+  int* s_bad_page = reinterpret_cast<int*>(smem + W::kBadPage);
   const uint32_t bar_full = base + W::kBars;          // + 8 s
   const uint32_t bar_pfull = bar_full + W::kStages * 8;  // + 8 b
   const uint32_t bar_pempty = bar_pfull + 2 * 8;         // + 8 b
@@ -86,9 +90,6 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
   const int H = p.num_heads;
   const int row0 = static_cast<int>(blockIdx.x) * W::kRows;
   if (row0 >= num_rows) return;
-  // Set by a gathering thread that met a page id outside the pool (request_page, kernel.cuh); read
-  // by the output warpgroups after barrier (3): the block's rows then get 0 / -inf.
-  __shared__ int s_bad_page;
   const int block_end = row_block_end(p, work, row0, W::kRows);
   const int num_tiles = (block_end - chunk_begin + kN - 1) / kN;
 
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
   auto stage_of = [&](int tile) -> uint32_t { return s_kv + (tile % W::kStages) * W::kStageBytes; };
 
   if (tid == 0) {
-    s_bad_page = 0;
+    *s_bad_page = 0;
     for (int s = 0; s < W::kStages; ++s) mbarrier_init(bar_full + 8 * s, 256);
     for (int b = 0; b < 2; ++b) {
       mbarrier_init(bar_pfull + 8 * b, 128);
@@ -258,8 +259,15 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
         s_stats[r] = row_max[h];
         s_stats[W::kRows + r] = l;
       }
+      const int row = row0 + r;
+      if ((lane & 3) == 0 && row < num_rows && !(split && row >= p.partial_rows)) {
+        if (float* slot = lse_slot(p, work, row)) {
+          *slot = l > 0.0f ? (row_max[h] + __log2f(l)) * kLn2 : -INFINITY;
+        }
+      }
     }
-    named_barrier_arrive(2, W::kThreads);  // (3) statistics written (WG 1 writes lse from them)
+    // (3) statistics written; the lse above is ordered before WG 1's rewrite of a bad block's.
+    named_barrier_arrive(2, W::kThreads);
   } else {
     // ================= output warpgroups =================
     regs_decrease<W::kOutputRegs>();
@@ -269,12 +277,12 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
     const int gather_part = t_in_wg & 7;
     const int gather_row = t_in_wg >> 3;  // and gather_row + 16
     // The pages of this thread's gather rows in tile t, and the copies of its blocks of tile t.
-    bool saw_bad_page = false;
+    PageGuard page_guard{false, reinterpret_cast<unsigned long long*>(smem + W::kNote), s_bad_page};
     auto tile_pages = [&](int t, int (&pg)[2]) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int key = min(chunk_begin + t * kN + gather_row + 16 * i, block_end - 1);
-        pg[i] = request_page(p, pages, key, request, saw_bad_page);
+        pg[i] = request_page(p, pages, key, page_guard);
       }
     };
     auto load_tile = [&](int t, const int (&pg)[2]) {
@@ -354,9 +362,8 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
         load_tile(next, pg);
       }
     }
-    if (saw_bad_page) atomicOr(&s_bad_page, 1);
     named_barrier_sync(2, W::kThreads);  // (3) WG 0's statistics; every gatherer's s_bad_page
-    const bool bad_page = s_bad_page != 0;
+    const bool bad_page = *s_bad_page != 0;
     if (bad_page) {
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -368,15 +375,14 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
       if (row >= num_rows || (split && row >= p.partial_rows)) continue;
       const float l = bad_page ? 0.0f : s_stats[W::kRows + r];
       const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
-      if (half == 0 && (lane & 3) == 0) {  // the row's lse (WG 0's statistics)
-        if (float* slot = lse_slot(p, work, row)) {
-          *slot = bad_page   ? (split ? poisoned_partial() : -INFINITY)
-                  : l > 0.0f ? (s_stats[r] + __log2f(l)) * kLn2
-                             : -INFINITY;
-        }
+      if (bad_page && half == 0 && (lane & 3) == 0) {  // over WG 0's lse (before barrier (3))
+        if (float* slot = lse_slot(p, work, row)) *slot = split ? poisoned_partial() : -INFINITY;
       }
       store_row<32>(p, work, row, half * 256 + 2 * (lane & 3), inv,
                     [&](int j) { return make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]); });
+    }
+    if (bad_page && t_in_wg == 0 && half == 0) {
+      report_noted_page(p.guard, request, page_guard.note);
     }
   }
 #else

@@ -49,7 +49,8 @@ struct Tile {
   static constexpr int kExchange = kKv + kPairs * kStageBytes;  // f32 [pairs][2][4][32 lanes][4]
   // f32 [pairs][max|sum][16], then the combined lse [16]
   static constexpr int kStats = kExchange + kPairs * 2 * 4 * 32 * 16;
-  static constexpr int kBytes = kStats + (kPairs * 2 + 1) * kRows * 4;
+  static constexpr int kNote = kStats + (kPairs * 2 + 1) * kRows * 4;  // u64: a bad page id
+  static constexpr int kBytes = kNote + 8;
   // The combine at the end reuses the stages: f32 [pairs][16][kORowFloats]. Rows are padded by 8
   // floats so that the eight rows a warp's float2 stores touch start in different banks (with
   // 512 they all start in bank 0: 8-way conflicts).
@@ -188,12 +189,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // The pages of this thread's gather rows in tile t (t < num_tiles), and the copies of tile t
     // into the pair's stage from them.
-    bool saw_bad_page = false;  // a page id outside the pool (request_page, kernel.cuh)
+    // A page id outside the pool (request_page, kernel.cuh).
+    PageGuard page_guard{false, reinterpret_cast<unsigned long long*>(smem + T::kNote)};
     auto tile_pages = [&](int t, int (&pg)[T::kRowsPerThread]) {
 #pragma unroll
       for (int i = 0; i < T::kRowsPerThread; ++i) {
         const int key = min(chunk_begin + t * kN + gather_row + 8 * i, block_end - 1);
-        pg[i] = request_page(p, pages, key, request, saw_bad_page);
+        pg[i] = request_page(p, pages, key, page_guard);
       }
     };
     auto load_tile = [&](int t, const int (&pg)[T::kRowsPerThread]) {
@@ -341,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- combine the pairs: max and sum per row, then O through shared memory ----
     // Every pair is done with its stage (reused below); and whether a page id was bad: then the
     // block's rows get 0 / -inf (a poisoned lse, s_lse, tells the cluster and the merge).
-    const bool bad_page = __syncthreads_or(saw_bad_page) != 0;
+    const bool bad_page = __syncthreads_or(page_guard.bad) != 0;
     if (bad_page) {
 #pragma unroll
       for (int nt = 0; nt < 32; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
@@ -502,6 +504,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cluster_sync();  // the others are done reading this CTA's shared memory
     }
 
+    if (bad_page && tid == 0) report_noted_page(p.guard, request, page_guard.note);
     __syncthreads();  // shared memory is reused by the next row block
   }
 }

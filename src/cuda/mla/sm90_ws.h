@@ -32,7 +32,9 @@ struct Ws {
   static constexpr int kMoved = kAlpha + 2 * kRows * 4;       // int [2][4 warps]
   static constexpr int kStats = kMoved + 2 * 4 * 4;           // f32 [max | sum][64]
   static constexpr int kBars = kStats + 2 * kRows * 4;        // u64 full[5], pfull[2], pempty[2]
-  static constexpr int kBytes = kBars + (kStages + 4) * 8;
+  static constexpr int kNote = kBars + (kStages + 4) * 8;     // u64: a bad page id (guard.cuh)
+  static constexpr int kBadPage = kNote + 8;                  // int: the gatherers met one
+  static constexpr int kBytes = kBadPage + 8;
   static constexpr int kSmemBytes = kBytes + 1024;  // aligned up to 1024 inside the kernel
   static_assert(kQBytes <= (kStages - kQStage) * kStageBytes);
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");

@@ -278,15 +278,13 @@ __device__ __forceinline__ RequestKv request_kv(const PrefillParams& p, int requ
   return {p.kv_indices + page_begin, kv_len};
 }
 
-// Whether this CTA's keys met a page id outside the pool (key_offsets); if so it reports it (once
-// per CTA) and the caller writes the CTA's rows as 0 / -inf. After the key loop.
-__device__ __forceinline__ bool cta_met_bad_page(const PrefillParams& p, int request) {
+// Whether this CTA's keys met a page id outside the pool (key_offsets): the caller then writes the
+// CTA's rows as 0 / -inf, and reports it at its end (report_cta_bad_page: one thread, once the
+// accumulators are dead, so that no call holds them). After the key loop.
+__device__ __forceinline__ bool cta_met_bad_page() { return cta_page_fault().flag != 0; }
+__device__ __forceinline__ void report_cta_bad_page(const PrefillParams& p, int request) {
   const CtaPageFault& fault = cta_page_fault();
-  if (fault.flag == 0) [[likely]] {
-    return false;
-  }
-  if (threadIdx.x == 0) report_page(p.guard, request, fault.index, fault.page);
-  return true;
+  report_page(p.guard, request, fault.index, fault.page);
 }
 
 // This CTA's keys: [lo, hi) of its rows' causal / window range, cut to its KV chunk when the
@@ -584,7 +582,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
 
   // Epilogue: out = O / l (0 for a row that saw no key), lse = ln(sum exp(logits)); 0 / -inf (or a
   // poisoned partial) when the keys met a page id outside the pool.
-  const bool bad_page = cta_met_bad_page(p, request);
+  const bool bad_page = cta_met_bad_page();
   if (bad_page) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
@@ -637,6 +635,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
       }
     }
   }
+  if (bad_page && threadIdx.x == 0) report_cta_bad_page(p, request);
 }
 
 }  // namespace pagedattn::cuda::prefill

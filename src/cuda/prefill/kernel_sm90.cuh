@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
 
   // A page id outside the pool (kernel.cuh's key_offsets): the rows get 0 / -inf (a poisoned
   // partial when split).
-  const bool bad_page = cta_met_bad_page(p, request);
+  const bool bad_page = cta_met_bad_page();
   if (bad_page) {
 #pragma unroll
     for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
@@ -353,6 +353,7 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
           l > 0.0f ? (row_max[h] + __log2f(l)) / kLog2e : -INFINITY;
     }
   }
+  if (bad_page && threadIdx.x == 0) report_cta_bad_page(p, request);
 #else
   __trap();  // launched only where the sm_90a code exists (see launch.cuh)
 #endif
