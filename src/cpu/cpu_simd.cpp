@@ -204,6 +204,48 @@ template <class Load>
   }
 }
 
+// bf16 GEMV rows in the pair layout (see cpu_simd.h): a 64-byte load of W is 16 words of two
+// bf16 each; the even elements are word << 16 and the odd ones word & 0xffff0000, both exact f32,
+// with no lane shuffle (widening 16-bit lanes to 32 costs two cross-lane shuffles per 16 elements,
+// which bound the loop before memory did). R x K accumulators stay in registers (one per row and
+// W row: at R = 8 separate even / odd ones would take all 32 vector registers and spill).
+template <int R, int K>
+[[gnu::always_inline]] inline void pair_keys(const float* __restrict x, const uint16_t* const* w,
+                                             int j0, int dim, float* __restrict y, int y_stride) {
+  Chunk acc[K][R] = {};
+  for (int d = 0; d < dim; d += 2 * kLanes) {
+    Chunk we[K], wo[K];
+    for (int t = 0; t < K; ++t) {
+      Word16 words;
+      std::memcpy(&words, w[j0 + t] + d, sizeof(words));
+      const Word16 lo = words << 16, hi = words & 0xffff0000u;
+      std::memcpy(&we[t], &lo, sizeof(Chunk));
+      std::memcpy(&wo[t], &hi, sizeof(Chunk));
+    }
+    for (int r = 0; r < R; ++r) {
+      const Chunk xe = load(x + static_cast<int64_t>(r) * dim + d);
+      const Chunk xo = load(x + static_cast<int64_t>(r) * dim + d + kLanes);
+      for (int t = 0; t < K; ++t) {
+        acc[t][r] += xe * we[t];  // two FMAs (a single expression would round xe * we first)
+        acc[t][r] += xo * wo[t];
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < K; ++t) y[static_cast<int64_t>(r) * y_stride + j0 + t] = sum(acc[t][r]);
+  }
+}
+
+template <int R>
+[[gnu::always_inline]] inline void pair_rows(const float* x, const uint16_t* const* w, int n,
+                                             int dim, float* y, int y_stride) {
+  // Few rows: four W rows at a time (more independent FMA chains and memory streams).
+  constexpr int kKeys = R <= 2 ? 4 : 2;
+  int j = 0;
+  for (; j + kKeys <= n; j += kKeys) pair_keys<R, kKeys>(x, w, j, dim, y, y_stride);
+  for (; j < n; ++j) pair_keys<R, 1>(x, w, j, dim, y, y_stride);
+}
+
 const std::array<float, 256>& fp8_table() {
   static const std::array<float, 256> table = [] {
     std::array<float, 256> t{};
@@ -346,6 +388,37 @@ PA_SIMD_CLONES void accumulate_rows_fused(float* acc, int rows, const float* alp
     accumulate_dispatch(acc, rows, alpha, p, p_stride, v, n, dim, LoadBf16{});
   } else {
     accumulate_dispatch(acc, rows, alpha, p, p_stride, v, n, dim, LoadF32{});
+  }
+}
+
+void pair_layout(const float* x, int dim, float* out) {
+  for (int d = 0; d < dim; d += 2 * kLanes) {
+    for (int i = 0; i < kLanes; ++i) {
+      out[d + i] = x[d + 2 * i];
+      out[d + kLanes + i] = x[d + 2 * i + 1];
+    }
+  }
+}
+
+PA_SIMD_CLONES void gemv_bf16_pairs(const float* x_pairs, int rows, const uint16_t* const* w, int n,
+                                    int dim, float* y, int y_stride) {
+  switch (rows) {
+    case 1:
+      return pair_rows<1>(x_pairs, w, n, dim, y, y_stride);
+    case 2:
+      return pair_rows<2>(x_pairs, w, n, dim, y, y_stride);
+    case 3:
+      return pair_rows<3>(x_pairs, w, n, dim, y, y_stride);
+    case 4:
+      return pair_rows<4>(x_pairs, w, n, dim, y, y_stride);
+    case 5:
+      return pair_rows<5>(x_pairs, w, n, dim, y, y_stride);
+    case 6:
+      return pair_rows<6>(x_pairs, w, n, dim, y, y_stride);
+    case 7:
+      return pair_rows<7>(x_pairs, w, n, dim, y, y_stride);
+    default:
+      return pair_rows<8>(x_pairs, w, n, dim, y, y_stride);
   }
 }
 
