@@ -29,7 +29,9 @@ struct LinearCase {
   WeightMode mode;
   int64_t m;
   bool bias;
-  int64_t k = 272;  // a multiple of 16: decode (m <= 16) takes the fused loop over bf16 / f32
+  // 272: a multiple of 16, not of 32 (decode over bf16 / f32 takes the fused score loop); 288: a
+  // multiple of 32 (bf16 decode takes the pair-layout GEMV); 264: neither (converted tiles).
+  int64_t k = 272;
 };
 
 std::string case_name(const ::testing::TestParamInfo<LinearCase>& info) {
@@ -123,7 +125,20 @@ INSTANTIATE_TEST_SUITE_P(
                       LinearCase{DType::kF16, WeightMode::kCachedF32, 17, false},
                       LinearCase{DType::kF32, WeightMode::kConvertTiles, 1, true},
                       LinearCase{DType::kF32, WeightMode::kCachedF32, 40, true},
-                      // The fused decode loop: one and two groups of 8 rows, up to M = 16.
+                      // bf16 with K % 32 == 0: the pair-layout GEMV, every row count it
+                      // instantiates (1..8) and two groups of rows (9, 16).
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 1, false, 288},
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 2, true, 288},
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 3, false, 288},
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 4, true, 288},
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 5, false, 288},
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 6, false, 288},
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 7, true, 288},
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 8, false, 288},
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 11, true, 288},
+                      LinearCase{DType::kBF16, WeightMode::kConvertTiles, 16, false, 288},
+                      LinearCase{DType::kBF16, WeightMode::kAuto, 1, true, 288},
+                      // K % 32 == 16: the fused score loop; one and two groups of 8 rows.
                       LinearCase{DType::kBF16, WeightMode::kConvertTiles, 8, false},
                       LinearCase{DType::kBF16, WeightMode::kConvertTiles, 9, true},
                       LinearCase{DType::kBF16, WeightMode::kConvertTiles, 16, true},
