@@ -206,6 +206,18 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
                      (p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF32);
   const simd::KvElem fused_elem =
       p.kv_dtype == DType::kBF16 ? simd::KvElem::kBF16 : simd::KvElem::kF32;
+  // bf16 K / V with head dims that are multiples of 32: the pair-layout loops (a shift and a mask
+  // per 32 elements instead of lane shuffles); q's rows and acc's rows are kept in the pair layout
+  // for the item (sc.k, unused on the fused paths, is the scratch row for the permutations).
+  const bool pairs = fused && p.kv_dtype == DType::kBF16 && dqk % simd::kPairBlock == 0 &&
+                     dvo % simd::kPairBlock == 0;
+  if (pairs) {
+    for (int32_t row = 0; row < all_rows; ++row) {
+      float* q_row = sc.q + int64_t{row} * dqk;
+      simd::pair_layout(q_row, dqk, sc.k);
+      std::copy(sc.k, sc.k + dqk, q_row);
+    }
+  }
   // Only for few rows (decode), where the block's bytes, not arithmetic, set the pace: with many
   // rows (prefill, MLA's 16-128 heads) it cost 5-13% by competing for L1 with the query tile.
   const bool read_ahead = rows <= simd::kMaxFusedRows;
@@ -232,7 +244,9 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
       const float* q = sc.q + row0 * dqk;
       float* scores = sc.s + row0 * kBlockTokens;
       float* acc = sc.acc + row0 * dvo;
-      if (fused) {
+      if (pairs) {
+        simd::gemv_bf16_pairs(q, rows, rows_of->k, n, dqk, scores, kBlockTokens);
+      } else if (fused) {
         simd::score_rows_fused(q, rows, rows_of->k, fused_elem, n, dqk, scores, kBlockTokens);
       } else {
         for (int32_t j = 0; j < n; ++j) {
@@ -264,7 +278,10 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
       }
       if (kFaultSoftCapAfterMask) apply_soft_cap();  // masked -inf become -cap: still weighted
       simd::softmax_block(scores, rows, n, kBlockTokens, sc.m + row0, sc.l + row0, sc.alpha + row0);
-      if (fused) {
+      if (pairs) {
+        simd::accumulate_bf16_pairs(acc, rows, sc.alpha + row0, scores, kBlockTokens, rows_of->v, n,
+                                    dvo);
+      } else if (fused) {
         simd::accumulate_rows_fused(acc, rows, sc.alpha + row0, scores, kBlockTokens, rows_of->v,
                                     fused_elem, n, dvo);
       } else {
@@ -281,6 +298,10 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
         const int64_t head = int64_t{head0 + hh} * group + g;
         const bool seen = sc.l[row] > 0;
         float* acc = sc.acc + int64_t{row} * dvo;
+        if (pairs) {
+          simd::unpair_layout(acc, dvo, sc.k);
+          std::copy(sc.k, sc.k + dvo, acc);
+        }
         const float scale = seen ? (kFaultVScale ? 1.0f : p.v_scale) / sc.l[row] : 0.0f;
         const float lse = seen ? sc.m[row] + std::log(sc.l[row]) : kNegInf;
         const int64_t abs_row = item.q_begin + t;

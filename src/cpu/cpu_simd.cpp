@@ -210,14 +210,14 @@ template <class Load>
 // which bound the loop before memory did). R x K accumulators stay in registers (one per row and
 // W row: at R = 8 separate even / odd ones would take all 32 vector registers and spill).
 template <int R, int K>
-[[gnu::always_inline]] inline void pair_keys(const float* __restrict x, const uint16_t* const* w,
+[[gnu::always_inline]] inline void pair_keys(const float* __restrict x, const char* const* w,
                                              int j0, int dim, float* __restrict y, int y_stride) {
   Chunk acc[K][R] = {};
   for (int d = 0; d < dim; d += 2 * kLanes) {
     Chunk we[K], wo[K];
     for (int t = 0; t < K; ++t) {
       Word16 words;
-      std::memcpy(&words, w[j0 + t] + d, sizeof(words));
+      std::memcpy(&words, w[j0 + t] + static_cast<int64_t>(d) * sizeof(uint16_t), sizeof(words));
       const Word16 lo = words << 16, hi = words & 0xffff0000u;
       std::memcpy(&we[t], &lo, sizeof(Chunk));
       std::memcpy(&wo[t], &hi, sizeof(Chunk));
@@ -237,7 +237,7 @@ template <int R, int K>
 }
 
 template <int R>
-[[gnu::always_inline]] inline void pair_rows(const float* x, const uint16_t* const* w, int n,
+[[gnu::always_inline]] inline void pair_rows(const float* x, const char* const* w, int n,
                                              int dim, float* y, int y_stride) {
   // Few rows: four W rows at a time (more independent FMA chains and memory streams).
   constexpr int kKeys = R <= 2 ? 4 : 2;
@@ -391,6 +391,60 @@ PA_SIMD_CLONES void accumulate_rows_fused(float* acc, int rows, const float* alp
   }
 }
 
+// acc (R rows in the pair layout) = acc * alpha + sum_j p[r][j] * v[j], V rows bf16: blocks
+// [b0, b0 + C) of 32 columns (each an even and an odd chunk) held in registers while V streams by.
+template <int R, int C>
+[[gnu::always_inline]] inline void pair_accumulate_blocks(float* __restrict acc, const float* alpha,
+                                                          const float* __restrict p, int p_stride,
+                                                          const char* const* v, int n, int dim,
+                                                          int d0) {
+  Chunk e[R][C], o[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < C; ++i) {
+      const float* a = acc + static_cast<int64_t>(r) * dim + d0 + i * kPairBlock;
+      e[r][i] = load(a) * alpha[r];
+      o[r][i] = load(a + kLanes) * alpha[r];
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    Chunk ve[C], vo[C];
+    for (int i = 0; i < C; ++i) {
+      Word16 words;
+      std::memcpy(&words, v[j] + static_cast<int64_t>(d0 + i * kPairBlock) * sizeof(uint16_t),
+                  sizeof(words));
+      const Word16 lo = words << 16, hi = words & 0xffff0000u;
+      std::memcpy(&ve[i], &lo, sizeof(Chunk));
+      std::memcpy(&vo[i], &hi, sizeof(Chunk));
+    }
+    for (int r = 0; r < R; ++r) {
+      const float w = p[static_cast<int64_t>(r) * p_stride + j];
+      for (int i = 0; i < C; ++i) {
+        e[r][i] += w * ve[i];
+        o[r][i] += w * vo[i];
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < C; ++i) {
+      float* a = acc + static_cast<int64_t>(r) * dim + d0 + i * kPairBlock;
+      store(a, e[r][i]);
+      store(a + kLanes, o[r][i]);
+    }
+  }
+}
+
+template <int R>
+[[gnu::always_inline]] inline void pair_accumulate_rows(float* acc, const float* alpha,
+                                                        const float* p, int p_stride,
+                                                        const char* const* v, int n, int dim) {
+  constexpr int kC = R <= 2 ? 4 : R <= 4 ? 2 : 1;  // 2 x R x C accumulator chunks: at most 16
+  int d = 0;
+  for (; d + kC * kPairBlock <= dim; d += kC * kPairBlock) {
+    pair_accumulate_blocks<R, kC>(acc, alpha, p, p_stride, v, n, dim, d);
+  }
+  for (; d < dim; d += kPairBlock) pair_accumulate_blocks<R, 1>(acc, alpha, p, p_stride, v, n, dim, d);
+}
+
 void pair_layout(const float* x, int dim, float* out) {
   for (int d = 0; d < dim; d += 2 * kLanes) {
     for (int i = 0; i < kLanes; ++i) {
@@ -400,7 +454,39 @@ void pair_layout(const float* x, int dim, float* out) {
   }
 }
 
-PA_SIMD_CLONES void gemv_bf16_pairs(const float* x_pairs, int rows, const uint16_t* const* w, int n,
+void unpair_layout(const float* pairs, int dim, float* out) {
+  for (int d = 0; d < dim; d += 2 * kLanes) {
+    for (int i = 0; i < kLanes; ++i) {
+      out[d + 2 * i] = pairs[d + i];
+      out[d + 2 * i + 1] = pairs[d + kLanes + i];
+    }
+  }
+}
+
+PA_SIMD_CLONES void accumulate_bf16_pairs(float* acc_pairs, int rows, const float* alpha,
+                                          const float* p, int p_stride, const char* const* v,
+                                          int n, int dim) {
+  switch (rows) {
+    case 1:
+      return pair_accumulate_rows<1>(acc_pairs, alpha, p, p_stride, v, n, dim);
+    case 2:
+      return pair_accumulate_rows<2>(acc_pairs, alpha, p, p_stride, v, n, dim);
+    case 3:
+      return pair_accumulate_rows<3>(acc_pairs, alpha, p, p_stride, v, n, dim);
+    case 4:
+      return pair_accumulate_rows<4>(acc_pairs, alpha, p, p_stride, v, n, dim);
+    case 5:
+      return pair_accumulate_rows<5>(acc_pairs, alpha, p, p_stride, v, n, dim);
+    case 6:
+      return pair_accumulate_rows<6>(acc_pairs, alpha, p, p_stride, v, n, dim);
+    case 7:
+      return pair_accumulate_rows<7>(acc_pairs, alpha, p, p_stride, v, n, dim);
+    default:
+      return pair_accumulate_rows<8>(acc_pairs, alpha, p, p_stride, v, n, dim);
+  }
+}
+
+PA_SIMD_CLONES void gemv_bf16_pairs(const float* x_pairs, int rows, const char* const* w, int n,
                                     int dim, float* y, int y_stride) {
   switch (rows) {
     case 1:

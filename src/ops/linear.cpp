@@ -216,8 +216,7 @@ void Linear::forward(const TensorView& x, const TensorView& y) const {
         const int group = static_cast<int>(std::min<int64_t>(cpu::simd::kMaxFusedRows, m - i0));
         float* y_rows = yp + i0 * ldy + out_col;
         if (bf16_pairs) {
-          cpu::simd::gemv_bf16_pairs(x_pairs + i0 * k, group,
-                                     reinterpret_cast<const uint16_t* const*>(rows.data()),
+          cpu::simd::gemv_bf16_pairs(x_pairs + i0 * k, group, rows.data(),
                                      static_cast<int>(tile.rows), static_cast<int>(k), y_rows,
                                      static_cast<int>(ldy));
         } else {
