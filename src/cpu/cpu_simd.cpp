@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "pagedattn/dtype.h"
 
@@ -156,27 +157,37 @@ template <int R, class Load>
   for (; d < dim; d += kLanes) accumulate_columns<R, 1>(acc, alpha, p, p_stride, v, n, dim, d, ld);
 }
 
+// Calls f(std::integral_constant<int, R>{}) with R = rows for 1 <= rows <= 8 (8 for more): the
+// loops below are instantiated per row count so that their accumulators live in registers. f is
+// inlined into the caller, so it is compiled for the caller's target clone.
+template <class F>
+[[gnu::always_inline]] inline void with_rows(int rows, F&& f) {
+  switch (rows) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
+}
+
 template <class Load>
 [[gnu::always_inline]] inline void score_dispatch(const float* q, int rows, const char* const* k,
                                                   int n, int dim, float* s, int s_stride, Load ld) {
-  switch (rows) {
-    case 1:
-      return score_rows<1>(q, k, n, dim, s, s_stride, ld);
-    case 2:
-      return score_rows<2>(q, k, n, dim, s, s_stride, ld);
-    case 3:
-      return score_rows<3>(q, k, n, dim, s, s_stride, ld);
-    case 4:
-      return score_rows<4>(q, k, n, dim, s, s_stride, ld);
-    case 5:
-      return score_rows<5>(q, k, n, dim, s, s_stride, ld);
-    case 6:
-      return score_rows<6>(q, k, n, dim, s, s_stride, ld);
-    case 7:
-      return score_rows<7>(q, k, n, dim, s, s_stride, ld);
-    default:
-      return score_rows<8>(q, k, n, dim, s, s_stride, ld);
-  }
+  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
+    score_rows<decltype(r)::value>(q, k, n, dim, s, s_stride, ld);
+  });
 }
 
 template <class Load>
@@ -184,24 +195,9 @@ template <class Load>
                                                        const float* p, int p_stride,
                                                        const char* const* v, int n, int dim,
                                                        Load ld) {
-  switch (rows) {
-    case 1:
-      return accumulate_rows<1>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 2:
-      return accumulate_rows<2>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 3:
-      return accumulate_rows<3>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 4:
-      return accumulate_rows<4>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 5:
-      return accumulate_rows<5>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 6:
-      return accumulate_rows<6>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 7:
-      return accumulate_rows<7>(acc, alpha, p, p_stride, v, n, dim, ld);
-    default:
-      return accumulate_rows<8>(acc, alpha, p, p_stride, v, n, dim, ld);
-  }
+  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
+    accumulate_rows<decltype(r)::value>(acc, alpha, p, p_stride, v, n, dim, ld);
+  });
 }
 
 // bf16 GEMV rows in the pair layout (see cpu_simd.h): a 64-byte load of W is 16 words of two
@@ -466,46 +462,16 @@ void unpair_layout(const float* pairs, int dim, float* out) {
 PA_SIMD_CLONES void accumulate_bf16_pairs(float* acc_pairs, int rows, const float* alpha,
                                           const float* p, int p_stride, const char* const* v,
                                           int n, int dim) {
-  switch (rows) {
-    case 1:
-      return pair_accumulate_rows<1>(acc_pairs, alpha, p, p_stride, v, n, dim);
-    case 2:
-      return pair_accumulate_rows<2>(acc_pairs, alpha, p, p_stride, v, n, dim);
-    case 3:
-      return pair_accumulate_rows<3>(acc_pairs, alpha, p, p_stride, v, n, dim);
-    case 4:
-      return pair_accumulate_rows<4>(acc_pairs, alpha, p, p_stride, v, n, dim);
-    case 5:
-      return pair_accumulate_rows<5>(acc_pairs, alpha, p, p_stride, v, n, dim);
-    case 6:
-      return pair_accumulate_rows<6>(acc_pairs, alpha, p, p_stride, v, n, dim);
-    case 7:
-      return pair_accumulate_rows<7>(acc_pairs, alpha, p, p_stride, v, n, dim);
-    default:
-      return pair_accumulate_rows<8>(acc_pairs, alpha, p, p_stride, v, n, dim);
-  }
+  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
+    pair_accumulate_rows<decltype(r)::value>(acc_pairs, alpha, p, p_stride, v, n, dim);
+  });
 }
 
 PA_SIMD_CLONES void gemv_bf16_pairs(const float* x_pairs, int rows, const char* const* w, int n,
                                     int dim, float* y, int y_stride) {
-  switch (rows) {
-    case 1:
-      return pair_rows<1>(x_pairs, w, n, dim, y, y_stride);
-    case 2:
-      return pair_rows<2>(x_pairs, w, n, dim, y, y_stride);
-    case 3:
-      return pair_rows<3>(x_pairs, w, n, dim, y, y_stride);
-    case 4:
-      return pair_rows<4>(x_pairs, w, n, dim, y, y_stride);
-    case 5:
-      return pair_rows<5>(x_pairs, w, n, dim, y, y_stride);
-    case 6:
-      return pair_rows<6>(x_pairs, w, n, dim, y, y_stride);
-    case 7:
-      return pair_rows<7>(x_pairs, w, n, dim, y, y_stride);
-    default:
-      return pair_rows<8>(x_pairs, w, n, dim, y, y_stride);
-  }
+  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
+    pair_rows<decltype(r)::value>(x_pairs, w, n, dim, y, y_stride);
+  });
 }
 
 const char* active_isa() {
