@@ -6,17 +6,22 @@
 // weights of the same in_features ("parts", e.g. q/k/v or gate/up): its output row is their
 // outputs side by side, in order, so one GEMM serves them all.
 //
-// Two ways to run the product, chosen per Linear (WeightMode):
-//   kConvertTiles  W stays as stored; each thread converts a tile of rows of W to f32 into its own
-//                  scratch (sized to stay in cache) and runs single-threaded sgemm on it. No
-//                  extra memory; reads the stored bytes once per call.
+// Two ways to hold W, chosen per Linear (WeightMode):
+//   kConvertTiles  W stays as stored (no extra memory). At decode (M <= 16) each thread streams
+//                  a tile of W's rows through the attention backend's fused SIMD dot-product loop
+//                  (bf16 or f32 rows, in_features a multiple of 16): each chunk of W is converted
+//                  in registers and used for up to 8 rows of x at once, so W's stored bytes are
+//                  read once per call. Otherwise (prefill, f16 weights, other in_features) the
+//                  thread converts the tile to f32 into its own scratch (sized to stay in cache)
+//                  and runs single-threaded sgemm (sgemv at M = 1) on it.
 //   kCachedF32     W is converted to one f32 copy at construction (4 bytes per weight: twice a
-//                  bf16 checkpoint), and the same tiles run sgemm on it directly.
-// f32 weights are always used in place (no copy). The default (kAuto) is kCachedF32, the measured
-// choice recorded in bench/RESULTS.md: on a 3072 x 1024 bf16 weight, one thread, converting tiles
-// on the fly costs 1.1-1.8x the cached f32 product at decode (M = 1 .. 16) and the same at
-// prefill (M = 512); the price is 4 bytes per weight instead of 2. At M = 1 each tile runs sgemv
-// (3-5x faster than OpenBLAS 0.3.21's sgemm with M = 1).
+//                  bf16 checkpoint), and the same tiles run sgemm / sgemv on it directly.
+// f32 weights are always used in place (no copy). The default (kAuto) keeps W as stored where the
+// fused decode loop reads it (bf16 and f32 with in_features % 16 == 0), else (f16) the f32 copy:
+// the measurements are in bench/RESULTS.md ("CPU GEMM for the model runtime"). Debian's OpenBLAS
+// (0.3.21) has no bf16 kernels, so a BLAS call at decode reads an f32 copy of W, twice the bytes
+// of the stored bf16 that the fused loop streams; at prefill (M = 512) converting tiles costs
+// what the cached copy does.
 //
 // Threads: the product is split over tiles of W's rows by OpenMP (the attention backend's thread
 // pool) and each tile is one single-threaded OpenBLAS call, so OpenBLAS's own threads never run

@@ -138,8 +138,8 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
   const int64_t first_page =
       item.page_begin + (kFaultSplitPage && item.partial >= 0 && item.page_begin > 0 ? 1 : 0);
   const int64_t begin = std::max<int64_t>({first_page * p.page_size, lo(0), 0});
-  const int64_t end = std::min<int64_t>({int64_t{item.page_end} * p.page_size,
-                                         kv_len - (kFaultLastKey ? 1 : 0), hi(tokens - 1) + 1});
+  const int64_t end = std::min<int64_t>(
+      {int64_t{item.page_end} * p.page_size, kv_len - (kFaultLastKey ? 1 : 0), hi(tokens - 1) + 1});
 
   std::fill(sc.m, sc.m + all_rows, kNegInf);
   std::fill(sc.l, sc.l + all_rows, 0.0f);
@@ -206,6 +206,18 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
                      (p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF32);
   const simd::KvElem fused_elem =
       p.kv_dtype == DType::kBF16 ? simd::KvElem::kBF16 : simd::KvElem::kF32;
+  // bf16 K / V with head dims that are multiples of 32: the pair-layout loops (a shift and a mask
+  // per 32 elements instead of lane shuffles); q's rows and acc's rows are kept in the pair layout
+  // for the item (sc.k, unused on the fused paths, is the scratch row for the permutations).
+  const bool pairs = fused && p.kv_dtype == DType::kBF16 && dqk % simd::kPairBlock == 0 &&
+                     dvo % simd::kPairBlock == 0;
+  if (pairs) {
+    for (int32_t row = 0; row < all_rows; ++row) {
+      float* q_row = sc.q + int64_t{row} * dqk;
+      simd::pair_layout(q_row, dqk, sc.k);
+      std::copy(sc.k, sc.k + dqk, q_row);
+    }
+  }
   // Only for few rows (decode), where the block's bytes, not arithmetic, set the pace: with many
   // rows (prefill, MLA's 16-128 heads) it cost 5-13% by competing for L1 with the query tile.
   const bool read_ahead = rows <= simd::kMaxFusedRows;
@@ -232,7 +244,9 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
       const float* q = sc.q + row0 * dqk;
       float* scores = sc.s + row0 * kBlockTokens;
       float* acc = sc.acc + row0 * dvo;
-      if (fused) {
+      if (pairs) {
+        simd::gemv_bf16_pairs(q, rows, rows_of->k, n, dqk, scores, kBlockTokens);
+      } else if (fused) {
         simd::score_rows_fused(q, rows, rows_of->k, fused_elem, n, dqk, scores, kBlockTokens);
       } else {
         for (int32_t j = 0; j < n; ++j) {
@@ -264,7 +278,10 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
       }
       if (kFaultSoftCapAfterMask) apply_soft_cap();  // masked -inf become -cap: still weighted
       simd::softmax_block(scores, rows, n, kBlockTokens, sc.m + row0, sc.l + row0, sc.alpha + row0);
-      if (fused) {
+      if (pairs) {
+        simd::accumulate_bf16_pairs(acc, rows, sc.alpha + row0, scores, kBlockTokens, rows_of->v, n,
+                                    dvo);
+      } else if (fused) {
         simd::accumulate_rows_fused(acc, rows, sc.alpha + row0, scores, kBlockTokens, rows_of->v,
                                     fused_elem, n, dvo);
       } else {
@@ -281,6 +298,10 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
         const int64_t head = int64_t{head0 + hh} * group + g;
         const bool seen = sc.l[row] > 0;
         float* acc = sc.acc + int64_t{row} * dvo;
+        if (pairs) {
+          simd::unpair_layout(acc, dvo, sc.k);
+          std::copy(sc.k, sc.k + dvo, acc);
+        }
         const float scale = seen ? (kFaultVScale ? 1.0f : p.v_scale) / sc.l[row] : 0.0f;
         const float lse = seen ? sc.m[row] + std::log(sc.l[row]) : kNegInf;
         const int64_t abs_row = item.q_begin + t;
@@ -303,43 +324,42 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
   }
 }
 
-// Combines a split (request, tile)'s partials: weights exp(lse_i - max) over its items.
-void merge_group(const Problem& p, const CpuWorkspace& ws, const MergeGroup& group, float* tmp) {
+// Combines a split (request, tile)'s partials for one query head: weights exp(lse_i - max) over
+// its items. (One head at a time, so that a single split request's merge, e.g. decode at B = 1
+// split 64 ways, spreads over the threads instead of running on one.)
+void merge_group_head(const Problem& p, const CpuWorkspace& ws, const MergeGroup& group,
+                      int32_t head, float* tmp) {
   const WorkItem& first = ws.items[group.first_item];
   const int32_t dvo = p.dim_vo;
   for (int64_t t = 0; t < first.q_end - first.q_begin; ++t) {
-    for (int32_t head = 0; head < p.heads; ++head) {
-      float max_lse = kNegInf;
-      for (int32_t i = 0; i < group.num_items; ++i) {
+    float max_lse = kNegInf;
+    for (int32_t i = 0; i < group.num_items; ++i) {
+      const WorkItem& item = ws.items[group.first_item + i];
+      max_lse = std::max(max_lse, ws.partial_lse[item.partial + t * p.heads + head]);
+    }
+    std::fill(tmp, tmp + dvo, 0.0f);
+    float total = 0;
+    // kFaultMergeLast: the last partial of a request split three or more ways is left out.
+    const int32_t merged = group.num_items - (kFaultMergeLast && group.num_items >= 3 ? 1 : 0);
+    if (max_lse != kNegInf) {
+      for (int32_t i = 0; i < merged; ++i) {
         const WorkItem& item = ws.items[group.first_item + i];
-        max_lse = std::max(max_lse, ws.partial_lse[item.partial + t * p.heads + head]);
+        const int64_t prow = item.partial + t * p.heads + head;
+        const float lse = ws.partial_lse[prow];
+        if (lse == kNegInf) continue;
+        const float w = std::exp(lse - max_lse);
+        total += w;
+        const float* src = ws.partial_out.data() + prow * dvo;
+        for (int32_t d = 0; d < dvo; ++d) tmp[d] += w * src[d];
       }
-      std::fill(tmp, tmp + dvo, 0.0f);
-      float total = 0;
-      // kFaultMergeLast: the last partial of a request split three or more ways is left out.
-      const int32_t merged =
-          group.num_items - (kFaultMergeLast && group.num_items >= 3 ? 1 : 0);
-      if (max_lse != kNegInf) {
-        for (int32_t i = 0; i < merged; ++i) {
-          const WorkItem& item = ws.items[group.first_item + i];
-          const int64_t prow = item.partial + t * p.heads + head;
-          const float lse = ws.partial_lse[prow];
-          if (lse == kNegInf) continue;
-          const float w = std::exp(lse - max_lse);
-          total += w;
-          const float* src = ws.partial_out.data() + prow * dvo;
-          for (int32_t d = 0; d < dvo; ++d) tmp[d] += w * src[d];
-        }
-      }
-      const int64_t row = first.q_begin + t;
-      from_f32(
-          tmp,
-          p.out + (row * p.out_row_stride + head * p.out_head_stride) * dtype_size(p.out_dtype),
-          p.out_dtype, dvo, total > 0 ? 1.0f / total : 0.0f);
-      if (p.lse && !kFaultLseNotWritten) {
-        p.lse[row * p.lse_row_stride + head * p.lse_head_stride] =
-            total > 0 ? max_lse + std::log(total) : kNegInf;
-      }
+    }
+    const int64_t row = first.q_begin + t;
+    from_f32(tmp,
+             p.out + (row * p.out_row_stride + head * p.out_head_stride) * dtype_size(p.out_dtype),
+             p.out_dtype, dvo, total > 0 ? 1.0f / total : 0.0f);
+    if (p.lse && !kFaultLseNotWritten) {
+      p.lse[row * p.lse_row_stride + head * p.lse_head_stride] =
+          total > 0 ? max_lse + std::log(total) : kNegInf;
     }
   }
 }
@@ -391,11 +411,14 @@ void run_problem(CpuWorkspace& ws, const Problem& p) {
              heads_per_unit, sc, partial_out, partial_lse);
   }
   if (plan.num_merges == 0) return;
-  const int32_t merge_threads = std::max(1, std::min(plan.threads, plan.num_merges));
+  // One unit per (split group, query head).
+  const int64_t merge_units = int64_t{plan.num_merges} * p.heads;
+  const int32_t merge_threads =
+      static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(plan.threads, merge_units)));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(merge_threads) if (merge_threads > 1)
-  for (int32_t g = 0; g < plan.num_merges; ++g) {
+  for (int64_t u = 0; u < merge_units; ++u) {
     const Scratch sc = carve(ws.scratch(thread_id()), max_rows, dim_qk_cap, dim_vo_cap);
-    merge_group(p, ws, ws.merges[g], sc.acc);
+    merge_group_head(p, ws, ws.merges[u / p.heads], static_cast<int32_t>(u % p.heads), sc.acc);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "pagedattn/dtype.h"
 
@@ -156,27 +157,37 @@ template <int R, class Load>
   for (; d < dim; d += kLanes) accumulate_columns<R, 1>(acc, alpha, p, p_stride, v, n, dim, d, ld);
 }
 
+// Calls f(std::integral_constant<int, R>{}) with R = rows for 1 <= rows <= 8 (8 for more): the
+// loops below are instantiated per row count so that their accumulators live in registers. f is
+// inlined into the caller, so it is compiled for the caller's target clone.
+template <class F>
+[[gnu::always_inline]] inline void with_rows(int rows, F&& f) {
+  switch (rows) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
+}
+
 template <class Load>
 [[gnu::always_inline]] inline void score_dispatch(const float* q, int rows, const char* const* k,
                                                   int n, int dim, float* s, int s_stride, Load ld) {
-  switch (rows) {
-    case 1:
-      return score_rows<1>(q, k, n, dim, s, s_stride, ld);
-    case 2:
-      return score_rows<2>(q, k, n, dim, s, s_stride, ld);
-    case 3:
-      return score_rows<3>(q, k, n, dim, s, s_stride, ld);
-    case 4:
-      return score_rows<4>(q, k, n, dim, s, s_stride, ld);
-    case 5:
-      return score_rows<5>(q, k, n, dim, s, s_stride, ld);
-    case 6:
-      return score_rows<6>(q, k, n, dim, s, s_stride, ld);
-    case 7:
-      return score_rows<7>(q, k, n, dim, s, s_stride, ld);
-    default:
-      return score_rows<8>(q, k, n, dim, s, s_stride, ld);
-  }
+  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
+    score_rows<decltype(r)::value>(q, k, n, dim, s, s_stride, ld);
+  });
 }
 
 template <class Load>
@@ -184,24 +195,51 @@ template <class Load>
                                                        const float* p, int p_stride,
                                                        const char* const* v, int n, int dim,
                                                        Load ld) {
-  switch (rows) {
-    case 1:
-      return accumulate_rows<1>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 2:
-      return accumulate_rows<2>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 3:
-      return accumulate_rows<3>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 4:
-      return accumulate_rows<4>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 5:
-      return accumulate_rows<5>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 6:
-      return accumulate_rows<6>(acc, alpha, p, p_stride, v, n, dim, ld);
-    case 7:
-      return accumulate_rows<7>(acc, alpha, p, p_stride, v, n, dim, ld);
-    default:
-      return accumulate_rows<8>(acc, alpha, p, p_stride, v, n, dim, ld);
+  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
+    accumulate_rows<decltype(r)::value>(acc, alpha, p, p_stride, v, n, dim, ld);
+  });
+}
+
+// bf16 GEMV rows in the pair layout (see cpu_simd.h): a 64-byte load of W is 16 words of two
+// bf16 each; the even elements are word << 16 and the odd ones word & 0xffff0000, both exact f32,
+// with no lane shuffle (widening 16-bit lanes to 32 costs two cross-lane shuffles per 16 elements,
+// which bound the loop before memory did). R x K accumulators stay in registers (one per row and
+// W row: at R = 8 separate even / odd ones would take all 32 vector registers and spill).
+template <int R, int K>
+[[gnu::always_inline]] inline void pair_keys(const float* __restrict x, const char* const* w,
+                                             int j0, int dim, float* __restrict y, int y_stride) {
+  Chunk acc[K][R] = {};
+  for (int d = 0; d < dim; d += 2 * kLanes) {
+    Chunk we[K], wo[K];
+    for (int t = 0; t < K; ++t) {
+      Word16 words;
+      std::memcpy(&words, w[j0 + t] + static_cast<int64_t>(d) * sizeof(uint16_t), sizeof(words));
+      const Word16 lo = words << 16, hi = words & 0xffff0000u;
+      std::memcpy(&we[t], &lo, sizeof(Chunk));
+      std::memcpy(&wo[t], &hi, sizeof(Chunk));
+    }
+    for (int r = 0; r < R; ++r) {
+      const Chunk xe = load(x + static_cast<int64_t>(r) * dim + d);
+      const Chunk xo = load(x + static_cast<int64_t>(r) * dim + d + kLanes);
+      for (int t = 0; t < K; ++t) {
+        acc[t][r] += xe * we[t];  // two FMAs (a single expression would round xe * we first)
+        acc[t][r] += xo * wo[t];
+      }
+    }
   }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < K; ++t) y[static_cast<int64_t>(r) * y_stride + j0 + t] = sum(acc[t][r]);
+  }
+}
+
+template <int R>
+[[gnu::always_inline]] inline void pair_rows(const float* x, const char* const* w, int n,
+                                             int dim, float* y, int y_stride) {
+  // Few rows: four W rows at a time (more independent FMA chains and memory streams).
+  constexpr int kKeys = R <= 2 ? 4 : 2;
+  int j = 0;
+  for (; j + kKeys <= n; j += kKeys) pair_keys<R, kKeys>(x, w, j, dim, y, y_stride);
+  for (; j < n; ++j) pair_keys<R, 1>(x, w, j, dim, y, y_stride);
 }
 
 const std::array<float, 256>& fp8_table() {
@@ -347,6 +385,93 @@ PA_SIMD_CLONES void accumulate_rows_fused(float* acc, int rows, const float* alp
   } else {
     accumulate_dispatch(acc, rows, alpha, p, p_stride, v, n, dim, LoadF32{});
   }
+}
+
+// acc (R rows in the pair layout) = acc * alpha + sum_j p[r][j] * v[j], V rows bf16: blocks
+// [b0, b0 + C) of 32 columns (each an even and an odd chunk) held in registers while V streams by.
+template <int R, int C>
+[[gnu::always_inline]] inline void pair_accumulate_blocks(float* __restrict acc, const float* alpha,
+                                                          const float* __restrict p, int p_stride,
+                                                          const char* const* v, int n, int dim,
+                                                          int d0) {
+  Chunk e[R][C], o[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < C; ++i) {
+      const float* a = acc + static_cast<int64_t>(r) * dim + d0 + i * kPairBlock;
+      e[r][i] = load(a) * alpha[r];
+      o[r][i] = load(a + kLanes) * alpha[r];
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    Chunk ve[C], vo[C];
+    for (int i = 0; i < C; ++i) {
+      Word16 words;
+      std::memcpy(&words, v[j] + static_cast<int64_t>(d0 + i * kPairBlock) * sizeof(uint16_t),
+                  sizeof(words));
+      const Word16 lo = words << 16, hi = words & 0xffff0000u;
+      std::memcpy(&ve[i], &lo, sizeof(Chunk));
+      std::memcpy(&vo[i], &hi, sizeof(Chunk));
+    }
+    for (int r = 0; r < R; ++r) {
+      const float w = p[static_cast<int64_t>(r) * p_stride + j];
+      for (int i = 0; i < C; ++i) {
+        e[r][i] += w * ve[i];
+        o[r][i] += w * vo[i];
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < C; ++i) {
+      float* a = acc + static_cast<int64_t>(r) * dim + d0 + i * kPairBlock;
+      store(a, e[r][i]);
+      store(a + kLanes, o[r][i]);
+    }
+  }
+}
+
+template <int R>
+[[gnu::always_inline]] inline void pair_accumulate_rows(float* acc, const float* alpha,
+                                                        const float* p, int p_stride,
+                                                        const char* const* v, int n, int dim) {
+  constexpr int kC = R <= 2 ? 4 : R <= 4 ? 2 : 1;  // 2 x R x C accumulator chunks: at most 16
+  int d = 0;
+  for (; d + kC * kPairBlock <= dim; d += kC * kPairBlock) {
+    pair_accumulate_blocks<R, kC>(acc, alpha, p, p_stride, v, n, dim, d);
+  }
+  for (; d < dim; d += kPairBlock) pair_accumulate_blocks<R, 1>(acc, alpha, p, p_stride, v, n, dim, d);
+}
+
+void pair_layout(const float* x, int dim, float* out) {
+  for (int d = 0; d < dim; d += 2 * kLanes) {
+    for (int i = 0; i < kLanes; ++i) {
+      out[d + i] = x[d + 2 * i];
+      out[d + kLanes + i] = x[d + 2 * i + 1];
+    }
+  }
+}
+
+void unpair_layout(const float* pairs, int dim, float* out) {
+  for (int d = 0; d < dim; d += 2 * kLanes) {
+    for (int i = 0; i < kLanes; ++i) {
+      out[d + 2 * i] = pairs[d + i];
+      out[d + 2 * i + 1] = pairs[d + kLanes + i];
+    }
+  }
+}
+
+PA_SIMD_CLONES void accumulate_bf16_pairs(float* acc_pairs, int rows, const float* alpha,
+                                          const float* p, int p_stride, const char* const* v,
+                                          int n, int dim) {
+  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
+    pair_accumulate_rows<decltype(r)::value>(acc_pairs, alpha, p, p_stride, v, n, dim);
+  });
+}
+
+PA_SIMD_CLONES void gemv_bf16_pairs(const float* x_pairs, int rows, const char* const* w, int n,
+                                    int dim, float* y, int y_stride) {
+  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
+    pair_rows<decltype(r)::value>(x_pairs, w, n, dim, y, y_stride);
+  });
 }
 
 const char* active_isa() {

@@ -49,7 +49,25 @@ void score_rows_fused(const float* q, int rows, const char* const* k, KvElem ele
 void accumulate_rows_fused(float* acc, int rows, const float* alpha, const float* p, int p_stride,
                            const char* const* v, KvElem elem, int n, int dim);
 
-// The instruction set the dispatcher picked on this machine ("avx512", "avx2", "baseline").
+// A GEMV over bf16 rows for the model's linear layers at decode (ops::Linear; Debian's OpenBLAS
+// has no bf16 kernels): y[r * y_stride + j] = dot(x[r], w[j]) for r < rows <= kMaxFusedRows,
+// j < n, with W row j at w[j] (dim bf16 elements, dim a multiple of kPairBlock) and x's rows given
+// in the pair layout that pair_layout() writes: per block of 32 elements, the 16 even ones, then
+// the 16 odd ones (dim floats per row, rows packed). The layout lets each 64-byte load of W become
+// two f32 chunks with a shift and a mask (no lane shuffles). f32 accumulation.
+inline constexpr int kPairBlock = 2 * kLanes;
+void pair_layout(const float* x, int dim, float* out);
+void unpair_layout(const float* pairs, int dim, float* out);  // the inverse
+void gemv_bf16_pairs(const float* x_pairs, int rows, const char* const* w, int n, int dim,
+                     float* y, int y_stride);
+// Decode attention's two halves over bf16 K / V in the pair layout (dims multiples of kPairBlock):
+// the scores are gemv_bf16_pairs of the query rows (in the pair layout) against the K rows; the
+// accumulation is accumulate_rows_fused with acc's rows kept in the pair layout (unpair_layout
+// gives the natural order at the end).
+void accumulate_bf16_pairs(float* acc_pairs, int rows, const float* alpha, const float* p,
+                           int p_stride, const char* const* v, int n, int dim);
+
+// The instruction set the dispatcher picked// The instruction set the dispatcher picked on this machine ("avx512", "avx2", "baseline").
 const char* active_isa();
 
 }  // namespace pagedattn::cpu::simd

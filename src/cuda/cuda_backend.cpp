@@ -67,8 +67,8 @@ class CudaBackend final : public Backend {
     std::string text =
         "CUDA (sm_90a): decode bf16/f16 q, KV same or fp8_e4m3, head_dim 64/128/256, any group "
         "size, any page size, NHD/HND, soft-cap, sliding window, split-KV; prefill/extend "
-        "bf16/f16 (see prefill.h); MLA decode/speculative/extend bf16 q, bf16/fp8 latent, any page "
-        "size, split-KV";
+        "bf16/f16 q, KV same or fp8_e4m3 (see prefill.h); MLA decode/speculative/extend bf16 q, "
+        "bf16/fp8 latent, any page size, split-KV";
     if (!device) text += fmt::format(" [unavailable: {}]", device.reason);
     return text;
   }

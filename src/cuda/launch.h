@@ -10,7 +10,9 @@
 //
 // THE RULE, for every kernel launched through launch_kernel: its FIRST statement, in every CTA
 // (every thread), is pdl_wait() (cuda/common/pdl.cuh), before any global read or write and before
-// any early return (`if (row >= rows) return;` comes after it); then pdl_trigger().
+// any early return (`if (row >= rows) return;` comes after it); then pdl_trigger(). The one thing
+// allowed before it is an L2 prefetch of memory the kernel reads later (prefetch_l2_bulk): it
+// reads no value, so it cannot break what follows (the GEMV prefetches its weights that way).
 //
 // Why that is safe. A PDL kernel may start before its predecessor in the stream has finished, but
 // pdl_wait() returns only once the predecessor has completed and its writes are visible, and the

@@ -93,6 +93,17 @@ void check_vector_aligned(std::string_view name, const TensorView& view, int64_t
   }
 }
 
+// An fp8 cache's dequantisation scale: finite > 0; any other cache's: 1 (as the CPU backend).
+void check_scale(std::string_view name, float scale, DType kv_dtype) {
+  if (kv_dtype == DType::kFP8E4M3) {
+    PA_CHECK(std::isfinite(scale) && scale > 0.0f, "{}: {} (expected finite > 0)", name, scale);
+  } else {
+    PA_CHECK(scale == 1.0f,
+             "{}: {} with a {} cache (expected 1; dequantisation scales apply to fp8_e4m3 caches)",
+             name, scale, dtype_name(kv_dtype));
+  }
+}
+
 }  // namespace
 
 Support supports_prefill(const OpDesc& op) {
@@ -107,10 +118,9 @@ Support supports_prefill(const OpDesc& op) {
     return Support::no(
         fmt::format("prefill kernel: q dtype {} (expected bf16 or f16)", dtype_name(op.q_dtype)));
   }
-  if (op.kv_dtype != op.q_dtype) {
+  if (op.kv_dtype != op.q_dtype && op.kv_dtype != DType::kFP8E4M3) {
     return Support::no(fmt::format(
-        "prefill kernel: kv dtype {} with q dtype {} (expected the q dtype; fp8 KV is not "
-        "supported by CUDA prefill yet)",
+        "prefill kernel: kv dtype {} with q dtype {} (expected the q dtype or fp8_e4m3)",
         dtype_name(op.kv_dtype), dtype_name(op.q_dtype)));
   }
   if (!supported_head_dims(op.head_dim_qk, op.head_dim_vo)) {
@@ -142,8 +152,8 @@ void run_prefill(CudaWorkspace& workspace, const PrefillArgs& args) {
   check_tensor("q", args.q, {kAnySize, hq, op.head_dim_qk}, op.q_dtype, device);
   check_inner_contiguous("q", args.q);
   check_vector_aligned("q", args.q, 16);
-  check_tensor("kv.k", kv.k, {kAnySize, kAnySize, kAnySize, op.head_dim_qk}, op.q_dtype, device);
-  check_tensor("kv.v", kv.v, {kAnySize, kAnySize, kAnySize, op.head_dim_vo}, op.q_dtype, device);
+  check_tensor("kv.k", kv.k, {kAnySize, kAnySize, kAnySize, op.head_dim_qk}, op.kv_dtype, device);
+  check_tensor("kv.v", kv.v, {kAnySize, kAnySize, kAnySize, op.head_dim_vo}, op.kv_dtype, device);
   check_vector_aligned("kv.k", kv.k, 16);
   check_vector_aligned("kv.v", kv.v, 16);
   check_tensor("out", args.out, {rows, hq, op.head_dim_vo}, op.q_dtype, device);
@@ -167,9 +177,8 @@ void run_prefill(CudaWorkspace& workspace, const PrefillArgs& args) {
            "options.logits_soft_cap: {} (expected >= 0; 0 = off)", options.logits_soft_cap);
   PA_CHECK(options.window_left >= -1, "options.window_left: {} (expected >= 0, or -1 = off)",
            options.window_left);
-  PA_CHECK(kv.k_scale == 1.0f && kv.v_scale == 1.0f,
-           "kv.k_scale/v_scale: {}/{} (expected 1 for a {} cache)", kv.k_scale, kv.v_scale,
-           dtype_name(op.kv_dtype));
+  check_scale("kv.k_scale", kv.k_scale, op.kv_dtype);
+  check_scale("kv.v_scale", kv.v_scale, op.kv_dtype);
 
   if (workspace.validating()) {
     validate_on_host(meta,
@@ -220,7 +229,10 @@ void run_prefill(CudaWorkspace& workspace, const PrefillArgs& args) {
   p.group_size = group;
   p.page_size = kv.page_size;
   p.pages_per_alloc = kv.alloc_page_size() / kv.page_size;
-  p.sm_scale = faulty_sm_scale(options.sm_scale);
+  // K's dequantisation scale folds into the logits' (soft-cap included): logits =
+  // sm_scale * k_scale * q.k, as decode and the CPU backend compute them; V's scales the output.
+  p.sm_scale = faulty_sm_scale(options.sm_scale) * kv.k_scale;
+  p.v_scale = kv.v_scale;
   p.logits_soft_cap = options.logits_soft_cap;
   p.window_left = faulty_window(options.window_left);
   p.causal = options.causal;
@@ -233,11 +245,10 @@ void run_prefill(CudaWorkspace& workspace, const PrefillArgs& args) {
   p.guard.max_q_len = meta.max_q_len;
   choose_kv_split(workspace, meta.num_pages_hint, op.head_dim_vo, p);
 
-  if (op.q_dtype == DType::kBF16) {
-    prefill::launch_prefill_bf16(p, op.head_dim_qk, op.head_dim_vo, args.stream);
-  } else {
-    prefill::launch_prefill_f16(p, op.head_dim_qk, op.head_dim_vo, args.stream);
-  }
+  const bool bf16 = op.q_dtype == DType::kBF16, fp8 = op.kv_dtype == DType::kFP8E4M3;
+  auto* launch = fp8 ? (bf16 ? prefill::launch_prefill_bf16_fp8 : prefill::launch_prefill_f16_fp8)
+                     : (bf16 ? prefill::launch_prefill_bf16 : prefill::launch_prefill_f16);
+  launch(p, op.head_dim_qk, op.head_dim_vo, args.stream);
 }
 
 int32_t prefill_kv_chunks(const CudaWorkspace& workspace, const PrefillArgs& args) {

@@ -5,7 +5,8 @@
 //
 // Kernels (src/cuda/prefill/): FlashAttention-2 style on tensor cores (wgmma on Hopper, mma.sync
 // m16n8k16 elsewhere), the query heads of one KV group packed into the rows of a tile, K/V tiles
-// gathered page by page; split-KV with a merge when the grid alone would leave SMs idle.
+// gathered page by page (an fp8 cache's widened to q's dtype in shared memory); split-KV with a
+// merge when the grid alone would leave SMs idle.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +18,10 @@ namespace pagedattn::cuda {
 class CudaWorkspace;  // src/cuda/workspace.h
 
 // Whether run_prefill() serves `op` (an OpKind::kPrefill on a CUDA device); if not, why, naming the
-// value and the supported ones. Supported: q/kv dtype bf16 or f16 (equal), head_dim_qk/vo
-// 64/64, 128/128, 256/256, 192/128, any group size, any page size, NHD or HND, causal or not,
-// soft-cap, sliding window.
+// value and the supported ones. Supported: q dtype bf16 or f16 over a cache of q's dtype or fp8
+// e4m3 (with its k_scale / v_scale: logits = sm_scale * k_scale * q.k, out scaled by v_scale; out
+// in q's dtype), head_dim_qk/vo 64/64, 128/128, 256/256, 192/128, any group size, any page size,
+// NHD or HND, causal or not, soft-cap, sliding window.
 Support supports_prefill(const OpDesc& op);
 
 // Validates `args` (throws pagedattn::Error naming the argument before any launch) and enqueues the

@@ -15,6 +15,7 @@
 
 #include "blas.h"
 #include "core/check.h"
+#include "cpu/cpu_simd.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -28,6 +29,16 @@ namespace {
 constexpr int64_t kDecodeTileBytes = 128 << 10;
 constexpr int64_t kPrefillTileBytes = 2 << 20;
 constexpr int64_t kDecodeRows = 16;  // M at or below this counts as decode
+
+// Small-M products over the stored weight (bf16 or f32 rows, in_features a multiple of the SIMD
+// width): the attention backend's fused dot-product loop (cpu::simd::score_rows_fused), which
+// converts each 16-element chunk of W in registers and feeds it to every row of x, so W's stored
+// bytes are streamed once per call and nothing is written but y. Debian's OpenBLAS 0.3.21 has no
+// bf16 kernels (no sbgemm / sbgemv), so a BLAS call would read an f32 copy of W: twice the bytes.
+bool fused_small_m(DType dtype, int64_t k) {
+  return (dtype == DType::kBF16 || dtype == DType::kF32) && k % cpu::simd::kLanes == 0 &&
+         k <= INT32_MAX;
+}
 
 void convert_row(const char* src, DType dtype, int64_t n, float* dst) {
   if (dtype == DType::kBF16) {
@@ -89,7 +100,14 @@ Linear::Linear(std::string name, std::span<const LinearPart> parts, WeightMode m
     out_features_ += w.shape[0];
     all_f32 = all_f32 && w.dtype == DType::kF32;
   }
-  mode_ = mode == WeightMode::kAuto ? WeightMode::kCachedF32 : mode;
+  // kAuto: weights the fused small-M loop reads as stored stay as stored (decode streams their
+  // bytes once; prefill converts tiles, as fast as the cached copy at M = 512); others (f16, or
+  // in_features not a multiple of 16) get the f32 copy.
+  bool all_fused = true;
+  for (const Segment& seg : segments_) all_fused = all_fused && fused_small_m(seg.dtype, in_features_);
+  mode_ = mode != WeightMode::kAuto ? mode
+          : all_fused              ? WeightMode::kConvertTiles
+                                   : WeightMode::kCachedF32;
   if (mode_ == WeightMode::kCachedF32 && !all_f32) {
     cached_.resize(static_cast<size_t>(out_features_ * in_features_));
     for (const Segment& s : segments_) {
@@ -159,11 +177,62 @@ void Linear::forward(const TensorView& x, const TensorView& y) const {
   // Threads only where the product is worth a fork/join (~1 MFLOP; below that one core is done
   // before a second one has woken, and an oversubscribed host makes every join expensive).
   const bool parallel = num_tiles > 1 && m * out_features_ * k >= (int64_t{1} << 19);
+  // Decode over the stored weight: x's rows in groups of kMaxFusedRows, each group one pass over
+  // the tile (a second group re-reads the tile from the cache, not from memory). The loop takes
+  // x's rows packed (row stride k): a strided x is packed once here.
+  // bf16 rows with K a multiple of 32 take gemv_bf16_pairs, which wants x in its pair layout.
+  const bool fused = m <= kDecodeRows;
+  const bool pairs = fused && k % cpu::simd::kPairBlock == 0;
+  thread_local std::vector<float> packed_x, paired_x;
+  const float* x_rows = xp;
+  if (fused && ldx != k) {
+    packed_x.resize(static_cast<size_t>(m * k));
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(packed_x.data() + i * k, xp + i * ldx, static_cast<size_t>(k) * sizeof(float));
+    }
+    x_rows = packed_x.data();
+  }
+  if (pairs) {
+    paired_x.resize(static_cast<size_t>(m * k));
+    for (int64_t i = 0; i < m; ++i) {
+      cpu::simd::pair_layout(xp + i * ldx, static_cast<int>(k), paired_x.data() + i * k);
+    }
+  }
+  const float* x_pairs = paired_x.data();
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (int64_t t = 0; t < num_tiles; ++t) {
     const Tile& tile = tiles[static_cast<size_t>(t)];
     const Segment& seg = segments_[static_cast<size_t>(tile.segment)];
     const int64_t out_col = seg.row_begin + tile.row;
+    if (fused && fused_small_m(seg.dtype, k)) {
+      const int64_t row_bytes = seg.row_stride * dtype_size(seg.dtype);
+      thread_local std::vector<const char*> rows;
+      rows.resize(static_cast<size_t>(tile.rows));
+      for (int64_t r = 0; r < tile.rows; ++r) rows[r] = seg.data + (tile.row + r) * row_bytes;
+      const bool bf16_pairs = pairs && seg.dtype == DType::kBF16;
+      const auto elem = seg.dtype == DType::kBF16 ? cpu::simd::KvElem::kBF16
+                                                  : cpu::simd::KvElem::kF32;
+      for (int64_t i0 = 0; i0 < m; i0 += cpu::simd::kMaxFusedRows) {
+        const int group = static_cast<int>(std::min<int64_t>(cpu::simd::kMaxFusedRows, m - i0));
+        float* y_rows = yp + i0 * ldy + out_col;
+        if (bf16_pairs) {
+          cpu::simd::gemv_bf16_pairs(x_pairs + i0 * k, group, rows.data(),
+                                     static_cast<int>(tile.rows), static_cast<int>(k), y_rows,
+                                     static_cast<int>(ldy));
+        } else {
+          cpu::simd::score_rows_fused(x_rows + i0 * k, group, rows.data(), elem,
+                                      static_cast<int>(tile.rows), static_cast<int>(k), y_rows,
+                                      static_cast<int>(ldy));
+        }
+      }
+      if (!bias_.empty()) {
+        for (int64_t i = 0; i < m; ++i) {
+          float* y_row = yp + i * ldy + out_col;
+          for (int64_t j = 0; j < tile.rows; ++j) y_row[j] += bias_[static_cast<size_t>(out_col + j)];
+        }
+      }
+      continue;
+    }
     const float* w = nullptr;
     int64_t ldw = k;
     if (seg.dtype == DType::kF32) {

@@ -45,6 +45,7 @@ struct CaseSpec {
   bool shuffle_pages = true;
   int32_t spare_pages = 3;  // unused allocation pages in the pool
   float kv_scale = 1.0f;    // fp8 dequantisation scale (K, V, latent)
+  float v_scale = 0.0f;     // > 0: V's own fp8 scale (K keeps kv_scale); GQA caches only
   float sm_scale = 0.0f;    // 0: 1 / sqrt(head_dim_qk)
   float logits_soft_cap = 0.0f;
   int32_t window_left = -1;

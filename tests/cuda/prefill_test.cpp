@@ -1,10 +1,21 @@
 // Tests of the CUDA prefill / extend kernel (src/cuda/prefill*): every element of out and lse
 // against the float64 reference (tests/reference) and, where it serves the case, the CPU backend,
 // over the shared paged cases (tests/common/cases.h: NaN in every slot that holds no token,
-// shuffled pages), fresh seeds, outputs poisoned before each run. Parametrized over dtype x head
-// dims x group size x page size x causal, plus corner cases (padding, empty KV, one long request,
-// HND, allocation pages larger than P, soft-cap, sliding window, split KV), page-size invariance
-// (bitwise), and argument errors. Skips, saying why, where no CUDA device is usable (CI).
+// shuffled pages), fresh seeds, outputs poisoned before each run. Parametrized over dtype (q and
+// KV; KV of q's dtype or fp8 e4m3 with its scales) x head dims x group size x page size x causal,
+// plus corner cases (padding, empty KV, one long request, HND, allocation pages larger than P,
+// soft-cap, sliding window, split KV; the same for an fp8 cache), page-size invariance (bitwise),
+// fp8 widened exactly (an fp8 cache and a bf16 / f16 cache of the same values agree), and
+// argument errors. Skips, saying why, where no CUDA device is usable (CI).
+//
+// fp8 e4m3 caches: the reference dequantises each byte with fp8e4m3_to_float (checked against a
+// float64 decode of every bit pattern in tests/core/dtype_test.cpp, not the kernels' device
+// conversion) times the cache's k_scale / v_scale. The kernels widen the fp8 tiles to q's dtype
+// exactly (every e4m3 value is a bf16 and an f16 value) and apply the scales in f32 (K's folded
+// into sm_scale: one more f32 rounding of the logits, ~2^-24 relative; V's in the final 1 / l),
+// so their error has the bf16 / f16 path's sources and size: P rounded to 16 bits for the P V
+// product, f32 accumulation, the output's rounding. The bounds below (tolerance_for,
+// gpu_row_tolerance, kLseTolerance) are therefore the same for both caches.
 #include "cuda/prefill.h"
 
 #include <cuda_runtime_api.h>
@@ -13,9 +24,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/cases.h"
@@ -127,9 +140,8 @@ struct Result {
 };
 // `kernel`: "" runs the default choice (wgmma on Hopper), "mma" forces the mma.sync kernel.
 // `drop_hint` clears meta.max_q_len (the grid is then bounded by T and B alone).
-Result run_gpu(const AttentionCase& c, const char* kernel = "", bool drop_hint = false) {
+Result run_gpu_args(const PrefillArgs& host, const char* kernel = "", bool drop_hint = false) {
   DeviceMirror mirror;
-  const PrefillArgs host = c.prefill_args();
   PrefillArgs args = to_device(host, mirror);
   if (drop_hint) args.meta.max_q_len = 0;
   {
@@ -142,6 +154,9 @@ Result run_gpu(const AttentionCase& c, const char* kernel = "", bool drop_hint =
   Result result{testing::to_doubles(host.out), {}};
   if (host.lse.defined()) result.lse = testing::to_doubles(host.lse);
   return result;
+}
+Result run_gpu(const AttentionCase& c, const char* kernel = "", bool drop_hint = false) {
+  return run_gpu_args(c.prefill_args(), kernel, drop_hint);
 }
 
 constexpr testing::Tolerance kLseTolerance{2e-4, 2e-4};
@@ -194,35 +209,54 @@ void check_case(const CaseSpec& spec) {
 // ---- parametrized sweep ----
 
 struct SweepParam {
-  DType dtype;
+  DType dtype;  // q and out
   int head_dim_qk, head_dim_vo;
   int group;
   int page_size;
   bool causal;
+  DType kv_dtype;  // dtype, or fp8 e4m3
 };
 
 std::string sweep_name(const ::testing::TestParamInfo<SweepParam>& info) {
   const SweepParam& p = info.param;
   return std::string(dtype_name(p.dtype)) + "_d" + std::to_string(p.head_dim_qk) + "v" +
          std::to_string(p.head_dim_vo) + "_g" + std::to_string(p.group) + "_P" +
-         std::to_string(p.page_size) + (p.causal ? "_causal" : "_full");
+         std::to_string(p.page_size) + (p.causal ? "_causal" : "_full") +
+         (p.kv_dtype == DType::kFP8E4M3 ? "_kvfp8" : "");
 }
 
 std::vector<SweepParam> sweep_params() {
   std::vector<SweepParam> params;
   const int dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
   for (DType dtype : {DType::kBF16, DType::kF16}) {
-    for (const auto& d : dims) {
-      for (int page : {1, 16, 64}) {
-        for (bool causal : {true, false}) {
-          const int group = d[0] == 128 ? 4 : (d[0] == 64 ? 7 : 2);  // 7: a group not 2^k
-          params.push_back({dtype, d[0], d[1], group, page, causal});
+    for (DType kv : {dtype, DType::kFP8E4M3}) {
+      for (const auto& d : dims) {
+        for (int page : {1, 16, 64}) {
+          for (bool causal : {true, false}) {
+            const int group = d[0] == 128 ? 4 : (d[0] == 64 ? 7 : 2);  // 7: a group not 2^k
+            params.push_back({dtype, d[0], d[1], group, page, causal, kv});
+          }
         }
       }
     }
   }
-  for (int group : {1, 3, 8, 16}) params.push_back({DType::kBF16, 128, 128, group, 16, true});
+  for (int group : {1, 3, 8, 16}) {
+    params.push_back({DType::kBF16, 128, 128, group, 16, true, DType::kBF16});
+  }
+  params.push_back({DType::kF16, 128, 128, 8, 16, true, DType::kFP8E4M3});
   return params;
+}
+
+// fp8 scales of the tests: K's and V's differ (a swapped pair shows), neither is a power of two
+// nor 1, and V / 3 puts most of V's stored values below e4m3's smallest normal (2^-6) or near it,
+// so the subnormals' widening is exercised too.
+constexpr float kFp8KScale = 0.375f, kFp8VScale = 3.0f;
+
+CaseSpec with_fp8_cache(CaseSpec spec) {
+  spec.kv_dtype = DType::kFP8E4M3;
+  spec.kv_scale = kFp8KScale;
+  spec.v_scale = kFp8VScale;
+  return spec;
 }
 
 class PrefillSweep : public ::testing::TestWithParam<SweepParam> {};
@@ -233,6 +267,7 @@ TEST_P(PrefillSweep, MatchesReference) {
   CaseSpec spec;
   spec.op = OpKind::kPrefill;
   spec.q_dtype = spec.kv_dtype = p.dtype;
+  if (p.kv_dtype == DType::kFP8E4M3) spec = with_fp8_cache(spec);
   spec.head_dim_qk = p.head_dim_qk;
   spec.head_dim_vo = p.head_dim_vo;
   spec.num_kv_heads = 2;
@@ -383,6 +418,113 @@ TEST(CudaPrefill, SplitKvForShortQueriesOverLongKv) {
   EXPECT_EQ(testing::compare(gpu.lse, ref_lse, kLseTolerance, "lse"), "");
 }
 
+// An fp8 e4m3 cache (bf16 and f16 q; K and V scales of their own) through the shapes the corner
+// cases above cover for bf16: in one ragged batch an extend over a long cached prefix, an empty
+// request, a plain prefill (q_len = kv_len) crossing tiles, a short extend and a one-token step,
+// padded; P 16, 1 and 5 (not a power of two), HND with allocation pages of 4 P, non-causal,
+// soft-cap, sliding window, no lse; then the split-KV path (short queries over long KV). Each
+// against the reference and the CPU backend, both kernels (check_case).
+TEST(CudaPrefill, Fp8CacheCornerCases) {
+  SKIP_WITHOUT_GPU();
+  for (DType q_dtype : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE("q " + std::string(dtype_name(q_dtype)));
+    CaseSpec spec = with_fp8_cache(base_spec());
+    spec.q_dtype = q_dtype;
+    spec.kv_lens = {700, 0, 129, 64, 1};
+    spec.q_lens = {45, 0, 129, 17, 1};
+    spec.padded_batch = 7;
+    check_case(spec);
+    for (int page : {1, 5}) {
+      spec.page_size = page;
+      check_case(spec);
+    }
+    spec.page_size = 16;
+    spec.layout = KvLayout::kHND;
+    spec.alloc_page_size = 64;
+    check_case(spec);
+    spec.layout = KvLayout::kNHD;
+    spec.alloc_page_size = 0;
+    spec.causal = false;
+    check_case(spec);
+    spec.causal = true;
+    spec.value_range = 3.0f;  // logits large enough for the cap to matter
+    spec.logits_soft_cap = 5.0f;
+    check_case(spec);
+    spec.value_range = 1.0f;
+    spec.logits_soft_cap = 0.0f;
+    spec.window_left = 47;
+    check_case(spec);
+    spec.window_left = -1;
+    spec.with_lse = false;
+    check_case(spec);
+
+    CaseSpec split = with_fp8_cache(base_spec());
+    split.q_dtype = q_dtype;
+    split.kv_lens = {3000, 1700, 0, 900};
+    split.q_lens = {4, 1, 0, 3};
+    split.padded_batch = 6;
+    EXPECT_GT(prefill_kv_chunks(workspace(), AttentionCase(split, 1).prefill_args()), 4);
+    check_case(split);
+    split.page_size = 1;
+    split.causal = false;
+    check_case(split);
+  }
+}
+
+// The fp8 path computes on exactly the tiles the bf16 / f16 path would: an fp8 cache with unit
+// scales and a cache of q's dtype holding the same values (widened on the host with the library's
+// fp8e4m3_to_float; the NaN of the empty slots stays NaN) give the same out and lse, both kernels,
+// every head-dim pair, P 1 and 16. Expected bitwise equal (the same instructions on the same tile
+// values); the bound admits one ulp of the output (2^-7 relative covers a bf16 ulp, 2^-10 an f16
+// one) and 1e-6 of lse, in case the two instantiations' compilations contract a multiply-add
+// differently. A misplaced or mis-widened element moves its row far more (it shows in the
+// reference comparisons above too, at their looser bounds).
+TEST(CudaPrefill, Fp8WidensExactly) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
+  for (DType q_dtype : {DType::kBF16, DType::kF16}) {
+    for (const auto& d : dims) {
+      for (int page : {1, 16}) {
+        CaseSpec spec = base_spec();
+        spec.kv_dtype = DType::kFP8E4M3;  // kv_scale 1: k_scale = v_scale = 1
+        spec.q_dtype = q_dtype;
+        spec.head_dim_qk = d[0];
+        spec.head_dim_vo = d[1];
+        spec.page_size = page;
+        SCOPED_TRACE(spec.name());
+        const AttentionCase c(spec, seed);
+        auto widen = [&](const HostTensor& fp8) {
+          const TensorView& from = fp8.view();
+          HostTensor wide(q_dtype, {from.shape[0], from.shape[1], from.shape[2], from.shape[3]});
+          const auto* bytes = fp8.data<const uint8_t>();
+          auto* out = wide.data<uint16_t>();
+          for (int64_t i = 0; i < fp8.numel(); ++i) {
+            const float value = fp8e4m3_to_float(bytes[i]);
+            out[i] = q_dtype == DType::kBF16 ? float_to_bf16(value) : float_to_half(value);
+          }
+          return wide;
+        };
+        const HostTensor k = widen(c.k_tensor()), v = widen(c.v_tensor());
+        PrefillArgs same_values = c.prefill_args();
+        same_values.kv.k = k.view();
+        same_values.kv.v = v.view();
+        const double ulp = q_dtype == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+        for (const char* kernel : {"mma", ""}) {
+          SCOPED_TRACE(std::string("kernel ") + (*kernel != '\0' ? kernel : "default"));
+          const Result fp8 = run_gpu(c, kernel);
+          const Result wide = run_gpu_args(same_values, kernel);
+          EXPECT_EQ(testing::compare(fp8.out, wide.out, {1e-6, ulp}, "out, fp8 vs same values"),
+                    "");
+          EXPECT_EQ(testing::compare(fp8.lse, wide.lse, {1e-6, 1e-6}, "lse, fp8 vs same values"),
+                    "");
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaPrefill, WithoutLse) {
   SKIP_WITHOUT_GPU();
   CaseSpec spec = base_spec();
@@ -396,21 +538,24 @@ TEST(CudaPrefill, PageSizeInvariance) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  CaseSpec spec = base_spec();
-  spec.kv_lens = {200, 77};
-  spec.q_lens = {60, 77};
-  std::vector<Result> results;
-  for (const char* kernel : {"mma", ""}) {
-    results.clear();
-    for (int page : {1, 16, 64}) {
-      spec.page_size = page;
-      results.push_back(run_gpu(AttentionCase(spec, seed), kernel));
-    }
-    for (size_t i = 1; i < results.size(); ++i) {
-      EXPECT_EQ(std::memcmp(results[i].out.data(), results[0].out.data(),
-                            results[0].out.size() * sizeof(double)),
-                0);
-      EXPECT_EQ(testing::compare(results[i].lse, results[0].lse, {0, 0}, "lse"), "");
+  for (bool fp8 : {false, true}) {
+    CaseSpec spec = fp8 ? with_fp8_cache(base_spec()) : base_spec();
+    spec.kv_lens = {200, 77};
+    spec.q_lens = {60, 77};
+    std::vector<Result> results;
+    for (const char* kernel : {"mma", ""}) {
+      SCOPED_TRACE(std::string(fp8 ? "fp8 cache, " : "") + "kernel " + kernel);
+      results.clear();
+      for (int page : {1, 16, 64}) {
+        spec.page_size = page;
+        results.push_back(run_gpu(AttentionCase(spec, seed), kernel));
+      }
+      for (size_t i = 1; i < results.size(); ++i) {
+        EXPECT_EQ(std::memcmp(results[i].out.data(), results[0].out.data(),
+                              results[0].out.size() * sizeof(double)),
+                  0);
+        EXPECT_EQ(testing::compare(results[i].lse, results[0].lse, {0, 0}, "lse"), "");
+      }
     }
   }
 }
@@ -455,14 +600,61 @@ TEST(CudaPrefill, RejectsBadArguments) {
   for (uint8_t b : bytes) ASSERT_EQ(b, 0xff);
 }
 
+// Scales: an fp8 cache's must be finite and > 0, any other cache's 1; the K and V views must
+// share the cache's dtype. Each an Error naming the argument, nothing written.
+TEST(CudaPrefill, RejectsBadScalesAndMixedCaches) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  const AttentionCase fp8(with_fp8_cache(base_spec()), seed);
+  const AttentionCase bf16(base_spec(), seed);
+  DeviceMirror mirror;
+  const PrefillArgs good_fp8 = to_device(fp8.prefill_args(), mirror);
+  const PrefillArgs good_bf16 = to_device(bf16.prefill_args(), mirror);
+  auto error = [&](PrefillArgs args, std::initializer_list<std::string_view> needles) {
+    return testing::error_containing([&] { run_prefill(workspace(), args); }, needles);
+  };
+  PrefillArgs args = good_fp8;
+  args.kv.k_scale = 0.0f;
+  EXPECT_EQ(error(args, {"k_scale", "0"}), "");
+  args = good_fp8;
+  args.kv.v_scale = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(error(args, {"v_scale", "nan"}), "");
+  args = good_fp8;
+  args.kv.v_scale = -1.0f;
+  EXPECT_EQ(error(args, {"v_scale", "-1"}), "");
+  args = good_bf16;
+  args.kv.k_scale = 0.5f;
+  EXPECT_EQ(error(args, {"kv.k_scale: 0.5", "bf16"}), "");
+  args = good_bf16;
+  args.kv.v_scale = 2.0f;
+  EXPECT_EQ(error(args, {"kv.v_scale: 2", "bf16"}), "");
+  args = good_fp8;
+  args.kv.v = good_bf16.kv.v;  // K fp8, V bf16
+  EXPECT_EQ(error(args, {"v: dtype bf16, expected fp8_e4m3"}), "");
+  for (const PrefillArgs* good : {&good_fp8, &good_bf16}) {
+    std::vector<uint8_t> bytes(DeviceMirror::extent_bytes(good->out));
+    check_cuda(cudaMemcpy(bytes.data(), good->out.data, bytes.size(), cudaMemcpyDeviceToHost),
+               "copy out");
+    for (uint8_t b : bytes) ASSERT_EQ(b, 0xff);
+  }
+}
+
 TEST(CudaPrefill, SupportsNamesWhatIsMissing) {
   OpDesc op;
   op.op = OpKind::kPrefill;
   op.device = Device::cuda(0);
   EXPECT_TRUE(supports_prefill(op));
-  op.kv_dtype = DType::kFP8E4M3;
-  EXPECT_NE(supports_prefill(op).reason.find("fp8"), std::string::npos);
-  op.kv_dtype = DType::kBF16;
+  op.kv_dtype = DType::kFP8E4M3;  // bf16 q over an fp8 cache
+  EXPECT_TRUE(supports_prefill(op)) << supports_prefill(op).reason;
+  op.q_dtype = DType::kF16;
+  EXPECT_TRUE(supports_prefill(op)) << supports_prefill(op).reason;
+  op.kv_dtype = DType::kBF16;  // f16 q over a bf16 cache: no; the reason lists what is
+  EXPECT_NE(supports_prefill(op).reason.find("expected the q dtype or fp8_e4m3"), std::string::npos)
+      << supports_prefill(op).reason;
+  op.q_dtype = DType::kFP8E4M3;  // fp8 q: no
+  EXPECT_NE(supports_prefill(op).reason.find("q dtype fp8_e4m3"), std::string::npos)
+      << supports_prefill(op).reason;
+  op.q_dtype = DType::kBF16;
   op.head_dim_qk = op.head_dim_vo = 96;
   EXPECT_NE(supports_prefill(op).reason.find("96"), std::string::npos);
   op.head_dim_qk = op.head_dim_vo = 128;

@@ -112,6 +112,7 @@ std::string CaseSpec::name() const {
   if (logit_std > 0) text += fmt::format("_std{}", static_cast<int>(logit_std * 10));
   if (dominant_keys > 0) text += fmt::format("_dom{}", dominant_keys);
   if (v_mean > 0) text += "_vmean";
+  if (v_scale > 0) text += "_vscale";
   for (char& c : text) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   }
@@ -129,6 +130,7 @@ AttentionCase::AttentionCase(const CaseSpec& spec, uint64_t seed) : spec_(spec) 
   const int32_t alloc = spec.alloc_page_size == 0 ? spec.page_size : spec.alloc_page_size;
   if (alloc % spec.page_size != 0) fail("alloc_page_size must be a multiple of page_size");
   if (mla && spec.num_kv_heads != 1) fail("MLA cases have one KV head");
+  if (mla && spec.v_scale > 0) fail("v_scale: MLA has one latent scale (kv_scale)");
   batch_ = std::max(num_reqs, spec.padded_batch);
   const int32_t ratio = alloc / spec.page_size;
 
@@ -240,7 +242,9 @@ AttentionCase::AttentionCase(const CaseSpec& spec, uint64_t seed) : spec_(spec) 
   lse_ = HostTensor(DType::kF32, {rows_, heads});
 
   // Logical KV, token by token, stored at the token's slot.
-  const float kv_div = spec.kv_dtype == DType::kFP8E4M3 ? spec.kv_scale : 1.0f;
+  const bool fp8 = spec.kv_dtype == DType::kFP8E4M3;
+  const float kv_div = fp8 ? spec.kv_scale : 1.0f;
+  const float v_div = fp8 && spec.v_scale > 0 ? spec.v_scale : kv_div;
   std::uniform_real_distribution<float> dist(-range, range);
   for (int32_t r = 0; r < batch_; ++r) {
     for (int32_t t = 0; t < kv_lens_[r]; ++t) {
@@ -267,7 +271,7 @@ AttentionCase::AttentionCase(const CaseSpec& spec, uint64_t seed) : spec_(spec) 
                                             : h * view.strides[1] + offset * view.strides[2]);
           for (int64_t d = 0; d < view.shape[3]; ++d) {
             const float shift = is_k ? (boost ? direction[d] : 0.0f) : v_means[r];
-            store(view, base + d, (dist(rng) + shift) / kv_div);
+            store(view, base + d, (dist(rng) + shift) / (is_k ? kv_div : v_div));
           }
         }
       }
@@ -300,7 +304,8 @@ AttentionCase::AttentionCase(const CaseSpec& spec, uint64_t seed) : spec_(spec) 
     kv_.v = v_.view();
     kv_.layout = spec.layout;
     kv_.page_size = spec.page_size;
-    kv_.k_scale = kv_.v_scale = spec.kv_dtype == DType::kFP8E4M3 ? spec.kv_scale : 1.0f;
+    kv_.k_scale = kv_div;
+    kv_.v_scale = v_div;
   }
 }
 

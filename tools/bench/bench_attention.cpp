@@ -222,8 +222,11 @@ void run_cuda_device_rows(const AttentionBenchOptions& o) {
              "other shapes run with --host-data",
              op_name(o.op));
   }
-  PA_CHECK(o.q_dtype == "bf16" && o.kv_dtype == "bf16" && o.layout == "NHD",
-           "--device cuda: the rows are bf16 NHD; other dtypes / layouts run with --host-data");
+  const bool fp8_kv = o.op == OpKind::kPrefill && o.kv_dtype == "fp8_e4m3";
+  PA_CHECK(o.q_dtype == "bf16" && (o.kv_dtype == "bf16" || fp8_kv) && o.layout == "NHD",
+           "--device cuda: the rows are bf16 NHD (prefill: --kv-dtype fp8_e4m3 adds each row over "
+           "an fp8 cache); other dtypes / layouts run with --host-data");
+  c.fp8_kv = fp8_kv;
   if (o.page_given) c.page_sizes = o.page_sizes;
   c.reps = o.reps;
   c.causal = !o.non_causal;

@@ -22,6 +22,7 @@ struct CudaRowsOptions {
   std::vector<int32_t> page_sizes;  // default: decode/prefill 16,1; MLA 64,1; plan 1,16,64
   int32_t reps = 0;                 // timed samples per figure (median)
   bool causal = true;               // prefill
+  bool fp8_kv = false;              // prefill: also each row over an fp8 e4m3 cache, beside bf16
   bool graphs = true;               // decode: also the CUDA-graph step timing
   // How the L2 is flushed before each timed sample: "clean" (a 256 MiB streaming read: the L2
   // ends holding clean lines of another buffer), "dirty" (a 256 MiB memset: the L2 ends full of

@@ -10,6 +10,8 @@
 //     ...
 //   }
 //
+// One exception: prefetch_l2_bulk (below) may come before pdl_wait(); it reads nothing.
+//
 // Both compile to nothing below sm_90 (and are no-ops when the launch had no PDL attribute).
 // Device code only (include from .cu files).
 #pragma once
@@ -30,6 +32,18 @@ __device__ __forceinline__ void pdl_wait() {
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The one thing a kernel may do before pdl_wait(): ask the L2 to fetch `bytes` (a multiple of 16)
+// from `address` (16-byte aligned), memory the kernel will read after its wait. A prefetch reads
+// no value into the kernel, and the L2 is the device's point of coherence, so it cannot make the
+// kernel see stale data even if the previous kernel is still writing those bytes; it only lets
+// the bytes stream in while the previous kernel drains (e.g. a layer's weights, whose addresses
+// are kernel parameters). sm_90+ (cp.async.bulk.prefetch); nothing below.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* address, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(address), "r"(bytes) : "memory");
 #endif
 }
 

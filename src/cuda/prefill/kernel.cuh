@@ -16,6 +16,9 @@
 // O += P V_j. Shared rows are 16-byte-chunk XOR-swizzled (chunk ^ row % 8), so the ldmatrix reads
 // are conflict-free. Online softmax in base 2 in registers, one quad of lanes per row.
 // Split-KV (params.h): grid y is the KV chunk; each CTA then writes f32 partials instead of out.
+// An fp8 e4m3 cache (KV = __nv_fp8_e4m3, its own instantiation) is gathered the same way, half the
+// bytes, and widened in shared memory to T before the barrier that publishes each tile
+// (fp8_tile.cuh); K's scale is folded into sm_scale, V's applied to the output in f32.
 // Metadata on trust (common/guard.h), for both kernels: find_tile gives a request whose query
 // range is bad no tiles; request_kv runs a request with bad KV metadata (or q_len > kv_len)
 // without keys; key_offsets reads page 0 in place of an id outside the pool, and the CTA writes
@@ -28,9 +31,11 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/guard.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/prefill/fp8_tile.cuh"
 #include "cuda/prefill/params.h"
 
 namespace pagedattn::cuda::prefill {
@@ -171,28 +176,33 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
 // Gathers kBlockN rows of kChunks 16-byte chunks (byte offsets from key_offsets) into a swizzled
 // tile. When a pass of the block covers a multiple of 8 rows, a thread keeps one chunk column and
 // one swizzle for all its rows, so each copy costs an offset load and an add (head dims 64, 128).
-template <int kChunks, int kBlockN, int kThreads, class T>
-__device__ __forceinline__ void load_kv_tile(uint32_t tile, const T* base, const int64_t* offsets) {
+// An fp8 cache (1-byte KV) has half the bytes per row: copy c lands in tile chunk 2c, to be
+// widened by widen_e4m3_tile (fp8_tile.cuh, which numbers the copies the same way).
+template <int kChunks, int kBlockN, int kThreads, class KV>
+__device__ __forceinline__ void load_kv_tile(uint32_t tile, const KV* base,
+                                             const int64_t* offsets) {
   constexpr int kRowBytes = kChunks * 16;
-  static_assert(kBlockN * kChunks % kThreads == 0);
-  if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0) {
-    constexpr int kRowsPerPass = kThreads / kChunks;
-    const int row = static_cast<int>(threadIdx.x) / kChunks;
-    const int chunk = static_cast<int>(threadIdx.x) % kChunks;
-    const uint32_t dst = tile + swizzled<kRowBytes>(row, chunk);
-    const char* src = reinterpret_cast<const char*>(base) + chunk * 16;
+  constexpr int kStep = 2 / static_cast<int>(sizeof(KV));  // tile chunks per copy: 1, fp8 2
+  constexpr int kCopies = kChunks / kStep;                 // copies per row
+  static_assert(kBlockN * kCopies % kThreads == 0);
+  if constexpr (kThreads % kCopies == 0 && (kThreads / kCopies) % 8 == 0) {
+    constexpr int kRowsPerPass = kThreads / kCopies;
+    const int row = static_cast<int>(threadIdx.x) / kCopies;
+    const int copy = static_cast<int>(threadIdx.x) % kCopies;
+    const uint32_t dst = tile + swizzled<kRowBytes>(row, copy * kStep);
+    const char* src = reinterpret_cast<const char*>(base) + copy * 16;
 #pragma unroll
     for (int it = 0; it < kBlockN / kRowsPerPass; ++it) {
       cp_async_16(dst + it * kRowsPerPass * kRowBytes, src + offsets[it * kRowsPerPass + row]);
     }
   } else {
 #pragma unroll
-    for (int it = 0; it < kBlockN * kChunks / kThreads; ++it) {
+    for (int it = 0; it < kBlockN * kCopies / kThreads; ++it) {
       const int i = it * kThreads + static_cast<int>(threadIdx.x);
-      const int row = i / kChunks;
-      const int chunk = i % kChunks;
-      cp_async_16(tile + swizzled<kRowBytes>(row, chunk),
-                  reinterpret_cast<const char*>(base) + offsets[row] + chunk * 16);
+      const int row = i / kCopies;
+      const int copy = i % kCopies;
+      cp_async_16(tile + swizzled<kRowBytes>(row, copy * kStep),
+                  reinterpret_cast<const char*>(base) + offsets[row] + copy * 16);
     }
   }
 }
@@ -307,11 +317,14 @@ __device__ __forceinline__ int64_t partial_index(const PrefillParams& p, int64_t
   return (int64_t{blockIdx.y} * p.num_qo_rows + token) * p.num_qo_heads + head;
 }
 
-template <class T, int kHeadDimQk, int kHeadDimVo>
+// T: q, out and the MMA inputs (bf16 / f16); KV: the cache, T or __nv_fp8_e4m3 (widened to T).
+template <class T, int kHeadDimQk, int kHeadDimVo, class KV = T>
 __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 2)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
+  constexpr bool kFp8 = std::is_same_v<KV, __nv_fp8_e4m3>;
+  static_assert(kFp8 || std::is_same_v<KV, T>, "KV: the q dtype or fp8 e4m3");
   using Config = TileConfig<kHeadDimQk, kHeadDimVo>;
   constexpr int kThreads = Config::kThreads;
   constexpr int kMTiles = Config::kMTiles;
@@ -367,8 +380,8 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
   const int cta_lo = range.lo, cta_hi = range.hi, key_end = range.end;
   const int num_blocks = cta_hi > cta_lo ? (cta_hi - cta_lo + kBlockN - 1) / kBlockN : 0;
 
-  const T* k_base = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
-  const T* v_base = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
+  const KV* k_base = static_cast<const KV*>(p.k) + kv_head * p.k_stride_head;
+  const KV* v_base = static_cast<const KV*>(p.v) + kv_head * p.v_stride_head;
 
   float o[kMTiles][kOTiles][4];
   float row_max[kMTiles][2], row_sum[kMTiles][2];  // max in log2 units (scaled logits)
@@ -402,7 +415,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
       cp_async_16(s_q + swizzled<kQkRowBytes>(r, chunk), src, valid ? 16 : 0);
     }
     if (threadIdx.x < kBlockN) {
-      key_offsets<T>(p, pages, kv_len, cta_lo, s_off, s_off + kBlockN);
+      key_offsets<KV>(p, pages, kv_len, cta_lo, s_off, s_off + kBlockN);
     }
     __syncthreads();
     load_kv_tile<Config::kChunksQk, kBlockN, kThreads>(s_k, k_base, s_off);
@@ -434,8 +447,12 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
   for (int block = 0; block < num_blocks; ++block) {
     const int n0 = cta_lo + block * kBlockN;
     const int64_t* offsets = s_off + (block & 1) * 2 * kBlockN;
-    cp_async_wait_all();  // K_j (and Q)
-    __syncthreads();      // ... visible to all; every warp is done with V_{j-1}
+    cp_async_wait_all();   // K_j (and Q)
+    if constexpr (kFp8) {  // this thread's copies of K_j, widened in place (fp8_tile.cuh)
+      widen_e4m3_tile<T, Config::kChunksQk, kBlockN, kThreads>(
+          s_k, [](int row, int chunk) { return swizzled<kQkRowBytes>(row, chunk); });
+    }
+    __syncthreads();  // ... visible to all; every warp is done with V_{j-1}
     load_kv_tile<Config::kChunksVo, kBlockN, kThreads>(s_v, v_base, offsets + kBlockN);
     cp_async_commit();
 
@@ -546,9 +563,13 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
     const bool has_next = block + 1 < num_blocks;
     if (has_next && threadIdx.x < kBlockN) {
       int64_t* next = s_off + ((block + 1) & 1) * 2 * kBlockN;
-      key_offsets<T>(p, pages, kv_len, n0 + kBlockN, next, next + kBlockN);
+      key_offsets<KV>(p, pages, kv_len, n0 + kBlockN, next, next + kBlockN);
     }
     cp_async_wait_all();
+    if constexpr (kFp8) {  // ... of V_j
+      widen_e4m3_tile<T, Config::kChunksVo, kBlockN, kThreads>(
+          s_v, [](int row, int chunk) { return swizzled<kVoRowBytes>(row, chunk); });
+    }
     __syncthreads();
     if (has_next) {
       load_kv_tile<Config::kChunksQk, kBlockN, kThreads>(s_k, k_base,
@@ -606,7 +627,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
       if (row >= num_rows) continue;
       const int token = row / g;
       const int head = kv_head * g + (row - token * g);
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float inv = l > 0.0f ? (kFp8 ? p.v_scale : 1.0f) / l : 0.0f;
       if (p.num_kv_chunks > 1) {
         const int64_t index = partial_index(p, q_begin + token, head);
         float* part = p.partial_out + index * kHeadDimVo + 2 * (lane & 3);

@@ -11,6 +11,9 @@
 // block, blocks 1024-byte aligned. Descriptors: K-major (Q, K) step 32 bytes per k16 inside a
 // block, 8-row groups 1024 bytes apart; N-major V has 64-column blocks R * 128 bytes apart
 // (leading offset) and 8-key groups 1024 bytes apart (stride offset).
+//
+// An fp8 e4m3 cache (KV = __nv_fp8_e4m3) is gathered and widened in place as in kernel.cuh
+// (fp8_tile.cuh), between the cp.async wait and the proxy fence that hands each tile to wgmma.
 #pragma once
 
 #include "cuda/prefill/kernel.cuh"
@@ -54,28 +57,30 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 
 // Gathers kRows rows of kChunks 16-byte chunks (byte offsets from key_offsets) into a swizzled
-// tile.
-template <int kChunks, int kRows, class T>
-__device__ __forceinline__ void load_tile(uint32_t tile, const T* base, const int64_t* offsets) {
+// tile. An fp8 cache (1-byte KV): copy c of a row lands in tile chunk 2c (load_kv_tile's rule).
+template <int kChunks, int kRows, class KV>
+__device__ __forceinline__ void load_tile(uint32_t tile, const KV* base, const int64_t* offsets) {
   constexpr int kThreads = 128;
+  constexpr int kStep = 2 / static_cast<int>(sizeof(KV));  // tile chunks per copy: 1, fp8 2
+  constexpr int kCopies = kChunks / kStep;                 // copies per row
   const char* bytes = reinterpret_cast<const char*>(base);
-  if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0) {
-    constexpr int kRowsPerPass = kThreads / kChunks;
-    const int row = static_cast<int>(threadIdx.x) / kChunks;
-    const int chunk = static_cast<int>(threadIdx.x) % kChunks;
-    const uint32_t dst = tile + tile_offset<kRows>(row, chunk);
-    const char* src = bytes + chunk * 16;
+  if constexpr (kThreads % kCopies == 0 && (kThreads / kCopies) % 8 == 0) {
+    constexpr int kRowsPerPass = kThreads / kCopies;
+    const int row = static_cast<int>(threadIdx.x) / kCopies;
+    const int copy = static_cast<int>(threadIdx.x) % kCopies;
+    const uint32_t dst = tile + tile_offset<kRows>(row, copy * kStep);
+    const char* src = bytes + copy * 16;
 #pragma unroll
     for (int it = 0; it < kRows / kRowsPerPass; ++it) {
       cp_async_16(dst + it * kRowsPerPass * 128, src + offsets[it * kRowsPerPass + row]);
     }
   } else {
-    static_assert(kRows * kChunks % kThreads == 0);
+    static_assert(kRows * kCopies % kThreads == 0);
 #pragma unroll
-    for (int it = 0; it < kRows * kChunks / kThreads; ++it) {
+    for (int it = 0; it < kRows * kCopies / kThreads; ++it) {
       const int i = it * kThreads + static_cast<int>(threadIdx.x);
-      const int row = i / kChunks, chunk = i % kChunks;
-      cp_async_16(tile + tile_offset<kRows>(row, chunk), bytes + offsets[row] + chunk * 16);
+      const int row = i / kCopies, copy = i % kCopies;
+      cp_async_16(tile + tile_offset<kRows>(row, copy * kStep), bytes + offsets[row] + copy * 16);
     }
   }
 }
@@ -113,12 +118,15 @@ struct Ops<__half> {
   }
 };
 
-template <class T, int kHeadDimQk, int kHeadDimVo, int kBlockKeys = 64>
+// T: q, out and the MMA inputs (bf16 / f16); KV: the cache, T or __nv_fp8_e4m3 (widened to T).
+template <class T, int kHeadDimQk, int kHeadDimVo, int kBlockKeys = 64, class KV = T>
 __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys>::kMinBlocks)
     prefill_kernel_sm90(const __grid_constant__ PrefillParams p) {
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool kFp8 = std::is_same_v<KV, __nv_fp8_e4m3>;
+  static_assert(kFp8 || std::is_same_v<KV, T>, "KV: the q dtype or fp8 e4m3");
   using C = Config<kHeadDimQk, kHeadDimVo, kBlockKeys>;
   constexpr int kBlockM = C::kBlockM;
   constexpr int kBlockN = C::kBlockN;
@@ -165,8 +173,8 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
   const int cta_lo = range.lo, cta_hi = range.hi, key_end = range.end;
   const int num_blocks = cta_hi > cta_lo ? (cta_hi - cta_lo + kBlockN - 1) / kBlockN : 0;
 
-  const T* k_base = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
-  const T* v_base = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
+  const KV* k_base = static_cast<const KV*>(p.k) + kv_head * p.k_stride_head;
+  const KV* v_base = static_cast<const KV*>(p.v) + kv_head * p.v_stride_head;
 
   float o[kORegs];
 #pragma unroll
@@ -187,7 +195,7 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
       const T* src = q + (q_begin + token) * p.q_stride_token + head * p.q_stride_head + chunk * 8;
       cp_async_16(s_q + tile_offset<kBlockM>(r, chunk), src, valid ? 16 : 0);
     }
-    if (threadIdx.x < kBlockN) key_offsets<T>(p, pages, kv_len, cta_lo, s_off, s_off + kBlockN);
+    if (threadIdx.x < kBlockN) key_offsets<KV>(p, pages, kv_len, cta_lo, s_off, s_off + kBlockN);
     __syncthreads();
     load_tile<kHeadDimQk / 8, kBlockN>(s_k, k_base, s_off);
     cp_async_commit();
@@ -201,7 +209,11 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
   for (int block = 0; block < num_blocks; ++block) {
     const int n0 = cta_lo + block * kBlockN;
     const int64_t* offsets = s_off + (block & 1) * 2 * kBlockN;
-    cp_async_wait_all();  // K_j (and Q)
+    cp_async_wait_all();   // K_j (and Q)
+    if constexpr (kFp8) {  // this thread's copies of K_j, widened in place (fp8_tile.cuh)
+      widen_e4m3_tile<T, kHeadDimQk / 8, kBlockN, 128>(
+          s_k, [](int row, int chunk) { return tile_offset<kBlockN>(row, chunk); });
+    }
     fence_proxy_async();  // ... visible to the tensor cores' (async proxy) reads
     __syncthreads();      // ... of every thread's copies; every thread is done with V_{j-1}
     load_tile<kHeadDimVo / 8, kBlockN>(s_v, v_base, offsets + kBlockN);
@@ -286,9 +298,13 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
     const bool has_next = block + 1 < num_blocks;
     if (has_next && threadIdx.x < kBlockN) {
       int64_t* next = s_off + ((block + 1) & 1) * 2 * kBlockN;
-      key_offsets<T>(p, pages, kv_len, n0 + kBlockN, next, next + kBlockN);
+      key_offsets<KV>(p, pages, kv_len, n0 + kBlockN, next, next + kBlockN);
     }
-    cp_async_wait_all();  // V_j
+    cp_async_wait_all();   // V_j
+    if constexpr (kFp8) {  // ... of V_j
+      widen_e4m3_tile<T, kHeadDimVo / 8, kBlockN, 128>(
+          s_v, [](int row, int chunk) { return tile_offset<kBlockN>(row, chunk); });
+    }
     fence_proxy_async();
     __syncthreads();  // every thread is done with K_j; the next offsets are visible
     if (has_next) {
@@ -325,7 +341,7 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
     if (row >= num_rows) continue;
     const int token = row / g;
     const int head = kv_head * g + (row - token * g);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv = l > 0.0f ? (kFp8 ? p.v_scale : 1.0f) / l : 0.0f;
     if (p.num_kv_chunks > 1) {
       const int64_t index = partial_index(p, q_begin + token, head);
       float* part = p.partial_out + index * kHeadDimVo + 2 * (lane & 3);

@@ -1,6 +1,6 @@
 // Host-side launch of the prefill kernels for one element type: kernel choice, head-dim dispatch,
 // grid bound, shared-memory opt-in, launch check, and the merge of split-KV partials. Included by
-// the per-dtype instantiation files (one per dtype keeps each nvcc job small).
+// the per-dtype instantiation files (one per (q dtype, cache dtype) keeps each nvcc job small).
 //
 // Kernel choice (the rule, in launch_config): the wgmma kernel (kernel_sm90.cuh) on a compute
 // capability 9.x device when the binary holds its sm_90a code, else the mma.sync kernel
@@ -104,9 +104,10 @@ void launch_tiles(Kernel* kernel, PrefillParams params, int block_rows, int thre
   }
 }
 
-template <class T, int kHeadDimQk, int kHeadDimVo>
+// KV: the cache's element type, T or __nv_fp8_e4m3 (kernel.cuh).
+template <class T, class KV, int kHeadDimQk, int kHeadDimVo>
 void launch_config(const PrefillParams& params, cudaStream_t stream) {
-  auto* sm90 = &sm90::prefill_kernel_sm90<T, kHeadDimQk, kHeadDimVo>;
+  auto* sm90 = &sm90::prefill_kernel_sm90<T, kHeadDimQk, kHeadDimVo, 64, KV>;
   // Whether this binary carries sm_90a code for the kernel (checked once; the build's targets do
   // not change at run time).
   static const bool has_sm90 = [&] {
@@ -124,17 +125,17 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
                            stream);
   }
   using C = TileConfig<kHeadDimQk, kHeadDimVo>;
-  launch_tiles<T>(&prefill_kernel<T, kHeadDimQk, kHeadDimVo>, params, C::kBlockM, C::kThreads,
+  launch_tiles<T>(&prefill_kernel<T, kHeadDimQk, kHeadDimVo, KV>, params, C::kBlockM, C::kThreads,
                   C::kSmemBytes, kHeadDimVo, stream);
 }
 
-template <class T>
+template <class T, class KV = T>
 void launch_typed(const PrefillParams& params, int head_dim_qk, int head_dim_vo, void* stream) {
   auto* s = static_cast<cudaStream_t>(stream);
-  if (head_dim_qk == 64 && head_dim_vo == 64) return launch_config<T, 64, 64>(params, s);
-  if (head_dim_qk == 128 && head_dim_vo == 128) return launch_config<T, 128, 128>(params, s);
-  if (head_dim_qk == 256 && head_dim_vo == 256) return launch_config<T, 256, 256>(params, s);
-  if (head_dim_qk == 192 && head_dim_vo == 128) return launch_config<T, 192, 128>(params, s);
+  if (head_dim_qk == 64 && head_dim_vo == 64) return launch_config<T, KV, 64, 64>(params, s);
+  if (head_dim_qk == 128 && head_dim_vo == 128) return launch_config<T, KV, 128, 128>(params, s);
+  if (head_dim_qk == 256 && head_dim_vo == 256) return launch_config<T, KV, 256, 256>(params, s);
+  if (head_dim_qk == 192 && head_dim_vo == 128) return launch_config<T, KV, 192, 128>(params, s);
   throw_error("prefill: head_dim_qk/vo " + std::to_string(head_dim_qk) + "/" +
               std::to_string(head_dim_vo) +
               " is not supported (expected 64/64, 128/128, 256/256 or 192/128)");

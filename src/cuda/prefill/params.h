@@ -19,7 +19,8 @@ struct PrefillParams {
   int64_t lse_stride_token = 0, lse_stride_head = 0;
 
   // Paged K/V: element offset of (alloc page a, token slot s in it, kv head h) is
-  // a * stride_page + s * stride_token + h * stride_head (NHD or HND alike).
+  // a * stride_page + s * stride_token + h * stride_head (NHD or HND alike). Elements of q's dtype,
+  // or fp8 e4m3 (the *_fp8 launchers below).
   const void* k = nullptr;
   const void* v = nullptr;
   int64_t k_stride_page = 0, k_stride_token = 0, k_stride_head = 0;
@@ -38,7 +39,7 @@ struct PrefillParams {
   int32_t page_size = 0;        // attention page size P
   int32_t pages_per_alloc = 1;  // alloc_page_size / P
 
-  float sm_scale = 0.0f;
+  float sm_scale = 0.0f;         // times K's dequantisation scale (fp8; else 1)
   float logits_soft_cap = 0.0f;  // > 0: cap * tanh(logits / cap)
   int32_t window_left = -1;      // >= 0: keys in [pos - window_left, ...]
   bool causal = true;
@@ -60,6 +61,10 @@ struct PrefillParams {
   float* partial_out = nullptr;
   float* partial_lse = nullptr;
 
+  // fp8 e4m3 cache (the *_fp8 launchers): V's dequantisation scale, applied to out in f32 (K's is
+  // folded into sm_scale by the launcher). Last, so the other fields keep their offsets.
+  float v_scale = 1.0f;
+
   // The metadata taken on trust is checked against these (common/guard.h; its max_q_len and
   // num_rows repeat the fields above).
   MetadataGuard guard;
@@ -68,12 +73,17 @@ struct PrefillParams {
 // Chunk boundaries are multiples of every kernel's key tile, so a chunk start is a tile start.
 inline constexpr int kChunkAlign = 128;
 
-// Enqueue the kernel for (head_dim_qk, head_dim_vo) in bf16 / f16 (instantiate_*.cu); `stream` is a
-// cudaStream_t. Throw Error for an unsupported head-dim pair or a failed launch.
+// Enqueue the kernel for (head_dim_qk, head_dim_vo) with q, out and K/V in bf16 / f16, or (_fp8)
+// q and out in bf16 / f16 over an fp8 e4m3 cache (instantiate_*.cu); `stream` is a cudaStream_t.
+// Throw Error for an unsupported head-dim pair or a failed launch.
 void launch_prefill_bf16(const PrefillParams& params, int head_dim_qk, int head_dim_vo,
                          void* stream);
 void launch_prefill_f16(const PrefillParams& params, int head_dim_qk, int head_dim_vo,
                         void* stream);
+void launch_prefill_bf16_fp8(const PrefillParams& params, int head_dim_qk, int head_dim_vo,
+                             void* stream);
+void launch_prefill_f16_fp8(const PrefillParams& params, int head_dim_qk, int head_dim_vo,
+                            void* stream);
 
 // Upper bound on the query tiles of a step (kBlockM rows each, every request rounded up):
 // sum_r ceil(q_len_r * g / kBlockM) <= floor(T * g / kBlockM) + B, and <= B * ceil(max_q_len * g

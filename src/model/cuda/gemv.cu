@@ -17,8 +17,9 @@
 // loads over every SM.
 //
 // Launched with programmatic dependent launch (cuda/launch.h): the kernel waits for the previous
-// kernel (pdl_wait(), its first statement) before its first load. (w is never written during a
-// step, so its first loads could be issued before the wait; the rule keeps every read after it.)
+// kernel (pdl_wait()) before its first load; before the wait, each block only asks the L2 to
+// prefetch its weight rows (w is never written during a step), so a layer's weights stream in
+// while the kernel before it (a norm, attention) still runs.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -39,6 +40,7 @@ using ::pagedattn::cuda::check_launch;
 using ::pagedattn::cuda::launch_kernel;
 using ::pagedattn::cuda::pdl_trigger;
 using ::pagedattn::cuda::pdl_wait;
+using ::pagedattn::cuda::prefetch_l2_bulk;
 using ::pagedattn::cuda::vec_to_float;
 using ::pagedattn::cuda::warp_sum;
 
@@ -80,14 +82,20 @@ template <class T, int kM>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<kM>)
     gemv_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__ w, int64_t ldw,
                 int64_t n, int chunks, int group_shift, float* __restrict__ y, int64_t ldy) {
-  pdl_wait();  // first (cuda/launch.h)
-  pdl_trigger();
   constexpr int kR = kRows<kM>, kU = kUnroll<kM>;
   constexpr int kSums = kM * kR;  // per thread, and per group after the reduction
   __shared__ float partial[kWarps][kSums];
+  const int groups = kThreads >> group_shift;  // per block
+  // This block's weight rows stream into the L2 while the previous kernel drains: w is no kernel's
+  // output, and a prefetch reads no value (pdl.cuh), so it may precede the wait.
+  if (const int64_t row = int64_t{blockIdx.x} * groups * kR + threadIdx.x;
+      threadIdx.x < groups * kR && row < n) {
+    prefetch_l2_bulk(w + row * ldw, static_cast<unsigned>(chunks) * 16u);
+  }
+  pdl_wait();  // first global access (cuda/launch.h)
+  pdl_trigger();
 
   const int group_threads = 1 << group_shift;
-  const int groups = kThreads >> group_shift;  // per block
   const int group = static_cast<int>(threadIdx.x) >> group_shift;
   const int member = static_cast<int>(threadIdx.x) & (group_threads - 1);
   const int64_t first_row = (int64_t{blockIdx.x} * groups + group) * kR;

@@ -82,6 +82,7 @@ struct PrefillRowsConfig {
   std::vector<BatchLen> rows;       // default: 1x8192, 1x32768, ragged16/4096
   std::vector<int32_t> page_sizes;  // default: 16, 1
   bool causal = true;
+  bool fp8_kv = false;  // each (row, P) also over an fp8 e4m3 cache, timed right after bf16's
   int32_t reps = 10;
 };
 PrefillRowsConfig default_prefill_rows();

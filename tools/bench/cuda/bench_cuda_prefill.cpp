@@ -9,7 +9,10 @@
 // seed, so the rows are the same in every run.
 // FLOPs count the visible (query, key) pairs only: 2 * pairs * Hq * (128 + 128), pairs = q * L
 // (non-causal) or q * (L - q) + q * (q + 1) / 2 (causal). TFLOP/s is printed beside the cuBLAS
-// bf16 matmul rate measured in the same run.
+// bf16 matmul rate measured in the same run. With --kv-dtype fp8_e4m3 each (row, P) is also run
+// over an fp8 e4m3 cache (values of the same distribution, k_scale = v_scale = 0.5), timed right
+// after the bf16 cache on the same metadata: its TFLOP/s and its speed over bf16's in extra
+// columns (and fields of the row's JSON, so the tables built from it keep one row per row).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -18,12 +21,25 @@
 
 #include "core/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/fill.h"
 #include "tools/bench/cuda/bench_cuda_device.h"
 
 namespace pagedattn::tools {
 namespace {
 
 constexpr int32_t kQoHeads = 32, kKvHeads = 8, kHeadDim = 128;
+constexpr float kFp8Scale = 0.5f;  // the fp8 cache's k_scale and v_scale
+
+// A device buffer of `elements` fp8 e4m3 values, uniform in [-1, 1) / kFp8Scale, made on the
+// device.
+cuda::DeviceBuffer random_fp8(int64_t elements, uint64_t seed, void* stream) {
+  const int64_t n = std::max<int64_t>(elements, 16);
+  cuda::DeviceBuffer buffer(static_cast<size_t>(n));
+  cuda::fill_uniform_device(
+      TensorView::contiguous(buffer.data(), DType::kFP8E4M3, {n}, Device::cuda(0)), seed, -1, 1,
+      stream, kFp8Scale);
+  return buffer;
+}
 
 struct Requests {
   std::vector<int32_t> q_lens, kv_lens;
@@ -89,6 +105,8 @@ nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCei
   cuda::DeviceBuffer k = random_bf16(max_tokens * token_elems, 31, stream);
   cuda::DeviceBuffer v = random_bf16(max_tokens * token_elems, 32, stream);
   cuda::DeviceBuffer q = random_bf16(max_rows * kQoHeads * kHeadDim, 33, stream);
+  const int64_t fp8_elems = config.fp8_kv ? max_tokens * token_elems : 0;
+  cuda::DeviceBuffer k8 = random_fp8(fp8_elems, 34, stream), v8 = random_fp8(fp8_elems, 35, stream);
   cuda::DeviceBuffer out(max_rows * kQoHeads * kHeadDim * 2), lse(max_rows * kQoHeads * 4);
   const std::unique_ptr<Backend> backend = cuda::make_backend();
   WorkspaceLimits limits;
@@ -102,11 +120,15 @@ nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCei
   fmt::print(
       "\nprefill: Hq 32 / Hkv 8, head_dim 128, bf16, NHD, {}, pages in random order, L2 flushed, "
       "median of {}\n  FLOPs = 2 * visible (query, key) pairs * 32 * (128 + 128); ratio to the "
-      "cuBLAS bf16 matmul ({:.0f} TFLOP/s, this run)\n{:>16} {:>4} {:>8} {:>10} {:>9} {:>8} {:>7} "
-      "{:>7}\n",
-      config.causal ? "causal" : "non-causal", config.reps, ceilings.matmul_tflops, "rows", "P",
-      "q_rows", "time_us", "TFLOP/s", "vs_mm", fmt::format("P/P{}", config.page_sizes[0]),
-      "target");
+      "cuBLAS bf16 matmul ({:.0f} TFLOP/s, this run){}\n{:>16} {:>4} {:>8} {:>10} {:>9} {:>8} "
+      "{:>7} {:>7}{}\n",
+      config.causal ? "causal" : "non-causal", config.reps, ceilings.matmul_tflops,
+      config.fp8_kv ? "\n  fp8: the same row over an fp8 e4m3 cache (k/v scale 0.5); fp8/bf16 = "
+                      "its speed over the bf16 cache's, same run"
+                    : "",
+      "rows", "P", "q_rows", "time_us", "TFLOP/s", "vs_mm",
+      fmt::format("P/P{}", config.page_sizes[0]), "target",
+      config.fp8_kv ? fmt::format(" {:>10} {:>9} {:>8}", "fp8_us", "fp8_TF/s", "fp8/bf16") : "");
   std::mt19937_64 rng(20261203);
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < config.rows.size(); ++i) {
@@ -116,33 +138,47 @@ nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCei
     double first = 0;
     for (int32_t page : config.page_sizes) {
       DeviceStep step = make_device_step(r.q_lens, r.kv_lens, page, rng);
-      PrefillArgs args;
-      args.meta = step.meta;
-      args.kv.k = TensorView::contiguous(
-          k.data(), DType::kBF16, {step.num_pages, page, kKvHeads, kHeadDim}, Device::cuda(0));
-      args.kv.v = TensorView::contiguous(
-          v.data(), DType::kBF16, {step.num_pages, page, kKvHeads, kHeadDim}, Device::cuda(0));
-      args.kv.layout = KvLayout::kNHD;
-      args.kv.page_size = page;
-      args.q = TensorView::contiguous(q.data(), DType::kBF16, {step.num_rows, kQoHeads, kHeadDim},
-                                      Device::cuda(0));
-      args.out = TensorView::contiguous(out.data(), DType::kBF16,
-                                        {step.num_rows, kQoHeads, kHeadDim}, Device::cuda(0));
-      args.lse = TensorView::contiguous(lse.data(), DType::kF32, {step.num_rows, kQoHeads},
+      // Median time of the row over the bf16 cache or the fp8 one; the lse's non-finite count.
+      auto time_cache = [&](DType kv_dtype, int64_t& bad) {
+        const bool fp8 = kv_dtype == DType::kFP8E4M3;
+        PrefillArgs args;
+        args.meta = step.meta;
+        args.kv.k =
+            TensorView::contiguous(fp8 ? k8.data() : k.data(), kv_dtype,
+                                   {step.num_pages, page, kKvHeads, kHeadDim}, Device::cuda(0));
+        args.kv.v =
+            TensorView::contiguous(fp8 ? v8.data() : v.data(), kv_dtype,
+                                   {step.num_pages, page, kKvHeads, kHeadDim}, Device::cuda(0));
+        args.kv.layout = KvLayout::kNHD;
+        args.kv.page_size = page;
+        args.kv.k_scale = args.kv.v_scale = fp8 ? kFp8Scale : 1.0f;
+        args.q = TensorView::contiguous(q.data(), DType::kBF16, {step.num_rows, kQoHeads, kHeadDim},
                                         Device::cuda(0));
-      args.options.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-      args.options.causal = config.causal;
-      args.stream = stream;
-      backend->plan(*workspace, describe_op(args), args.meta);
-      const double ns = median_device_ns([&] { backend->run_prefill(*workspace, args); }, 2,
-                                         config.reps, true, stream);
-      const int64_t bad = count_not_finite(lse.data(), step.num_rows * kQoHeads, stream);
+        args.out = TensorView::contiguous(out.data(), DType::kBF16,
+                                          {step.num_rows, kQoHeads, kHeadDim}, Device::cuda(0));
+        args.lse = TensorView::contiguous(lse.data(), DType::kF32, {step.num_rows, kQoHeads},
+                                          Device::cuda(0));
+        args.options.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+        args.options.causal = config.causal;
+        args.stream = stream;
+        backend->plan(*workspace, describe_op(args), args.meta);
+        const double ns = median_device_ns([&] { backend->run_prefill(*workspace, args); }, 2,
+                                           config.reps, true, stream);
+        bad += count_not_finite(lse.data(), step.num_rows * kQoHeads, stream);
+        return ns;
+      };
+      int64_t bad = 0;
+      const double ns = time_cache(DType::kBF16, bad);
+      const double ns_fp8 = config.fp8_kv ? time_cache(DType::kFP8E4M3, bad) : 0.0;
       const double tflops = flops / ns / 1e3;
       if (page == config.page_sizes[0]) first = tflops;
       const double target = config.causal ? issue_target("prefill", kQoHeads, row) : 0.0;
-      fmt::print("{:>16} {:>4} {:>8} {:>10.1f} {:>9.1f} {:>8.3f} {:>7.2f} {:>7}{}\n", row.name(),
+      fmt::print("{:>16} {:>4} {:>8} {:>10.1f} {:>9.1f} {:>8.3f} {:>7.2f} {:>7}{}{}\n", row.name(),
                  page, step.num_rows, ns / 1e3, tflops, tflops / ceilings.matmul_tflops,
                  tflops / first, target > 0 ? fmt::format("{:g}", target) : "-",
+                 config.fp8_kv ? fmt::format(" {:>10.1f} {:>9.1f} {:>8.2f}", ns_fp8 / 1e3,
+                                             flops / ns_fp8 / 1e3, ns / ns_fp8)
+                               : "",
                  bad > 0 ? fmt::format("  ({} lse not finite!)", bad) : "");
       std::fflush(stdout);
       rows.push_back({{"row", row.name()},
@@ -158,6 +194,11 @@ nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCei
                       {"ratio_to_first_page_size", tflops / first},
                       {"target_tflops", target},
                       {"lse_not_finite", bad}});
+      if (config.fp8_kv) {  // the same row over the fp8 cache
+        rows.back()["fp8_median_us"] = ns_fp8 / 1e3;
+        rows.back()["fp8_tflops"] = flops / ns_fp8 / 1e3;
+        rows.back()["fp8_speed_over_bf16"] = ns / ns_fp8;
+      }
     }
   }
   return rows;

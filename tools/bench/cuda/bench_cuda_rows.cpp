@@ -88,9 +88,16 @@ CudaRowsStatus run_cuda_rows(const CudaRowsOptions& o) {
       if (!o.page_sizes.empty()) config.page_sizes = o.page_sizes;
       if (o.reps > 0) config.reps = o.reps;
       config.causal = o.causal;
+      config.fp8_kv = o.fp8_kv;
       const CudaCeilings ceilings = ceilings_for(int64_t{1} << 30, 8192);
-      document["shape"] = {{"num_qo_heads", 32}, {"num_kv_heads", 8}, {"head_dim", 128},
-                           {"dtype", "bf16"},    {"layout", "NHD"},   {"causal", config.causal}};
+      document["shape"] = {{"num_qo_heads", 32},
+                           {"num_kv_heads", 8},
+                           {"head_dim", 128},
+                           {"dtype", "bf16"},
+                           {"kv_dtypes", config.fp8_kv ? nlohmann::json::array({"bf16", "fp8_e4m3"})
+                                                       : nlohmann::json::array({"bf16"})},
+                           {"layout", "NHD"},
+                           {"causal", config.causal}};
       document["reps"] = config.reps;
       document["rows"] = bench_prefill_rows(config, ceilings, stream);
       break;

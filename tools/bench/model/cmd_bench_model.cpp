@@ -61,6 +61,7 @@ struct ModelBenchOptions {
   int32_t warmup = 2;
   int32_t reps = 0;  // 0: 10 on a GPU, 3 on the CPU
   int threads = 0;
+  std::string cpu_weights = "auto";  // ops::WeightMode: auto, stored (kConvertTiles), f32
   double ceiling_time = 1.0;
   int64_t ceiling_mib = 0;
   std::string json_path;
@@ -184,6 +185,9 @@ void run_bench_model(ModelBenchOptions options) {
   runtime_options.model.device = options.device;
   options.gpu.apply(runtime_options);
   runtime_options.model.threads = options.threads;
+  runtime_options.model.weight_mode = options.cpu_weights == "stored" ? ops::WeightMode::kConvertTiles
+                                      : options.cpu_weights == "f32"  ? ops::WeightMode::kCachedF32
+                                                                      : ops::WeightMode::kAuto;
   runtime_options.model.max_step_tokens = max_tokens;
   runtime_options.page_size = options.page_size;
   runtime_options.kv_dtype = kv_dtype;
@@ -200,13 +204,13 @@ void run_bench_model(ModelBenchOptions options) {
   const PdlMode pdl = pdl_mode(device);
   fmt::print(
       "bench model: {} ({}, {} layers, {} GB of weights as stored) on {}{}, loaded in {:.1f} s; "
-      "KV pool {} pages of {} tokens ({:.2f} GB, {}); median of {} calls after {} warm-up\n",
+      "KV pool {} pages of {} tokens ({:.2f} GB, {}); median of {} calls after {} warm-up{}\n",
       model_name, model::architecture_name(model_config.architecture),
       model_config.num_hidden_layers, static_cast<double>(runtime->weight_bytes()) / 1e9,
       device.str(), pdl.words.empty() ? "" : " (" + pdl.words + ")", load_s,
       runtime->pool().num_pages(), options.page_size,
       static_cast<double>(runtime->pool().bytes()) / 1e9, dtype_name(kv_dtype), options.reps,
-      options.warmup);
+      options.warmup, on_gpu ? "" : "; CPU weights " + options.cpu_weights);
 
   // Ceilings measured in this run.
   if (!on_gpu) fmt::print("{}\n", machine_description());
@@ -326,6 +330,7 @@ void run_bench_model(ModelBenchOptions options) {
           {"reps", options.reps},
           {"warmup", options.warmup},
           {"threads", ops::num_threads()},
+          {"cpu_weights", options.cpu_weights},
           {"pdl", pdl.on}}},
         {"ceilings", {{"read_gbs", read_gbs}, {"gemm_gflops", gemm_gflops}, {"gemm", gemm_name}}},
         {"metadata", metadata},
@@ -364,6 +369,11 @@ void add_bench_model_command(CLI::App& bench) {
   cmd->add_option("--reps", options->reps, "timed calls per row (0: 10 on a GPU, 3 on the CPU)")
       ->capture_default_str();
   cmd->add_option("--threads", options->threads, "CPU threads (0: all cores)");
+  cmd->add_option("--cpu-weights", options->cpu_weights,
+                  "CPU: how linear layers hold bf16 weights: auto, stored (read as stored; "
+                  "converted in tiles at prefill), f32 (an f32 copy made at load)")
+      ->check(CLI::IsMember({"auto", "stored", "f32"}))
+      ->capture_default_str();
   cmd->add_option("--ceiling-time", options->ceiling_time,
                   "CPU: seconds of samples for each ceiling (memory read, GEMM)")
       ->capture_default_str();
