@@ -2,8 +2,9 @@
 // (a page id equal to the pool's size or -1, a decreasing kv_indptr, a kv_indptr past kv_indices,
 // kv_last_page_len 0 or P + 1, q_len > kv_len) on a request in the middle of a batch whose long
 // requests are split, through every op and kernel family: decode on tensor cores (bf16) and on
-// CUDA cores (fp8 KV, then the merge kernel), prefill (wgmma on Hopper, split KV), MLA decode
-// (H 16: the read-bound kernel; H 128: the warp-specialized one; fp8: mma.sync; H 16 in clusters)
+// CUDA cores (fp8 KV, then the merge kernel), prefill (wgmma on Hopper, split KV; bf16 and fp8
+// caches), MLA decode (H 16: the read-bound kernel; H 128: the warp-specialized one; fp8:
+// mma.sync; H 16 in clusters)
 // and MLA extend, and the cuda_generic backend. Each run checks: check_device_errors() throws
 // after the sync with the message naming the op, request, entry and value, and is clear after;
 // the bad request's rows are exactly 0 with lse -inf; every other request's rows match the
@@ -482,6 +483,12 @@ TEST(CudaGuardPrefill, SplitKv) {
                             last_page_len(2, 17), q_len_over_kv_len(1)}) {
     check_mutation(spec, m);
   }
+  // An fp8 cache (the kernels' fp8 instantiation: the same gather, widened in shared memory).
+  CaseSpec fp8 = spec;
+  fp8.kv_dtype = DType::kFP8E4M3;
+  fp8.kv_scale = 0.5f;
+  check_mutation(fp8, page_id(2, 0, false));
+  check_mutation(fp8, kv_indptr_decreasing(2));
 }
 
 TEST(CudaGuardMla, DecodeEveryKernel) {
