@@ -185,9 +185,10 @@ template <class F>
 template <class Load>
 [[gnu::always_inline]] inline void score_dispatch(const float* q, int rows, const char* const* k,
                                                   int n, int dim, float* s, int s_stride, Load ld) {
-  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
-    score_rows<decltype(r)::value>(q, k, n, dim, s, s_stride, ld);
-  });
+  with_rows(
+      rows, [&](auto r) __attribute__((always_inline)) {
+        score_rows<decltype(r)::value>(q, k, n, dim, s, s_stride, ld);
+      });
 }
 
 template <class Load>
@@ -195,9 +196,10 @@ template <class Load>
                                                        const float* p, int p_stride,
                                                        const char* const* v, int n, int dim,
                                                        Load ld) {
-  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
-    accumulate_rows<decltype(r)::value>(acc, alpha, p, p_stride, v, n, dim, ld);
-  });
+  with_rows(
+      rows, [&](auto r) __attribute__((always_inline)) {
+        accumulate_rows<decltype(r)::value>(acc, alpha, p, p_stride, v, n, dim, ld);
+      });
 }
 
 // bf16 GEMV rows in the pair layout (see cpu_simd.h): a 64-byte load of W is 16 words of two
@@ -233,8 +235,8 @@ template <int R, int K>
 }
 
 template <int R>
-[[gnu::always_inline]] inline void pair_rows(const float* x, const char* const* w, int n,
-                                             int dim, float* y, int y_stride) {
+[[gnu::always_inline]] inline void pair_rows(const float* x, const char* const* w, int n, int dim,
+                                             float* y, int y_stride) {
   // Few rows: four W rows at a time (more independent FMA chains and memory streams).
   constexpr int kKeys = R <= 2 ? 4 : 2;
   int j = 0;
@@ -438,7 +440,8 @@ template <int R>
   for (; d + kC * kPairBlock <= dim; d += kC * kPairBlock) {
     pair_accumulate_blocks<R, kC>(acc, alpha, p, p_stride, v, n, dim, d);
   }
-  for (; d < dim; d += kPairBlock) pair_accumulate_blocks<R, 1>(acc, alpha, p, p_stride, v, n, dim, d);
+  for (; d < dim; d += kPairBlock)
+    pair_accumulate_blocks<R, 1>(acc, alpha, p, p_stride, v, n, dim, d);
 }
 
 void pair_layout(const float* x, int dim, float* out) {
@@ -460,18 +463,20 @@ void unpair_layout(const float* pairs, int dim, float* out) {
 }
 
 PA_SIMD_CLONES void accumulate_bf16_pairs(float* acc_pairs, int rows, const float* alpha,
-                                          const float* p, int p_stride, const char* const* v,
-                                          int n, int dim) {
-  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
-    pair_accumulate_rows<decltype(r)::value>(acc_pairs, alpha, p, p_stride, v, n, dim);
-  });
+                                          const float* p, int p_stride, const char* const* v, int n,
+                                          int dim) {
+  with_rows(
+      rows, [&](auto r) __attribute__((always_inline)) {
+        pair_accumulate_rows<decltype(r)::value>(acc_pairs, alpha, p, p_stride, v, n, dim);
+      });
 }
 
 PA_SIMD_CLONES void gemv_bf16_pairs(const float* x_pairs, int rows, const char* const* w, int n,
                                     int dim, float* y, int y_stride) {
-  with_rows(rows, [&](auto r) __attribute__((always_inline)) {
-    pair_rows<decltype(r)::value>(x_pairs, w, n, dim, y, y_stride);
-  });
+  with_rows(
+      rows, [&](auto r) __attribute__((always_inline)) {
+        pair_rows<decltype(r)::value>(x_pairs, w, n, dim, y, y_stride);
+      });
 }
 
 const char* active_isa() {

@@ -58,8 +58,8 @@ void accumulate_rows_fused(float* acc, int rows, const float* alpha, const float
 inline constexpr int kPairBlock = 2 * kLanes;
 void pair_layout(const float* x, int dim, float* out);
 void unpair_layout(const float* pairs, int dim, float* out);  // the inverse
-void gemv_bf16_pairs(const float* x_pairs, int rows, const char* const* w, int n, int dim,
-                     float* y, int y_stride);
+void gemv_bf16_pairs(const float* x_pairs, int rows, const char* const* w, int n, int dim, float* y,
+                     int y_stride);
 // Decode attention's two halves over bf16 K / V in the pair layout (dims multiples of kPairBlock):
 // the scores are gemv_bf16_pairs of the query rows (in the pair layout) against the K rows; the
 // accumulation is accumulate_rows_fused with acc's rows kept in the pair layout (unpair_layout
@@ -67,7 +67,8 @@ void gemv_bf16_pairs(const float* x_pairs, int rows, const char* const* w, int n
 void accumulate_bf16_pairs(float* acc_pairs, int rows, const float* alpha, const float* p,
                            int p_stride, const char* const* v, int n, int dim);
 
-// The instruction set the dispatcher picked// The instruction set the dispatcher picked on this machine ("avx512", "avx2", "baseline").
+// The instruction set the dispatcher picked// The instruction set the dispatcher picked on this
+// machine ("avx512", "avx2", "baseline").
 const char* active_isa();
 
 }  // namespace pagedattn::cpu::simd

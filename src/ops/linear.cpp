@@ -104,10 +104,11 @@ Linear::Linear(std::string name, std::span<const LinearPart> parts, WeightMode m
   // bytes once; prefill converts tiles, as fast as the cached copy at M = 512); others (f16, or
   // in_features not a multiple of 16) get the f32 copy.
   bool all_fused = true;
-  for (const Segment& seg : segments_) all_fused = all_fused && fused_small_m(seg.dtype, in_features_);
+  for (const Segment& seg : segments_)
+    all_fused = all_fused && fused_small_m(seg.dtype, in_features_);
   mode_ = mode != WeightMode::kAuto ? mode
-          : all_fused              ? WeightMode::kConvertTiles
-                                   : WeightMode::kCachedF32;
+          : all_fused               ? WeightMode::kConvertTiles
+                                    : WeightMode::kCachedF32;
   if (mode_ == WeightMode::kCachedF32 && !all_f32) {
     cached_.resize(static_cast<size_t>(out_features_ * in_features_));
     for (const Segment& s : segments_) {
@@ -210,8 +211,8 @@ void Linear::forward(const TensorView& x, const TensorView& y) const {
       rows.resize(static_cast<size_t>(tile.rows));
       for (int64_t r = 0; r < tile.rows; ++r) rows[r] = seg.data + (tile.row + r) * row_bytes;
       const bool bf16_pairs = pairs && seg.dtype == DType::kBF16;
-      const auto elem = seg.dtype == DType::kBF16 ? cpu::simd::KvElem::kBF16
-                                                  : cpu::simd::KvElem::kF32;
+      const auto elem =
+          seg.dtype == DType::kBF16 ? cpu::simd::KvElem::kBF16 : cpu::simd::KvElem::kF32;
       for (int64_t i0 = 0; i0 < m; i0 += cpu::simd::kMaxFusedRows) {
         const int group = static_cast<int>(std::min<int64_t>(cpu::simd::kMaxFusedRows, m - i0));
         float* y_rows = yp + i0 * ldy + out_col;
@@ -228,7 +229,8 @@ void Linear::forward(const TensorView& x, const TensorView& y) const {
       if (!bias_.empty()) {
         for (int64_t i = 0; i < m; ++i) {
           float* y_row = yp + i * ldy + out_col;
-          for (int64_t j = 0; j < tile.rows; ++j) y_row[j] += bias_[static_cast<size_t>(out_col + j)];
+          for (int64_t j = 0; j < tile.rows; ++j)
+            y_row[j] += bias_[static_cast<size_t>(out_col + j)];
         }
       }
       continue;

@@ -14,8 +14,8 @@ namespace pagedattn {
 // The arrays (host memory, contiguous int32).
 struct MetadataArrays {
   int32_t batch = 0;
-  const int32_t* qo_indptr = nullptr;  // [batch + 1]; null: one query row per request
-  const int32_t* kv_indptr = nullptr;  // [batch + 1]
+  const int32_t* qo_indptr = nullptr;   // [batch + 1]; null: one query row per request
+  const int32_t* kv_indptr = nullptr;   // [batch + 1]
   const int32_t* kv_indices = nullptr;  // [num_indices] (may be null when num_indices is 0)
   int64_t num_indices = 0;
   const int32_t* kv_last_page_len = nullptr;  // [batch]
@@ -24,10 +24,10 @@ struct MetadataArrays {
 
 // What the call knows to check the arrays against.
 struct MetadataBounds {
-  int32_t page_size = 0;                 // attention page size P (>= 1)
-  int64_t num_attention_pages = -1;      // the pool's; -1: unknown (page ids are not checked)
-  int64_t rows = -1;                     // query rows T of the call; -1: unknown
-  bool one_row_per_request = false;      // decode: qo_indptr, when given, is 0, 1, ..., batch
+  int32_t page_size = 0;             // attention page size P (>= 1)
+  int64_t num_attention_pages = -1;  // the pool's; -1: unknown (page ids are not checked)
+  int64_t rows = -1;                 // query rows T of the call; -1: unknown
+  bool one_row_per_request = false;  // decode: qo_indptr, when given, is 0, 1, ..., batch
 };
 
 // Throws Error naming the first bad entry, its value and what was expected. Order: kv_indptr[0],

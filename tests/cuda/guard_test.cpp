@@ -645,8 +645,8 @@ TEST(CudaGuardValidating, CpuMessagesNothingLaunched) {
 // The host's messages for every fault code (no device needed): the op, the request, the array
 // entry and its value, what was expected and what was written.
 TEST(CudaGuardMessages, EveryCodeNamesTheEntry) {
-  auto message = [](cuda::FaultCode code, OpKind op, int32_t request, int64_t index,
-                    int64_t value, int64_t limit) {
+  auto message = [](cuda::FaultCode code, OpKind op, int32_t request, int64_t index, int64_t value,
+                    int64_t limit) {
     cuda::FaultRecord record{};
     record.code = code;
     record.op = static_cast<int32_t>(op);

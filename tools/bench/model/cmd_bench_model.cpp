@@ -185,9 +185,10 @@ void run_bench_model(ModelBenchOptions options) {
   runtime_options.model.device = options.device;
   options.gpu.apply(runtime_options);
   runtime_options.model.threads = options.threads;
-  runtime_options.model.weight_mode = options.cpu_weights == "stored" ? ops::WeightMode::kConvertTiles
-                                      : options.cpu_weights == "f32"  ? ops::WeightMode::kCachedF32
-                                                                      : ops::WeightMode::kAuto;
+  runtime_options.model.weight_mode = options.cpu_weights == "stored"
+                                          ? ops::WeightMode::kConvertTiles
+                                      : options.cpu_weights == "f32" ? ops::WeightMode::kCachedF32
+                                                                     : ops::WeightMode::kAuto;
   runtime_options.model.max_step_tokens = max_tokens;
   runtime_options.page_size = options.page_size;
   runtime_options.kv_dtype = kv_dtype;
