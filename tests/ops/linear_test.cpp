@@ -36,11 +36,10 @@ struct LinearCase {
 
 std::string case_name(const ::testing::TestParamInfo<LinearCase>& info) {
   const LinearCase& c = info.param;
-  const char* mode = c.mode == WeightMode::kCachedF32   ? "cached"
+  const char* mode = c.mode == WeightMode::kCachedF32      ? "cached"
                      : c.mode == WeightMode::kConvertTiles ? "tiles"
                                                            : "auto";
-  return fmt::format("{}_{}_m{}_k{}{}", dtype_name(c.dtype), mode, c.m, c.k,
-                     c.bias ? "_bias" : "");
+  return fmt::format("{}_{}_m{}_k{}{}", dtype_name(c.dtype), mode, c.m, c.k, c.bias ? "_bias" : "");
 }
 
 class LinearTest : public ::testing::TestWithParam<LinearCase> {};
@@ -209,8 +208,8 @@ TEST(Gemm, BuiltInMatchesFloat64) {
   for (const Shape shape : {Shape{1, 1, 1}, Shape{1, 37, 300}, Shape{5, 7, 513}, Shape{17, 9, 3},
                             Shape{64, 33, 257}}) {
     for (const bool transpose_b : {false, true}) {
-      for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{-0.5f, 1.0f},
-                                       std::pair{2.0f, 0.25f}}) {
+      for (const auto& [alpha, beta] :
+           {std::pair{1.0f, 0.0f}, std::pair{-0.5f, 1.0f}, std::pair{2.0f, 0.25f}}) {
         const int64_t m = shape.m, n = shape.n, k = shape.k;
         const int64_t lda = k + 3, ldb = (transpose_b ? k : n) + 5, ldc = n + 2;
         const int64_t b_rows = transpose_b ? n : k;
@@ -269,7 +268,8 @@ double time_us(const std::function<void()>& fn, int reps) {
     const auto start = std::chrono::steady_clock::now();
     fn();
     samples.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count());
   }
   std::nth_element(samples.begin(), samples.begin() + reps / 2, samples.end());
   return samples[static_cast<size_t>(reps / 2)];
@@ -298,9 +298,10 @@ TEST(GemmTiming, DISABLED_WeightModes) {
     tiles.emplace_back("tiles", part, WeightMode::kConvertTiles);
     cached.emplace_back("cached", part, WeightMode::kCachedF32);
   }
-  fmt::print("{}; {} OpenMP threads; {} weights of {} x {}: cached f32 copies {} MiB (bf16 {} MiB)\n",
-             blas_info(), num_threads(), kLayers, n, k, kLayers * cached[0].owned_bytes() >> 20,
-             kLayers * wb[0].bytes() >> 20);
+  fmt::print(
+      "{}; {} OpenMP threads; {} weights of {} x {}: cached f32 copies {} MiB (bf16 {} MiB)\n",
+      blas_info(), num_threads(), kLayers, n, k, kLayers * cached[0].owned_bytes() >> 20,
+      kLayers * wb[0].bytes() >> 20);
   for (int64_t m : {1, 4, 8, 16, 512}) {
     HostTensor x(DType::kF32, {m, k}), y(DType::kF32, {m, n});
     testing::fill_uniform(x.view(), rng);
