@@ -298,9 +298,9 @@ void run_item(const Problem& p, const WorkItem& item, int32_t head0, int32_t num
         const int64_t head = int64_t{head0 + hh} * group + g;
         const bool seen = sc.l[row] > 0;
         float* acc = sc.acc + int64_t{row} * dvo;
-        if (pairs) {
+        if (pairs) {  // natural order, in the scratch row (acc's own row is not read again)
           simd::unpair_layout(acc, dvo, sc.k);
-          std::copy(sc.k, sc.k + dvo, acc);
+          acc = sc.k;
         }
         const float scale = seen ? (kFaultVScale ? 1.0f : p.v_scale) / sc.l[row] : 0.0f;
         const float lse = seen ? sc.m[row] + std::log(sc.l[row]) : kNegInf;

@@ -31,9 +31,10 @@ constexpr int64_t kPrefillTileBytes = 2 << 20;
 constexpr int64_t kDecodeRows = 16;  // M at or below this counts as decode
 
 // Small-M products over the stored weight (bf16 or f32 rows, in_features a multiple of the SIMD
-// width): the attention backend's fused dot-product loop (cpu::simd::score_rows_fused), which
-// converts each 16-element chunk of W in registers and feeds it to every row of x, so W's stored
-// bytes are streamed once per call and nothing is written but y. Debian's OpenBLAS 0.3.21 has no
+// width), through the attention backend's SIMD loops: bf16 rows with in_features a multiple of 32
+// take cpu::simd::gemv_bf16_pairs (x in its pair layout), the rest the fused dot-product loop
+// cpu::simd::score_rows_fused (x packed). Either converts W in registers and feeds each chunk to
+// every row of x, so W's stored bytes are streamed once per call. Debian's OpenBLAS 0.3.21 has no
 // bf16 kernels (no sbgemm / sbgemv), so a BLAS call would read an f32 copy of W: twice the bytes.
 bool fused_small_m(DType dtype, int64_t k) {
   return (dtype == DType::kBF16 || dtype == DType::kF32) && k % cpu::simd::kLanes == 0 &&
@@ -179,21 +180,26 @@ void Linear::forward(const TensorView& x, const TensorView& y) const {
   // before a second one has woken, and an oversubscribed host makes every join expensive).
   const bool parallel = num_tiles > 1 && m * out_features_ * k >= (int64_t{1} << 19);
   // Decode over the stored weight: x's rows in groups of kMaxFusedRows, each group one pass over
-  // the tile (a second group re-reads the tile from the cache, not from memory). The loop takes
-  // x's rows packed (row stride k): a strided x is packed once here.
-  // bf16 rows with K a multiple of 32 take gemv_bf16_pairs, which wants x in its pair layout.
+  // the tile (a second group re-reads the tile from the cache, not from memory). x is prepared
+  // once here for the loops the segments take: in the pair layout for gemv_bf16_pairs, packed
+  // (row stride k) for score_rows_fused when it is strided.
   const bool fused = m <= kDecodeRows;
   const bool pairs = fused && k % cpu::simd::kPairBlock == 0;
+  bool any_pairs = false, any_plain = false;
+  for (const Segment& seg : segments_) {
+    if (!fused || !fused_small_m(seg.dtype, k)) continue;
+    (pairs && seg.dtype == DType::kBF16 ? any_pairs : any_plain) = true;
+  }
   thread_local std::vector<float> packed_x, paired_x;
   const float* x_rows = xp;
-  if (fused && ldx != k) {
+  if (any_plain && ldx != k) {
     packed_x.resize(static_cast<size_t>(m * k));
     for (int64_t i = 0; i < m; ++i) {
       std::memcpy(packed_x.data() + i * k, xp + i * ldx, static_cast<size_t>(k) * sizeof(float));
     }
     x_rows = packed_x.data();
   }
-  if (pairs) {
+  if (any_pairs) {
     paired_x.resize(static_cast<size_t>(m * k));
     for (int64_t i = 0; i < m; ++i) {
       cpu::simd::pair_layout(xp + i * ldx, static_cast<int>(k), paired_x.data() + i * k);
