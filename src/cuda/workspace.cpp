@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstdlib>
 #include <utility>
 
 #include "core/check.h"
@@ -128,7 +129,13 @@ SplitKvConfig CudaWorkspace::split_config(const OpDesc& op, int32_t batch) const
   config.enable = true;
   config.target_items = decode_split_target(num_sms_, op.num_qo_heads, op.num_kv_heads, batch);
   // A chunk shorter than ~256 tokens costs more in merging than it gains in parallelism.
-  config.min_chunk_pages = std::max(1, 256 / std::max(1, op.page_size));
+  // PAGEDATTN_DECODE_MIN_CHUNK (tokens) overrides it, for measurements only.
+  static const int min_chunk_tokens = [] {
+    const char* env = std::getenv("PAGEDATTN_DECODE_MIN_CHUNK");
+    const int value = env != nullptr ? std::atoi(env) : 0;
+    return value > 0 ? value : 256;
+  }();
+  config.min_chunk_pages = std::max(1, min_chunk_tokens / std::max(1, op.page_size));
   return config;
 }
 

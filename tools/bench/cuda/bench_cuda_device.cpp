@@ -240,22 +240,26 @@ nlohmann::json bench_decode_rows(const DecodeRowsConfig& config, const CudaCeili
   return rows;
 }
 
-nlohmann::json bench_decode_graphs(const std::vector<int32_t>& batches, void* stream) {
-  constexpr int32_t kLen = 1024, kPage = 16, kLayers = 32, kSteps = 200;
-  const int32_t blocks = kLen / kPage;
-  int32_t max_batch = 1;
-  for (int32_t b : batches) max_batch = std::max(max_batch, b);
-  const int64_t tokens = int64_t{max_batch} * kLen;
+std::vector<GraphRow> default_graph_rows() { return {{1, 1024}, {1, 4096}, {8, 1024}, {64, 1024}}; }
+
+nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& graph_rows, void* stream) {
+  constexpr int32_t kPage = 16, kLayers = 32, kSteps = 200;
+  int64_t tokens = 0;
+  for (const GraphRow& row : graph_rows) {
+    tokens = std::max<int64_t>(tokens, int64_t{row.batch} * row.kv_len);
+  }
+  tokens = (tokens + kPage - 1) / kPage * kPage;
   cuda::DeviceBuffer k = random_bf16(tokens * kKvHeads * kHeadDim, 4, stream);
   cuda::DeviceBuffer v = random_bf16(tokens * kKvHeads * kHeadDim, 5, stream);
   std::mt19937_64 rng(7);
   fmt::print(
-      "\nCUDA graphs: host time per decode step (tables copied in + launch), {} layers, kv_len "
-      "{}, P {}, mean of {} steps\n{:>6} {:>14} {:>14} {:>14} {:>14}\n",
-      kLayers, kLen, kPage, kSteps, "batch", "graph_host_us", "eager_host_us", "graph_wall_us",
+      "\nCUDA graphs: time per decode step (tables copied in + launch), {} layers, P {}, mean of "
+      "{} steps\n{:>12} {:>14} {:>14} {:>14} {:>14}\n",
+      kLayers, kPage, kSteps, "B x kv_len", "graph_host_us", "eager_host_us", "graph_wall_us",
       "eager_wall_us");
   nlohmann::json rows = nlohmann::json::array();
-  for (int32_t batch : batches) {
+  for (const GraphRow& row : graph_rows) {
+    const int32_t batch = row.batch, blocks = (row.kv_len + kPage - 1) / kPage;
     cuda::DecodeGraphConfig graph;
     graph.kv = cache_view(k.data(), v.data(), tokens / kPage, kPage);
     graph.num_qo_heads = kQoHeads;
@@ -264,7 +268,7 @@ nlohmann::json bench_decode_graphs(const std::vector<int32_t>& batches, void* st
     graph.max_blocks_per_request = blocks;
     graph.num_layers = kLayers;
     cuda::DecodeGraphRunner runner(graph, stream);
-    std::vector<int32_t> table(int64_t{batch} * blocks), lens(batch, kLen);
+    std::vector<int32_t> table(int64_t{batch} * blocks), lens(batch, row.kv_len);
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
     double host_us[2] = {0, 0}, wall_us[2] = {0, 0};
@@ -286,11 +290,12 @@ nlohmann::json bench_decode_graphs(const std::vector<int32_t>& batches, void* st
       wall_us[mode] = std::chrono::duration<double, std::micro>(wall1 - wall0).count() / kSteps;
     }
     runner.check_last_step();
-    fmt::print("{:>6} {:>14.1f} {:>14.1f} {:>14.1f} {:>14.1f}\n", batch, host_us[0], host_us[1],
-               wall_us[0], wall_us[1]);
+    fmt::print("{:>12} {:>14.1f} {:>14.1f} {:>14.1f} {:>14.1f}\n",
+               fmt::format("{}x{}", batch, row.kv_len), host_us[0], host_us[1], wall_us[0],
+               wall_us[1]);
     rows.push_back({{"batch", batch},
                     {"layers", kLayers},
-                    {"kv_len", kLen},
+                    {"kv_len", row.kv_len},
                     {"page_size", kPage},
                     {"graph_host_us_per_step", host_us[0]},
                     {"eager_host_us_per_step", host_us[1]},

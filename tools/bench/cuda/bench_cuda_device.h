@@ -73,9 +73,15 @@ DecodeRowsConfig default_decode_rows();
 nlohmann::json bench_decode_rows(const DecodeRowsConfig& config, const CudaCeilings& ceilings,
                                  void* stream);
 
-// Host time per decode step through CUDA graphs vs eager launches (32 layers, kv_len 1024,
-// P 16), at each batch.
-nlohmann::json bench_decode_graphs(const std::vector<int32_t>& batches, void* stream);
+// The decode step as an engine runs it: plan once, then 32 layers' decode (P 16), one CUDA graph
+// per step vs the same launches made eagerly; host time and GPU wall time per step, per row.
+struct GraphRow {
+  int32_t batch = 1;
+  int32_t kv_len = 1024;
+};
+// Issue 18's rows: B 1 x 1024 (the one with a target), B 1 x 4096, B 8 x 1024, B 64 x 1024.
+std::vector<GraphRow> default_graph_rows();
+nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& rows, void* stream);
 
 // ---- issue 4: prefill, causal, Hq 32 / Hkv 8, D 128, bf16 ----
 struct PrefillRowsConfig {

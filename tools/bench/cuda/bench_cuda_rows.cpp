@@ -79,7 +79,7 @@ CudaRowsStatus run_cuda_rows(const CudaRowsOptions& o) {
       document["reps"] = config.reps;
       document["rows"] = bench_decode_rows(config, ceilings, stream);
       document["graphs"] =
-          o.graphs ? bench_decode_graphs({1, 64}, stream) : nlohmann::json::array();
+          o.graphs ? bench_decode_graphs(default_graph_rows(), stream) : nlohmann::json::array();
       break;
     }
     case CudaBench::kPrefill: {
