@@ -106,6 +106,8 @@ Blas::~Blas() {
 
 int64_t Blas::workspace_bytes() const { return static_cast<int64_t>(kWorkspaceBytes); }
 
+int Blas::sm_count() const { return state_->sm_count; }
+
 void Blas::linear(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx, const void* w,
                   int64_t ldw, DType in_dtype, void* y, int64_t ldy, DType out_dtype) {
   if (m == 0 || n == 0) return;

@@ -40,6 +40,8 @@ class Blas {
                DType out_dtype);
 
   int64_t workspace_bytes() const;
+  // The device's multiprocessor count, read at construction (the fused GEMV's grid).
+  int sm_count() const;
 
  private:
   struct State;

@@ -468,7 +468,7 @@ void enqueue_head_chunk(State& s, int64_t start, int64_t count, bool sample) {
   const int64_t hidden = s.config.hidden_size, vocab = s.config.vocab_size;
   AddNormArgs norm;
   norm.residual = ptr<float>(s.residual);
-  norm.add = ptr<float>(s.branch);
+  norm.add = s.fused ? nullptr : ptr<float>(s.branch);  // fused: already in the residual stream
   norm.weight = ptr<float>(s.final_norm);
   norm.out = s.head_x.data();
   norm.out_dtype = s.compute;
@@ -486,13 +486,19 @@ void enqueue_head_chunk(State& s, int64_t start, int64_t count, bool sample) {
 }
 
 // Embedding and every decoder layer over the step's s.tokens rows: s.residual + s.branch hold the
-// last layer's output.
+// last layer's output (fused: s.residual alone).
 void enqueue_layers(State& s) {
   const int64_t t = s.tokens, hidden = s.config.hidden_size;
+  s.fused = fused_step(s);
   embedding(s.embed.data(), s.compute, hidden, ptr<int32_t>(s.token_ids), t,
             ptr<ops::SampledToken>(s.sampled), ptr<float>(s.residual), s.stream);
   for (size_t i = 0; i < s.layers.size(); ++i) {
     DecoderLayer& layer = s.layers[i];
+    if (s.fused) {
+      gqa_attention(s, layer, static_cast<int64_t>(i));
+      fused_mlp(s, layer);
+      continue;
+    }
     AddNormArgs norm;
     norm.residual = ptr<float>(s.residual);
     norm.add = i == 0 ? nullptr : ptr<float>(s.branch);  // the previous layer's MLP output

@@ -76,38 +76,132 @@ __device__ __forceinline__ uint4 load_weights(const uint4* p) {
   return v;
 }
 
-// x [kM, chunks * 8] (row stride ldx), w [n, chunks * 8] (ldw), y [kM, n] (ldy); grid: one block
-// per kRows x (kThreads >> group_shift) rows of w.
-template <class T, int kM>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<kM>)
-    gemv_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__ w, int64_t ldw,
-                int64_t n, int chunks, int group_shift, float* __restrict__ y, int64_t ldy) {
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// The kernel's operands (GemvArgs with k in 16-byte chunks and the launch's group width).
+template <class T>
+struct KernelArgs {
+  const T* x;
+  int64_t ldx;
+  const float* norm_in;
+  int64_t ld_norm_in;
+  const float* norm_weight;
+  float eps;
+  const T* w;
+  int64_t ldw;
+  int64_t n;
+  int chunks;
+  int group_shift;
+  GemvOutput output;
+  float* y;
+  int64_t ldy;
+  const float* bias;
+  T* act;
+  int64_t ld_act;
+};
+
+// The row of w behind slot r (< kR) of group `unit` (blockIdx.x * groups + group), or n where
+// there is none. kSiluPairs: a group owns kR / 2 pairs, gate row j in its first half of the
+// slots, up row n / 2 + j in the second, so each thread's sums hold both factors of its outputs.
+template <int kR>
+__device__ __forceinline__ int64_t weight_row(int64_t unit, int r, int64_t n, bool pairs) {
+  if (!pairs) return unit * kR + r < n ? unit * kR + r : n;
+  constexpr int kHalf = kR / 2;
+  const int64_t half_n = n / 2;
+  const int64_t pair = unit * kHalf + r % kHalf;
+  return pair < half_n ? (r < kHalf ? pair : half_n + pair) : n;
+}
+
+// x [kM, chunks * 8] (row stride ldx) or, with kNorm, the RMSNorm of norm_in's rows staged in
+// shared memory; w [n, chunks * 8] (ldw); the output per a.output. Grid: one block per
+// kRows x (kThreads >> group_shift) rows of w. Dynamic shared memory: kM x chunks x 16 bytes with
+// kNorm, else none.
+template <class T, int kM, bool kNorm>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kM>) gemv_kernel(const KernelArgs<T> a) {
   constexpr int kR = kRows<kM>, kU = kUnroll<kM>;
   constexpr int kSums = kM * kR;  // per thread, and per group after the reduction
+  static_assert(kR % 2 == 0 && kSums >= kM);
   __shared__ float partial[kWarps][kSums];
-  const int groups = kThreads >> group_shift;  // per block
+  extern __shared__ uint4 staged[];  // kNorm: x [kM][chunks * 8] of T
+  const int groups = kThreads >> a.group_shift;  // per block
+  const bool pairs = a.output == GemvOutput::kSiluPairs;
   // This block's weight rows stream into the L2 while the previous kernel drains: w is no kernel's
   // output, and a prefetch reads no value (pdl.cuh), so it may precede the wait.
-  if (const int64_t row = int64_t{blockIdx.x} * groups * kR + threadIdx.x;
-      threadIdx.x < groups * kR && row < n) {
-    prefetch_l2_bulk(w + row * ldw, static_cast<unsigned>(chunks) * 16u);
+  if (threadIdx.x < groups * kR) {
+    const int64_t row = weight_row<kR>(int64_t{blockIdx.x} * groups + threadIdx.x / kR,
+                                       static_cast<int>(threadIdx.x) % kR, a.n, pairs);
+    if (row < a.n) prefetch_l2_bulk(a.w + row * a.ldw, static_cast<unsigned>(a.chunks) * 16u);
   }
   pdl_wait();  // first global access (cuda/launch.h)
   pdl_trigger();
 
-  const int group_threads = 1 << group_shift;
-  const int group = static_cast<int>(threadIdx.x) >> group_shift;
-  const int member = static_cast<int>(threadIdx.x) & (group_threads - 1);
-  const int64_t first_row = (int64_t{blockIdx.x} * groups + group) * kR;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const T* x = a.x;
+  int64_t ldx = a.ldx;
+  if constexpr (kNorm) {
+    // add_rms_norm's arithmetic in its order (kernels.cu: the same 256-thread stride, the same
+    // butterfly and warp order), so the staged x equals its output bit for bit.
+    static_assert(kThreads == 256);
+    const int k = a.chunks * kChunk;
+    float squares[kM];
+#pragma unroll
+    for (int i = 0; i < kM; ++i) squares[i] = 0.0f;
+    for (int d = static_cast<int>(threadIdx.x); d < k; d += kThreads) {
+#pragma unroll
+      for (int i = 0; i < kM; ++i) {
+        const float v = a.norm_in[i * a.ld_norm_in + d];
+        squares[i] += v * v;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      const float sum = warp_sum(squares[i]);
+      if (lane == 0) partial[warp][i] = sum;
+    }
+    __syncthreads();
+    float inverse[kM];
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      float total = 0.0f;
+      for (int j = 0; j < kWarps; ++j) total += partial[j][i];
+      inverse[i] = 1.0f / sqrtf(total / static_cast<float>(k) + a.eps);
+    }
+    T* xs = reinterpret_cast<T*>(staged);
+    for (int d = static_cast<int>(threadIdx.x); d < k; d += kThreads) {
+      const float weight = a.norm_weight[d];
+#pragma unroll
+      for (int i = 0; i < kM; ++i) {
+        xs[i * k + d] = from_float<T>(weight * (a.norm_in[i * a.ld_norm_in + d] * inverse[i]));
+      }
+    }
+    __syncthreads();  // x staged; partial free again
+    x = xs;
+    ldx = k;
+  }
 
-  // Rows past n (the last block's) read nothing and are never stored; their threads still take
-  // part in the shuffles and the barrier below.
+  const int group_threads = 1 << a.group_shift;
+  const int group = static_cast<int>(threadIdx.x) >> a.group_shift;
+  const int member = static_cast<int>(threadIdx.x) & (group_threads - 1);
+  const int64_t unit = int64_t{blockIdx.x} * groups + group;
+
+  // Slots without a row (past n, or past the last pair) read nothing and are never stored; their
+  // threads still take part in the shuffles and the barrier below.
   bool row_valid[kR];
   const uint4* w_row[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
-    row_valid[r] = first_row + r < n;
-    w_row[r] = reinterpret_cast<const uint4*>(w + (row_valid[r] ? first_row + r : 0) * ldw);
+    const int64_t row = weight_row<kR>(unit, r, a.n, pairs);
+    row_valid[r] = row < a.n;
+    w_row[r] = reinterpret_cast<const uint4*>(a.w + (row_valid[r] ? row : 0) * a.ldw);
   }
 
   float acc[kM][kR];
@@ -116,6 +210,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kM>)
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[i][r] = 0.0f;
 
+  const int chunks = a.chunks;
   for (int c0 = member; c0 < chunks; c0 += kU * group_threads) {
     // Loads first (chunks past k as zeros: 0 · 0 adds nothing), then the products.
     uint4 wv[kU][kR], xv[kU][kM];
@@ -151,7 +246,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kM>)
   }
 
   // Every lane of every warp gets here (no early exit): full-mask shuffles, then the barrier.
-  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
 #pragma unroll
   for (int i = 0; i < kM; ++i) {
 #pragma unroll
@@ -161,15 +255,38 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kM>)
     }
   }
   __syncthreads();
-  // One thread per (group, x row, w row) of the block: its group's warps summed in order.
+  // One thread per (group, x row, output) of the block: its group's warps summed in order.
   const int warps_per_group = group_threads >> 5;
-  for (int o = static_cast<int>(threadIdx.x); o < groups * kSums; o += kThreads) {
-    const int g = o / kSums, slot = o % kSums;
-    const int i = slot / kR, r = slot % kR;
-    const int64_t row = (int64_t{blockIdx.x} * groups + g) * kR + r;
+  const auto group_sum = [&](int g, int slot) {
     float sum = partial[g * warps_per_group][slot];
     for (int j = 1; j < warps_per_group; ++j) sum += partial[g * warps_per_group + j][slot];
-    if (row < n) y[i * ldy + row] = sum;
+    return sum;
+  };
+  const int outputs = pairs ? kSums / 2 : kSums;  // per group
+  for (int o = static_cast<int>(threadIdx.x); o < groups * outputs; o += kThreads) {
+    const int g = o / outputs, slot = o % outputs;
+    const int64_t g_unit = int64_t{blockIdx.x} * groups + g;
+    if (!pairs) {
+      const int i = slot / kR, r = slot % kR;
+      const int64_t row = weight_row<kR>(g_unit, r, a.n, false);
+      if (row >= a.n) continue;
+      float sum = group_sum(g, slot);
+      if (a.bias != nullptr) sum += a.bias[row];  // add_bias's order
+      float* out = a.y + i * a.ldy + row;
+      *out = a.output == GemvOutput::kAccumulate ? *out + sum : sum;  // add_rms_norm's order
+      continue;
+    }
+    constexpr int kHalf = kR / 2;
+    const int i = slot / kHalf, p = slot % kHalf;
+    const int64_t gate_row = weight_row<kR>(g_unit, p, a.n, true);
+    if (gate_row >= a.n) continue;
+    const int64_t up_row = gate_row + a.n / 2;
+    float gate = group_sum(g, i * kR + p), up = group_sum(g, i * kR + kHalf + p);
+    if (a.bias != nullptr) {
+      gate += a.bias[gate_row];
+      up += a.bias[up_row];
+    }
+    a.act[i * a.ld_act + gate_row] = from_float<T>(gate / (1.0f + expf(-gate)) * up);  // silu_mul's
   }
 }
 
@@ -196,42 +313,62 @@ Plan plan_launch(int64_t n, int chunks, int sm_count) {
   return {shift, blocks(shift)};
 }
 
-struct Operands {
-  const void* x;
-  int64_t ldx;
-  const void* w;
-  int64_t ldw;
-  int64_t n;
-  int chunks;
-  float* y;
-  int64_t ldy;
-  int sm_count;
-  cudaStream_t stream;
-};
-
 template <class T, int kM>
-void launch(const Operands& a) {
-  const Plan plan = plan_launch<kM>(a.n, a.chunks, a.sm_count);
+void launch(const GemvArgs& g) {
+  const int chunks = static_cast<int>(g.k / kChunk);
+  const Plan plan = plan_launch<kM>(g.n, chunks, g.sm_count);
   if (plan.blocks > INT32_MAX) {
-    throw_error("gemv: n = " + std::to_string(a.n) + " needs " + std::to_string(plan.blocks) +
+    throw_error("gemv: n = " + std::to_string(g.n) + " needs " + std::to_string(plan.blocks) +
                 " blocks (at most 2^31 - 1)");
   }
-  launch_kernel(gemv_kernel<T, kM>, static_cast<unsigned>(plan.blocks), kThreads, 0, a.stream,
-                static_cast<const T*>(a.x), a.ldx, static_cast<const T*>(a.w), a.ldw, a.n, a.chunks,
-                plan.group_shift, a.y, a.ldy);
+  const KernelArgs<T> a{.x = static_cast<const T*>(g.x),
+                        .ldx = g.ldx,
+                        .norm_in = g.norm_in,
+                        .ld_norm_in = g.ld_norm_in,
+                        .norm_weight = g.norm_weight,
+                        .eps = g.eps,
+                        .w = static_cast<const T*>(g.w),
+                        .ldw = g.ldw,
+                        .n = g.n,
+                        .chunks = chunks,
+                        .group_shift = plan.group_shift,
+                        .output = g.output,
+                        .y = g.y,
+                        .ldy = g.ldy,
+                        .bias = g.bias,
+                        .act = static_cast<T*>(g.act),
+                        .ld_act = g.ld_act};
+  const auto stream = static_cast<cudaStream_t>(g.stream);
+  if (g.input == GemvInput::kRmsNorm) {
+    const size_t smem = static_cast<size_t>(kM) * static_cast<size_t>(g.k) * sizeof(T);
+    launch_kernel(gemv_kernel<T, kM, true>, static_cast<unsigned>(plan.blocks), kThreads, smem,
+                  stream, a);
+  } else {
+    launch_kernel(gemv_kernel<T, kM, false>, static_cast<unsigned>(plan.blocks), kThreads, 0,
+                  stream, a);
+  }
   check_launch("gemv_kernel");
 }
 
 // launch<T, m> for the runtime m in [kM, kGemvMaxRows].
 template <class T, int kM = 1>
-void launch_rows(int64_t m, const Operands& a) {
+void launch_rows(const GemvArgs& g) {
   if constexpr (kM <= kGemvMaxRows) {
-    if (m == kM) return launch<T, kM>(a);
-    return launch_rows<T, kM + 1>(m, a);
+    if (g.m == kM) return launch<T, kM>(g);
+    return launch_rows<T, kM + 1>(g);
   }
 }
 
 bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+std::string plain_form(int64_t m, int64_t k, const void* x, int64_t ldx, const void* w,
+                       int64_t ldw, DType dtype) {
+  return "m " + std::to_string(m) + ", k " + std::to_string(k) + ", ldx " + std::to_string(ldx) +
+         ", ldw " + std::to_string(ldw) + ", dtype " + std::string(dtype_name(dtype)) +
+         (x == nullptr ? ", no x" : "") + (w == nullptr ? ", no w" : "") +
+         " (expected 1 <= m <= 8, bf16 or f16, k, ldx, ldw multiples of 8 with ldx, ldw >= k >= "
+         "8, x and w 16-byte aligned)";
+}
 
 }  // namespace
 
@@ -243,35 +380,77 @@ bool gemv_supported(int64_t m, int64_t k, const void* x, int64_t ldx, const void
          aligned_16(x) && aligned_16(w);
 }
 
+std::string gemv_unsupported(const GemvArgs& g) {
+  // The plain form's rules, with the staged x (row stride k, aligned) standing in for kRmsNorm's.
+  const bool norm = g.input == GemvInput::kRmsNorm;
+  const void* x = norm ? g.w : g.x;
+  const int64_t ldx = norm ? g.k : g.ldx;
+  if (!gemv_supported(g.m, g.k, x, ldx, g.w, g.ldw, g.dtype)) {
+    return plain_form(g.m, g.k, g.x, g.ldx, g.w, g.ldw, g.dtype);
+  }
+  if (g.n < 0 || g.sm_count < 1) {
+    return "n " + std::to_string(g.n) + ", sm_count " + std::to_string(g.sm_count) +
+           " (expected n >= 0, sm_count >= 1)";
+  }
+  if (norm) {
+    if (g.norm_in == nullptr || g.norm_weight == nullptr || g.ld_norm_in < g.k) {
+      return "RMSNorm input: norm_in " + std::string(g.norm_in ? "set" : "missing") +
+             ", norm_weight " + (g.norm_weight ? "set" : "missing") + ", ld_norm_in " +
+             std::to_string(g.ld_norm_in) + " (expected both, ld_norm_in >= k " +
+             std::to_string(g.k) + ")";
+    }
+    if (g.m * g.k * 2 > kGemvNormMaxBytes) {
+      return "RMSNorm input: m " + std::to_string(g.m) + " x k " + std::to_string(g.k) +
+             " staged x needs " + std::to_string(g.m * g.k * 2) + " bytes of shared memory (at most " +
+             std::to_string(kGemvNormMaxBytes) + ")";
+    }
+  }
+  if (g.output == GemvOutput::kSiluPairs) {
+    if (g.n % 2 != 0 || g.act == nullptr || g.ld_act < g.n / 2) {
+      return "SiLU pairs output: n " + std::to_string(g.n) + ", act " +
+             (g.act ? "set" : "missing") + ", ld_act " + std::to_string(g.ld_act) +
+             " (expected n even, act, ld_act >= n / 2)";
+    }
+  } else if (g.ldy < g.n || (g.n > 0 && g.y == nullptr)) {
+    return "output: n " + std::to_string(g.n) + ", ldy " + std::to_string(g.ldy) +
+           (g.y == nullptr ? ", no y" : "") + " (expected y with ldy >= n)";
+  }
+  return "";
+}
+
+void gemv(const GemvArgs& args) {
+  if (const std::string problem = gemv_unsupported(args); !problem.empty()) {
+    throw_error("gemv: " + problem);
+  }
+  if (args.n == 0) return;
+  if (args.dtype == DType::kBF16) {
+    launch_rows<__nv_bfloat16>(args);
+  } else {
+    launch_rows<__half>(args);
+  }
+}
+
 void gemv(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx, const void* w, int64_t ldw,
           DType dtype, float* y, int64_t ldy, int sm_count, void* stream) {
   if (!gemv_supported(m, k, x, ldx, w, ldw, dtype)) {
-    throw_error("gemv: m " + std::to_string(m) + ", k " + std::to_string(k) + ", ldx " +
-                std::to_string(ldx) + ", ldw " + std::to_string(ldw) + ", dtype " +
-                std::string(dtype_name(dtype)) +
-                " (expected 1 <= m <= 8, bf16 or f16, k, ldx, ldw multiples of 8 with ldx, ldw "
-                ">= k >= 8, x and w 16-byte aligned)");
+    throw_error("gemv: " + plain_form(m, k, x, ldx, w, ldw, dtype));
   }
   if (n < 0 || ldy < n || (n > 0 && y == nullptr) || sm_count < 1) {
     throw_error("gemv: n " + std::to_string(n) + ", ldy " + std::to_string(ldy) + ", sm_count " +
                 std::to_string(sm_count) + " (expected 0 <= n <= ldy, an output, sm_count >= 1)");
   }
-  if (n == 0) return;
-  const Operands a{.x = x,
-                   .ldx = ldx,
-                   .w = w,
-                   .ldw = ldw,
-                   .n = n,
-                   .chunks = static_cast<int>(k / kChunk),
-                   .y = y,
-                   .ldy = ldy,
-                   .sm_count = sm_count,
-                   .stream = static_cast<cudaStream_t>(stream)};
-  if (dtype == DType::kBF16) {
-    launch_rows<__nv_bfloat16>(m, a);
-  } else {
-    launch_rows<__half>(m, a);
-  }
+  gemv(GemvArgs{.m = m,
+                .n = n,
+                .k = k,
+                .dtype = dtype,
+                .w = w,
+                .ldw = ldw,
+                .x = x,
+                .ldx = ldx,
+                .y = y,
+                .ldy = ldy,
+                .sm_count = sm_count,
+                .stream = stream});
 }
 
 }  // namespace pagedattn::model::cuda

@@ -11,6 +11,10 @@
 //       one launch); q_latent_h = q_nope_h · W_UK_h for every head in one strided-batched GEMM;
 //       run_mla over the latent cache; o_h = o_latent_h · W_UV_hᵀ (another batched GEMM); o_proj.
 // MLP   gate_up = x · Wᵀ, SiLU·mul, down.
+// Fused (a decode step of a dense GQA model, State::fused): the GEMV's fused forms (gemv.h) do
+//       the input and post-attention norms in the prologues of qkv and gate_up, SiLU·mul in
+//       gate_up's epilogue, and add o_proj's and down's outputs into the residual stream: per
+//       layer qkv, the head transform, the store, attention, o_proj, gate_up, down.
 // MoE   router logits in f32 (x in f32 · router f32). Steps of at most kDeviceMoeMaxTokens
 //       tokens with 16-bit weights route on the device (moe.h: ops::moe_route's algorithm, a
 //       counting sort by expert, two grouped GEMMs over tiles of each expert's rows): no round
@@ -20,8 +24,10 @@
 //       cuBLAS GEMMs. Either way the rows of x are gathered by expert and combined per token in a
 //       fixed order with the weights, plus the shared experts.
 #include <numeric>
+#include <utility>
 
 #include "core/check.h"
+#include "model/cuda/gemv.h"
 #include "model/cuda/kernels.h"
 #include "model/cuda/moe.h"
 #include "model/cuda/state.h"
@@ -54,6 +60,60 @@ void linear_f32(State& s, const DeviceLinear& linear, const void* x, int64_t row
                  linear.weight.dtype, y, ldy, DType::kF32);
   if (linear.bias.data() != nullptr)
     add_bias(y, ldy, linear.bias_data(), rows, linear.out(), s.stream);
+}
+
+// A fused step's linear layer (gemv.h): x from `input`'s RMSNorm of the residual stream (with
+// norm_weight) or from x, the output per `output` (into the residual stream: kAccumulate).
+GemvArgs fused_linear(const State& s, const DeviceLinear& linear) {
+  GemvArgs a;
+  a.m = s.tokens;
+  a.n = linear.out();
+  a.k = linear.in();
+  a.dtype = linear.weight.dtype;
+  a.w = linear.weight.data();
+  a.ldw = linear.in();
+  a.bias = linear.bias_data();
+  a.sm_count = s.blas->sm_count();
+  a.stream = s.stream;
+  return a;
+}
+
+GemvArgs with_norm(GemvArgs a, const State& s, const DeviceBuffer& norm_weight) {
+  a.input = GemvInput::kRmsNorm;
+  a.norm_in = ptr<const float>(s.residual);
+  a.ld_norm_in = s.config.hidden_size;
+  a.norm_weight = ptr<const float>(norm_weight);
+  a.eps = s.eps;
+  return a;
+}
+
+GemvArgs into_residual(GemvArgs a, const State& s) {
+  a.output = GemvOutput::kAccumulate;
+  a.y = ptr<float>(s.residual);
+  a.ldy = s.config.hidden_size;
+  return a;
+}
+
+// The fused step's three forms of a dense layer, unlaunched (fused_step checks them all first).
+struct FusedLinears {
+  GemvArgs qkv, o, gate_up, down;
+};
+FusedLinears fused_linears(const State& s, const DecoderLayer& layer) {
+  FusedLinears f;
+  f.qkv = with_norm(fused_linear(s, layer.gqa.qkv), s, layer.input_norm);
+  f.qkv.y = ptr<float>(s.qkv);
+  f.qkv.ldy = layer.gqa.qkv.out();
+  f.o = into_residual(fused_linear(s, layer.gqa.o), s);
+  f.o.x = s.attention != s.compute ? s.attn_c.data() : s.attn.data();
+  f.o.ldx = layer.gqa.o.in();
+  f.gate_up = with_norm(fused_linear(s, layer.mlp.gate_up), s, layer.post_norm);
+  f.gate_up.output = GemvOutput::kSiluPairs;
+  f.gate_up.act = s.act.data();
+  f.gate_up.ld_act = layer.mlp.down.in();
+  f.down = into_residual(fused_linear(s, layer.mlp.down), s);
+  f.down.x = s.act.data();
+  f.down.ldx = layer.mlp.down.in();
+  return f;
 }
 
 // An RMSNorm over the first `width` values of each of the step's rows of x (row stride `stride`),
@@ -91,9 +151,16 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
                 kv_heads = s.config.num_key_value_heads, dim = s.config.head_dim;
   const int64_t width = (heads + 2 * kv_heads) * dim;
   float* qkv = ptr<float>(s.qkv);
-  s.blas->linear(t, width, w.qkv.in(), s.x.data(), w.qkv.in(), w.qkv.weight.data(), w.qkv.in(),
-                 s.compute, qkv, width, DType::kF32);
   const float* bias = w.qkv.bias_data();
+  if (s.fused) {
+    // The input norm in the prologue; the bias stays with the head transform below.
+    GemvArgs a = fused_linears(s, layer).qkv;
+    a.bias = nullptr;
+    gemv(a);
+  } else {
+    s.blas->linear(t, width, w.qkv.in(), s.x.data(), w.qkv.in(), w.qkv.weight.data(), w.qkv.in(),
+                   s.compute, qkv, width, DType::kF32);
+  }
   // One launch for the head groups: q (bias, norm, RoPE, then converted into the attention's q
   // buffer), k (bias, norm, RoPE, in place: stored from f32 below) and, with a bias, v (the bias
   // only).
@@ -155,6 +222,10 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
     convert_rows(s.attn.data(), s.attention, heads * dim, s.attn_c.data(), s.compute, heads * dim,
                  t, heads * dim, s.stream);
     attn = s.attn_c.data();
+  }
+  if (s.fused) {
+    gemv(fused_linears(s, layer).o);  // residual += o_proj(attn)
+    return;
   }
   linear_f32(s, w.o, attn, t, ptr<float>(s.branch), s.config.hidden_size);
 }
@@ -288,6 +359,26 @@ void dense_mlp(State& s, const MlpLayer& mlp, const void* x, int64_t rows, float
   linear_f32(s, mlp.gate_up, x, rows, gate_up, 2 * width);
   silu_mul(gate_up, rows, width, s.act.data(), s.compute, width, s.stream);
   linear_f32(s, mlp.down, s.act.data(), rows, out, s.config.hidden_size);
+}
+
+void fused_mlp(State& s, const DecoderLayer& layer) {
+  const FusedLinears f = fused_linears(s, layer);
+  gemv(f.gate_up);  // act = silu(gate) * up of the post-attention norm
+  gemv(f.down);     // residual += down(act)
+}
+
+bool fused_step(const State& s) {
+  if (s.tokens < 1 || s.tokens > kGemvMaxRows || s.config.is_mla()) return false;
+  for (const DecoderLayer& layer : s.layers) {
+    if (layer.moe) return false;
+    const FusedLinears f = fused_linears(s, layer);
+    GemvArgs qkv = f.qkv;
+    qkv.bias = nullptr;
+    for (const GemvArgs* a : {&std::as_const(qkv), &f.o, &f.gate_up, &f.down}) {
+      if (!gemv_unsupported(*a).empty()) return false;
+    }
+  }
+  return true;
 }
 
 void moe_mlp(State& s, MoeLayer& moe) {

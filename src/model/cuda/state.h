@@ -158,8 +158,11 @@ struct CudaModel::State final : DeviceStep {
   int64_t buffers_generation = 0;
   int64_t graph_replays = 0, graph_captures = 0;
 
-  // The step being run.
+  // The step being run. fused: its dense layers run through the GEMV's fused forms (gemv.h), so
+  // no norm, add or silu_mul kernel, and the residual stream (s.residual) already holds each
+  // layer's branch; see fused_step().
   int64_t tokens = 0;
+  bool fused = false;
   const StepContext* step = nullptr;
   KvPool* pool = nullptr;
 
@@ -176,6 +179,13 @@ struct CudaModel::State final : DeviceStep {
 void gqa_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index);
 void mla_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index);
 void dense_mlp(CudaModel::State& s, const MlpLayer& mlp, const void* x, int64_t rows, float* out);
+// True when the step of s.tokens rows can run fused (State::fused): a dense GQA model (no MLA, no
+// MoE layer), at most kGemvMaxRows rows, and every layer's linear layers take the GEMV's fused
+// forms (shapes, alignment, x staged within kGemvNormMaxBytes).
+bool fused_step(const CudaModel::State& s);
+// A fused step's MLP: gate_up with the post-attention norm in its prologue and SiLU * up in its
+// epilogue, then down_proj added into the residual stream.
+void fused_mlp(CudaModel::State& s, const DecoderLayer& layer);
 void moe_mlp(CudaModel::State& s, MoeLayer& moe);
 // Whether moe_mlp routes a step of `tokens` tokens on the device (no host synchronisation).
 inline bool moe_on_device(const MoeLayer& moe, int64_t tokens) {

@@ -33,6 +33,7 @@
 #include "model/cuda/blas.h"
 #include "model/cuda/device_array.h"
 #include "model/cuda/gemv.h"
+#include "model/cuda/kernels.h"
 #include "pagedattn/error.h"
 
 namespace pagedattn::model {
@@ -347,6 +348,315 @@ TEST(GemvPreconditions, EachViolationIsRefused) {
       << "ldy < n";
   EXPECT_THROW(cuda::gemv(1, 16, 1024, a, 1024, a, 1024, kBF16, y, 16, 0, nullptr), Error)
       << "no SM count";
+}
+
+// ---- The fused forms (GemvArgs): the decode step's dense layers ----
+// For each case and every m in 1..8, bf16 and f16, with and without a bias:
+// - kRmsNorm + kStore (qkv), kRmsNorm + kSiluPairs (gate_up), kX + kAccumulate (o_proj, down)
+//   against float64: the norm of r in float64, the product with that unrounded x, so the bound
+//   adds the rounding of x to the dtype (its unit roundoff u times sum |x||w|) to the f32
+//   accumulation's 4 K 2^-24 sum |x||w|; SiLU * up through the bounds of both factors; the padding
+//   of y / act and the row after the last untouched;
+// - the same bits as the unfused kernels they replace (add_rms_norm -> gemv, -> silu_mul,
+//   gemv -> add_bias -> residual + branch on the host in f32): the fused model step equals the
+//   unfused one.
+struct FusedCase {
+  std::string name;
+  DType dtype;
+  int64_t n, k;
+  bool bias = false;
+  int64_t ldy_pad = 0;
+};
+void PrintTo(const FusedCase& c, std::ostream* os) { *os << c.name; }
+
+double unit_roundoff(DType dtype) { return dtype == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
+
+// Random f32 values spread over binades (|v| < 4), NaN past `count` up to the padding.
+std::vector<float> spread_floats(int64_t rows, int64_t cols, int64_t ld, std::mt19937& rng) {
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-6, 2);
+  std::vector<float> out(static_cast<size_t>(rows * ld), std::nanf(""));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      out[static_cast<size_t>(r * ld + c)] = std::ldexp(unit(rng), exponent(rng));
+  return out;
+}
+
+struct Fused {
+  const FusedCase& c;
+  int64_t m;
+  std::vector<float> r, norm_w, bias, y0;  // r [m, k] f32, norm_w [k], bias [n], y0 [m + 1, ldy]
+  std::vector<uint16_t> w_words;            // [n, k]
+  std::vector<double> xn;                   // [m, k] the float64 norm of r
+  int64_t ldy;
+
+  Fused(const FusedCase& c_, int64_t m_, uint32_t seed) : c(c_), m(m_), ldy(c_.n + c_.ldy_pad) {
+    std::mt19937 rng(seed);
+    r = spread_floats(m, c.k, c.k, rng);
+    norm_w = spread_floats(1, c.k, c.k, rng);
+    bias = c.bias ? spread_floats(1, c.n, c.n, rng) : std::vector<float>();
+    y0 = spread_floats(m + 1, ldy, ldy, rng);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> exponent(-10, 2);
+    w_words.resize(static_cast<size_t>(c.n * c.k));
+    for (auto& word : w_words) word = to_word(c.dtype, std::ldexp(unit(rng), exponent(rng)));
+    xn.resize(static_cast<size_t>(m * c.k));
+    for (int64_t i = 0; i < m; ++i) {
+      double squares = 0;
+      for (int64_t q = 0; q < c.k; ++q) squares += double{r[i * c.k + q]} * r[i * c.k + q];
+      const double inverse = 1.0 / std::sqrt(squares / static_cast<double>(c.k) + kEps);
+      for (int64_t q = 0; q < c.k; ++q)
+        xn[i * c.k + q] = double{norm_w[q]} * (double{r[i * c.k + q]} * inverse);
+    }
+  }
+  static constexpr double kEps = 1e-6;
+
+  // x_i · w_j (+ bias_j) in float64 with x = the norm of r (or `x` given), and sum |x||w|.
+  std::pair<double, double> dot(const std::vector<double>& x, int64_t i, int64_t j) const {
+    double sum = 0, mag = 0;
+    for (int64_t q = 0; q < c.k; ++q) {
+      const double term = x[i * c.k + q] * from_word(c.dtype, w_words[j * c.k + q]);
+      sum += term;
+      mag += std::abs(term);
+    }
+    if (c.bias) sum += bias[j];
+    return {sum, mag};
+  }
+  double bound(double mag, bool rounded_x) const {
+    return ((rounded_x ? unit_roundoff(c.dtype) : 0.0) + 4.0 * c.k * std::ldexp(1.0, -24) +
+            std::ldexp(1.0, -20)) * mag;
+  }
+};
+
+class GemvFused : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(GemvFused, EachFormEqualsFloat64AndTheUnfusedKernels) {
+  REQUIRE_GPU();
+  const FusedCase& c = GetParam();
+  Stream stream;
+  const int sms = sm_count();
+  const float eps = static_cast<float>(Fused::kEps);
+  const int64_t half = c.n / 2;
+  int64_t checked = 0;
+  for (int64_t m = 1; m <= 8; ++m) {
+    const std::string what = fmt::format("{} m {}", c.name, m);
+    const Fused f(c, m, static_cast<uint32_t>(1000 + m));
+    DeviceArray<float> d_r(f.r), d_norm_w(f.norm_w), d_bias(c.bias ? f.bias : std::vector<float>{0.0f});
+    DeviceArray<uint16_t> d_w(f.w_words);
+    DeviceArray<float> d_y(f.y0), d_unfused(f.y0);
+    DeviceArray<uint16_t> d_act(static_cast<size_t>((m + 1) * half)),
+        d_x(static_cast<size_t>(m * c.k)), d_act_unfused(static_cast<size_t>((m + 1) * half));
+    DeviceArray<float> d_gate_up(static_cast<size_t>(m * c.n));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // uploads on the legacy default stream
+    const float* bias = c.bias ? d_bias.data : nullptr;
+    cuda::GemvArgs base;
+    base.m = m;
+    base.n = c.n;
+    base.k = c.k;
+    base.dtype = c.dtype;
+    base.w = d_w.data;
+    base.ldw = c.k;
+    base.bias = bias;
+    base.sm_count = sms;
+    base.stream = stream.stream;
+    cuda::GemvArgs norm = base;
+    norm.input = cuda::GemvInput::kRmsNorm;
+    norm.norm_in = d_r.data;
+    norm.ld_norm_in = c.k;
+    norm.norm_weight = d_norm_w.data;
+    norm.eps = eps;
+
+    // The unfused reference bits: x = add_rms_norm(r), y = gemv(x) (+ add_bias).
+    cuda::AddNormArgs add_norm;
+    add_norm.residual = d_r.data;
+    add_norm.weight = d_norm_w.data;
+    add_norm.out = d_x.data;
+    add_norm.out_dtype = c.dtype;
+    add_norm.rows = m;
+    add_norm.dim = c.k;
+    add_norm.eps = eps;
+    cuda::add_rms_norm(add_norm, stream.stream);
+    cuda::gemv(m, c.n, c.k, d_x.data, c.k, d_w.data, c.k, c.dtype, d_gate_up.data, c.n, sms,
+               stream.stream);
+    if (bias != nullptr) cuda::add_bias(d_gate_up.data, c.n, bias, m, c.n, stream.stream);
+
+    // 1. kRmsNorm -> kStore.
+    cuda::GemvArgs store = norm;
+    store.y = d_y.data;
+    store.ldy = f.ldy;
+    cuda::gemv(store);
+    ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess) << what;
+    const std::vector<float> y = d_y.host(), ref = d_gate_up.host();
+    int64_t bad = 0;
+    for (int64_t i = 0; i <= m; ++i) {
+      for (int64_t j = 0; j < f.ldy; ++j) {
+        const float got = y[i * f.ldy + j];
+        if (i == m || j >= c.n) {
+          EXPECT_EQ(std::memcmp(&got, &f.y0[i * f.ldy + j], 4), 0)
+              << what << ": store wrote y[" << i << ", " << j << "] outside [m, n]";
+          continue;
+        }
+        const auto [want, mag] = f.dot(f.xn, i, j);
+        if (!(std::abs(got - want) <= f.bound(mag, true)) && ++bad <= 5) {
+          ADD_FAILURE() << what << ": store y[" << i << ", " << j << "] = " << got
+                        << ", float64 " << want << " (bound " << f.bound(mag, true) << ")";
+        }
+        EXPECT_EQ(std::memcmp(&got, &ref[i * c.n + j], 4), 0)
+            << what << ": store y[" << i << ", " << j << "] " << got << " vs unfused "
+            << ref[i * c.n + j];
+        ++checked;
+      }
+    }
+    EXPECT_EQ(bad, 0) << what << ": store outside the bound";
+
+    // 2. kRmsNorm -> kSiluPairs (n even), against float64 and silu_mul's bits.
+    if (c.n % 2 == 0) {
+      ASSERT_EQ(cudaMemsetAsync(d_act.data, 0xff, d_act.count * 2, stream.stream), cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(d_act_unfused.data, 0xff, d_act_unfused.count * 2, stream.stream),
+                cudaSuccess);
+      cuda::GemvArgs pairs = norm;
+      pairs.output = cuda::GemvOutput::kSiluPairs;
+      pairs.act = d_act.data;
+      pairs.ld_act = half;
+      cuda::gemv(pairs);
+      cuda::silu_mul(d_gate_up.data, m, half, d_act_unfused.data, c.dtype, half, stream.stream);
+      ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess) << what;
+      const std::vector<uint16_t> act = d_act.host(), act_ref = d_act_unfused.host();
+      bad = 0;
+      for (int64_t i = 0; i <= m; ++i) {
+        for (int64_t j = 0; j < half; ++j) {
+          const uint16_t word = act[i * half + j];
+          if (i == m) {
+            EXPECT_EQ(word, 0xffff) << what << ": act row " << m << " written";
+            continue;
+          }
+          const auto [g, g_mag] = f.dot(f.xn, i, j);
+          const auto [u, u_mag] = f.dot(f.xn, i, half + j);
+          const double sig = 1.0 / (1.0 + std::exp(-g)), silu = g * sig;
+          const double want = silu * u;
+          // silu' = sig (1 + g (1 - sig)) <= 1.1; each factor's bound, then act's rounding.
+          const double bound = 1.1 * std::abs(u) * f.bound(g_mag, true) +
+                               (std::abs(silu) + 1.1 * f.bound(g_mag, true)) * f.bound(u_mag, true) +
+                               (unit_roundoff(c.dtype) + std::ldexp(1.0, -20)) * std::abs(want) + 1e-30;
+          const double got = from_word(c.dtype, word);
+          if (!(std::abs(got - want) <= bound) && ++bad <= 5) {
+            ADD_FAILURE() << what << ": act[" << i << ", " << j << "] = " << got << ", float64 "
+                          << want << " (bound " << bound << ")";
+          }
+          EXPECT_EQ(word, act_ref[i * half + j])
+              << what << ": act[" << i << ", " << j << "] differs from silu_mul's";
+          ++checked;
+        }
+      }
+      EXPECT_EQ(bad, 0) << what << ": SiLU pairs outside the bound";
+    }
+
+    // 3. kX -> kAccumulate: y0 + x · wᵀ (+ bias), x the rounded norm (d_x, add_rms_norm's).
+    cuda::GemvArgs acc = base;
+    acc.x = d_x.data;
+    acc.ldx = c.k;
+    acc.output = cuda::GemvOutput::kAccumulate;
+    acc.y = d_unfused.data;
+    acc.ldy = f.ldy;
+    cuda::gemv(acc);
+    ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess) << what;
+    const std::vector<float> sum = d_unfused.host();
+    const std::vector<uint16_t> x_words = d_x.host();
+    std::vector<double> x_rounded(x_words.size());
+    for (size_t q = 0; q < x_words.size(); ++q) x_rounded[q] = from_word(c.dtype, x_words[q]);
+    bad = 0;
+    for (int64_t i = 0; i <= m; ++i) {
+      for (int64_t j = 0; j < f.ldy; ++j) {
+        const float got = sum[i * f.ldy + j], before = f.y0[i * f.ldy + j];
+        if (i == m || j >= c.n) {
+          EXPECT_EQ(std::memcmp(&got, &before, 4), 0)
+              << what << ": accumulate wrote y[" << i << ", " << j << "] outside [m, n]";
+          continue;
+        }
+        const auto [product, mag] = f.dot(x_rounded, i, j);
+        const double want = double{before} + product;
+        const double bound = f.bound(mag, false) + std::ldexp(1.0, -23) * std::abs(want);
+        if (!(std::abs(got - want) <= bound) && ++bad <= 5) {
+          ADD_FAILURE() << what << ": accumulate y[" << i << ", " << j << "] = " << got
+                        << ", float64 " << want << " (bound " << bound << ")";
+        }
+        // The unfused order: residual + (gemv + bias), in f32.
+        const float unfused = before + ref[i * c.n + j];
+        EXPECT_EQ(std::memcmp(&got, &unfused, 4), 0)
+            << what << ": accumulate y[" << i << ", " << j << "] " << got << " vs " << unfused;
+        ++checked;
+      }
+    }
+    EXPECT_EQ(bad, 0) << what << ": accumulate outside the bound";
+  }
+  fmt::print("{}: {} outputs checked over m 1..8\n", c.name, checked);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemvFused,
+    ::testing::Values(
+        // Qwen3-0.6B: qkv 1024 -> 4096 (the input norm), gate_up 1024 -> 2 x 3072 (the post norm,
+        // SiLU pairs), o_proj / down's n 1024 (accumulate; k 1024 here: the norm staged too).
+        FusedCase{"qwen3_qkv_bf16", kBF16, 4096, 1024},
+        FusedCase{"qwen3_gate_up_f16", kF16, 6144, 1024},
+        FusedCase{"qwen2_qkv_bias_bf16", kBF16, 1152, 896, true, 8},
+        // Pairs that no group's pair count divides (n / 2 = 1001, odd), with a bias and padded y;
+        // k of one 16-byte vector and an odd n (no pairs).
+        FusedCase{"ragged_pairs_bias_f16", kF16, 2002, 512, true, 3},
+        FusedCase{"n37_k8_bf16", kBF16, 37, 8, true, 1}),
+    [](const auto& info) { return info.param.name; });
+
+// The fused forms' own preconditions (no GPU needed).
+TEST(GemvPreconditions, FusedFormsRefuseWhatTheyCannotDo) {
+  alignas(16) static float storage[64] = {};
+  cuda::GemvArgs a;
+  a.m = 1;
+  a.n = 16;
+  a.k = 1024;
+  a.dtype = kBF16;
+  a.w = storage;
+  a.ldw = 1024;
+  a.input = cuda::GemvInput::kRmsNorm;
+  a.norm_in = storage;
+  a.ld_norm_in = 1024;
+  a.norm_weight = storage;
+  a.y = storage;
+  a.ldy = 16;
+  a.sm_count = 132;
+  EXPECT_EQ(cuda::gemv_unsupported(a), "");
+  cuda::GemvArgs b = a;
+  b.norm_weight = nullptr;
+  EXPECT_NE(cuda::gemv_unsupported(b).find("norm_weight missing"), std::string::npos)
+      << cuda::gemv_unsupported(b);
+  b = a;
+  b.ld_norm_in = 1000;
+  EXPECT_NE(cuda::gemv_unsupported(b).find("ld_norm_in 1000"), std::string::npos);
+  b = a;
+  b.m = 8;
+  b.k = 4096;
+  b.ldw = 4096;
+  b.ld_norm_in = 4096;
+  EXPECT_NE(cuda::gemv_unsupported(b).find("bytes of shared memory"), std::string::npos)
+      << cuda::gemv_unsupported(b);
+  b.m = 5;  // 40 KiB: fits
+  EXPECT_EQ(cuda::gemv_unsupported(b), "");
+  b = a;
+  b.output = cuda::GemvOutput::kSiluPairs;
+  b.n = 15;
+  b.act = storage;
+  b.ld_act = 8;
+  EXPECT_NE(cuda::gemv_unsupported(b).find("n 15"), std::string::npos);
+  b.n = 16;
+  EXPECT_EQ(cuda::gemv_unsupported(b), "");
+  b.ld_act = 7;
+  EXPECT_NE(cuda::gemv_unsupported(b).find("ld_act 7"), std::string::npos);
+  b = a;
+  b.ldy = 15;
+  EXPECT_NE(cuda::gemv_unsupported(b).find("ldy 15"), std::string::npos);
+  b = a;
+  b.input = cuda::GemvInput::kX;  // no x
+  EXPECT_NE(cuda::gemv_unsupported(b).find("no x"), std::string::npos);
+  EXPECT_THROW(cuda::gemv(b), Error);
 }
 
 }  // namespace
