@@ -139,9 +139,17 @@ __device__ __forceinline__ void transform_head(const HeadTransformArgs& a, int64
   const int64_t head = index % a.heads;
   float* x = a.x + row * a.x_stride_row + head * a.x_stride_head;
   const float* bias = a.bias != nullptr ? a.bias + head * a.width : nullptr;
-  Out* out = a.out != nullptr
-                 ? static_cast<Out*>(a.out) + row * a.out_stride_row + head * a.out_stride_head
-                 : nullptr;
+  Out* out = nullptr;
+  if (a.out != nullptr && a.out_slots == nullptr) {
+    out = static_cast<Out*>(a.out) + row * a.out_stride_row + head * a.out_stride_head;
+  } else if (a.out != nullptr) {
+    const int64_t slot = a.out_slots[row];
+    if (slot >= 0 && slot < a.out_num_slots) {
+      const int64_t page = slot / a.out_alloc_page, offset = slot - page * a.out_alloc_page;
+      out = static_cast<Out*>(a.out) + page * a.out_stride_page + offset * a.out_stride_row +
+            head * a.out_stride_head;
+    }
+  }
   float inverse = 1.0f;
   if (a.norm_weight != nullptr) {
     float sum = 0.0f;
@@ -321,6 +329,10 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
     if (!group.write_x && group.out == nullptr)
       throw_error("transform_heads: group " + std::to_string(g) +
                   " writes neither x nor out (write_x false needs out)");
+    if (group.out_slots != nullptr && (group.out == nullptr || group.out_alloc_page < 1))
+      throw_error("transform_heads: group " + std::to_string(g) +
+                  " has out_slots without a pool (out) or with out_alloc_page " +
+                  std::to_string(group.out_alloc_page) + " (expected >= 1)");
     batch.group[g] = group;
     warps += group.rows * group.heads;
     if (group.out == nullptr) continue;

@@ -64,6 +64,12 @@ struct HeadTransformArgs {
   DType out_dtype = DType::kBF16;
   int64_t out_stride_row = 0, out_stride_head = 0;
   bool write_x = true;  // false needs out
+  // With out_slots, out is a paged KV pool (the store fused into the transform): row r goes to
+  // slot s = out_slots[r], at element (s / out_alloc_page) * out_stride_page + (s % out_alloc_page)
+  // * out_stride_row + head * out_stride_head; a slot < 0 or >= out_num_slots is not written
+  // (store_kv's rule without a status view), the same bits as store_kv from the f32 rows.
+  const int64_t* out_slots = nullptr;
+  int64_t out_alloc_page = 1, out_num_slots = 0, out_stride_page = 0;
 };
 void transform_heads(const HeadTransformArgs& args, void* stream);
 // Several transforms (head groups: a layer's q, k and v, each with its own x, strides, bias, norm,

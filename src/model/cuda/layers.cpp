@@ -3,7 +3,8 @@
 //
 // GQA   qkv = x · Wqkvᵀ (one GEMM, f32 out); per head: + bias (Qwen2), q/k RMSNorm (Qwen3), RoPE;
 //       q converted to the pool dtype (q, k and v's heads in one transform_heads launch); k / v
-//       stored from the f32 buffer into their slots (cuda::store_kv, one launch); attention
+//       written by that launch straight into their slots where the pool holds q's dtype unscaled
+//       (else stored from the f32 buffer by cuda::store_kv, one more launch); attention
 //       through the planned backend (decode or prefill); o_proj. At batch 1 a launch costs more
 //       than its work, hence the fused launches.
 // MLA   q = q_b(norm(q_a(x))) or q_proj(x); kv_a = kv_a_proj(x): the latent normed, k_pe and q_pe
@@ -187,22 +188,44 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   k.bias = bias != nullptr ? bias + heads * dim : nullptr;
   k.norm_weight = ptr<const float>(w.k_norm);
   k.out = nullptr;
+  const PagedKv kv = s.pool->layer_kv(index);
+  // K and V go straight into their slots from the transform (the store fused in) where the pool
+  // holds q's dtype unscaled; else k is written back in f32 and cuda::store_kv stores both.
+  const bool fused_store = kv.k.dtype == s.attention && kv.v.dtype == s.attention &&
+                           s.attention != DType::kFP8E4M3 && kv.k_scale == 1.0f &&
+                           kv.v_scale == 1.0f;
   size_t num_groups = 2;
-  if (bias != nullptr) {
+  if (bias != nullptr || fused_store) {
     HeadTransformArgs& v = groups[num_groups++];
     v = k;
     v.x = qkv + (heads + kv_heads) * dim;
-    v.bias = bias + (heads + kv_heads) * dim;
+    v.bias = bias != nullptr ? bias + (heads + kv_heads) * dim : nullptr;
     v.norm_weight = nullptr;
     v.cos = v.sin = nullptr;
   }
+  if (fused_store) {
+    const bool nhd = kv.layout == KvLayout::kNHD;
+    for (size_t g = 1; g < num_groups; ++g) {
+      const TensorView& pool = g == 1 ? kv.k : kv.v;
+      HeadTransformArgs& group = groups[g];
+      group.write_x = false;
+      group.out = pool.data;
+      group.out_slots = ptr<const int64_t>(s.slots);
+      group.out_alloc_page = kv.alloc_page_size();
+      group.out_num_slots = kv.num_alloc_pages() * kv.alloc_page_size();
+      group.out_stride_page = pool.strides[0];
+      group.out_stride_row = nhd ? pool.strides[1] : pool.strides[2];
+      group.out_stride_head = nhd ? pool.strides[2] : pool.strides[1];
+    }
+  }
   transform_heads(std::span<const HeadTransformArgs>(groups, num_groups), s.stream);
-  const PagedKv kv = s.pool->layer_kv(index);
-  const TensorView slots = TensorView::contiguous(s.slots.data(), DType::kI64, {t}, s.device);
-  ::pagedattn::cuda::store_kv(
-      kv, device_f32(s, qkv + heads * dim, {t, kv_heads, dim}, {width, dim, 1}),
-      device_f32(s, qkv + (heads + kv_heads) * dim, {t, kv_heads, dim}, {width, dim, 1}), slots,
-      s.stream);
+  if (!fused_store) {
+    const TensorView slots = TensorView::contiguous(s.slots.data(), DType::kI64, {t}, s.device);
+    ::pagedattn::cuda::store_kv(
+        kv, device_f32(s, qkv + heads * dim, {t, kv_heads, dim}, {width, dim, 1}),
+        device_f32(s, qkv + (heads + kv_heads) * dim, {t, kv_heads, dim}, {width, dim, 1}), slots,
+        s.stream);
+  }
 
   const StepContext& step = *s.step;
   AttentionOptions options;
