@@ -95,7 +95,14 @@ GemvArgs into_residual(GemvArgs a, const State& s) {
   return a;
 }
 
-// The fused step's three forms of a dense layer, unlaunched (fused_step checks them all first).
+GemvLookahead weights_of(const DeviceLinear& linear) {
+  return {linear.weight.data(), linear.out() * linear.in() * dtype_size(linear.weight.dtype)};
+}
+
+// The fused step's forms of a dense layer's linear layers, unlaunched (fused_step checks them all
+// first). Lookahead (gemv.h): qkv asks the L2 for the layer's o_proj, gate_up and down weights,
+// which then stream in while the head transform and attention leave the memory bus mostly idle;
+// gate_up asks for the next layer's qkv.
 struct FusedLinears {
   GemvArgs qkv, o, gate_up, down;
 };
@@ -114,6 +121,11 @@ FusedLinears fused_linears(const State& s, const DecoderLayer& layer) {
   f.down = into_residual(fused_linear(s, layer.mlp.down), s);
   f.down.x = s.act.data();
   f.down.ldx = layer.mlp.down.in();
+  f.qkv.lookahead[0] = weights_of(layer.gqa.o);
+  f.qkv.lookahead[1] = weights_of(layer.mlp.gate_up);
+  f.qkv.lookahead[2] = weights_of(layer.mlp.down);
+  const size_t index = static_cast<size_t>(&layer - s.layers.data());
+  if (index + 1 < s.layers.size()) f.gate_up.lookahead[0] = weights_of(s.layers[index + 1].gqa.qkv);
   return f;
 }
 
