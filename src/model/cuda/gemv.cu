@@ -49,7 +49,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = 8;                              // halves in one 16-byte vector
 constexpr int kMinGroupShift = 5, kMaxGroupShift = 8;  // groups of 32 .. kThreads threads
-constexpr int64_t kMaxPrefetchUnits = 16384;            // 256 KiB per bulk prefetch
+constexpr int64_t kMaxPrefetchUnits = 16384;           // 256 KiB per bulk prefetch
 static_assert(kThreads == 1 << kMaxGroupShift);
 
 // Rows of w per thread: each x chunk serves kRows rows, so the L1 traffic for x is kM / kRows
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kM>) gemv_kernel(const Ke
   constexpr int kSums = kM * kR;  // per thread, and per group after the reduction
   static_assert(kR % 2 == 0 && kSums >= kM);
   __shared__ float partial[kWarps][kSums];
-  extern __shared__ uint4 staged[];  // kNorm: x [kM][chunks * 8] of T
+  extern __shared__ uint4 staged[];              // kNorm: x [kM][chunks * 8] of T
   const int groups = kThreads >> a.group_shift;  // per block
   const bool pairs = a.output == GemvOutput::kSiluPairs;
   // This block's weight rows stream into the L2 while the previous kernel drains: w is no kernel's
@@ -350,24 +350,24 @@ void launch(const GemvArgs& g) {
                 " blocks (at most 2^31 - 1)");
   }
   KernelArgs<T> a{.x = static_cast<const T*>(g.x),
-                        .ldx = g.ldx,
-                        .norm_in = g.norm_in,
-                        .ld_norm_in = g.ld_norm_in,
-                        .norm_weight = g.norm_weight,
-                        .eps = g.eps,
-                        .w = static_cast<const T*>(g.w),
-                        .ldw = g.ldw,
-                        .n = g.n,
-                        .chunks = chunks,
-                        .group_shift = plan.group_shift,
-                        .output = g.output,
-                        .y = g.y,
-                        .ldy = g.ldy,
-                        .bias = g.bias,
-                        .act = static_cast<T*>(g.act),
-                        .ld_act = g.ld_act,
-                        .ahead = {},
-                        .ahead_units = {}};
+                  .ldx = g.ldx,
+                  .norm_in = g.norm_in,
+                  .ld_norm_in = g.ld_norm_in,
+                  .norm_weight = g.norm_weight,
+                  .eps = g.eps,
+                  .w = static_cast<const T*>(g.w),
+                  .ldw = g.ldw,
+                  .n = g.n,
+                  .chunks = chunks,
+                  .group_shift = plan.group_shift,
+                  .output = g.output,
+                  .y = g.y,
+                  .ldy = g.ldy,
+                  .bias = g.bias,
+                  .act = static_cast<T*>(g.act),
+                  .ld_act = g.ld_act,
+                  .ahead = {},
+                  .ahead_units = {}};
   if (lookahead_enabled()) {
     for (int j = 0; j < kGemvLookaheads; ++j) {
       a.ahead[j] = static_cast<const char*>(g.lookahead[j].data);
@@ -397,8 +397,8 @@ void launch_rows(const GemvArgs& g) {
 
 bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-std::string plain_form(int64_t m, int64_t k, const void* x, int64_t ldx, const void* w,
-                       int64_t ldw, DType dtype) {
+std::string plain_form(int64_t m, int64_t k, const void* x, int64_t ldx, const void* w, int64_t ldw,
+                       DType dtype) {
   return "m " + std::to_string(m) + ", k " + std::to_string(k) + ", ldx " + std::to_string(ldx) +
          ", ldw " + std::to_string(ldw) + ", dtype " + std::string(dtype_name(dtype)) +
          (x == nullptr ? ", no x" : "") + (w == nullptr ? ", no w" : "") +
@@ -437,8 +437,8 @@ std::string gemv_unsupported(const GemvArgs& g) {
     }
     if (g.m * g.k * 2 > kGemvNormMaxBytes) {
       return "RMSNorm input: m " + std::to_string(g.m) + " x k " + std::to_string(g.k) +
-             " staged x needs " + std::to_string(g.m * g.k * 2) + " bytes of shared memory (at most " +
-             std::to_string(kGemvNormMaxBytes) + ")";
+             " staged x needs " + std::to_string(g.m * g.k * 2) +
+             " bytes of shared memory (at most " + std::to_string(kGemvNormMaxBytes) + ")";
     }
   }
   for (const GemvLookahead& ahead : g.lookahead) {

@@ -38,7 +38,7 @@ enum class GemvOutput : uint8_t {
   kStore,       // y [m, n] f32 (row stride ldy) = x · wᵀ (+ bias)
   kAccumulate,  // y [m, n] += x · wᵀ (+ bias): the residual stream
   kSiluPairs,   // act [m, n / 2] of `dtype` (row stride ld_act) = silu(g) * u with g = rows
-                // [0, n/2) of x · wᵀ (+ bias) and u = rows [n/2, n): silu_mul's result, bit for bit
+               // [0, n/2) of x · wᵀ (+ bias) and u = rows [n/2, n): silu_mul's result, bit for bit
 };
 
 // Memory a kernel asks the L2 to fetch for later kernels (GemvArgs::lookahead): weights of the

@@ -369,7 +369,9 @@ struct FusedCase {
 };
 void PrintTo(const FusedCase& c, std::ostream* os) { *os << c.name; }
 
-double unit_roundoff(DType dtype) { return dtype == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
+double unit_roundoff(DType dtype) {
+  return dtype == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+}
 
 // Random f32 values spread over binades (|v| < 4), NaN past `count` up to the padding.
 std::vector<float> spread_floats(int64_t rows, int64_t cols, int64_t ld, std::mt19937& rng) {
@@ -386,8 +388,8 @@ struct Fused {
   const FusedCase& c;
   int64_t m;
   std::vector<float> r, norm_w, bias, y0;  // r [m, k] f32, norm_w [k], bias [n], y0 [m + 1, ldy]
-  std::vector<uint16_t> w_words;            // [n, k]
-  std::vector<double> xn;                   // [m, k] the float64 norm of r
+  std::vector<uint16_t> w_words;           // [n, k]
+  std::vector<double> xn;                  // [m, k] the float64 norm of r
   int64_t ldy;
 
   Fused(const FusedCase& c_, int64_t m_, uint32_t seed) : c(c_), m(m_), ldy(c_.n + c_.ldy_pad) {
@@ -424,7 +426,8 @@ struct Fused {
   }
   double bound(double mag, bool rounded_x) const {
     return ((rounded_x ? unit_roundoff(c.dtype) : 0.0) + 4.0 * c.k * std::ldexp(1.0, -24) +
-            std::ldexp(1.0, -20)) * mag;
+            std::ldexp(1.0, -20)) *
+           mag;
   }
 };
 
@@ -441,7 +444,8 @@ TEST_P(GemvFused, EachFormEqualsFloat64AndTheUnfusedKernels) {
   for (int64_t m = 1; m <= 8; ++m) {
     const std::string what = fmt::format("{} m {}", c.name, m);
     const Fused f(c, m, static_cast<uint32_t>(1000 + m));
-    DeviceArray<float> d_r(f.r), d_norm_w(f.norm_w), d_bias(c.bias ? f.bias : std::vector<float>{0.0f});
+    DeviceArray<float> d_r(f.r), d_norm_w(f.norm_w),
+        d_bias(c.bias ? f.bias : std::vector<float>{0.0f});
     DeviceArray<uint16_t> d_w(f.w_words);
     DeviceArray<float> d_y(f.y0), d_unfused(f.y0);
     DeviceArray<uint16_t> d_act(static_cast<size_t>((m + 1) * half)),
@@ -498,8 +502,8 @@ TEST_P(GemvFused, EachFormEqualsFloat64AndTheUnfusedKernels) {
         }
         const auto [want, mag] = f.dot(f.xn, i, j);
         if (!(std::abs(got - want) <= f.bound(mag, true)) && ++bad <= 5) {
-          ADD_FAILURE() << what << ": store y[" << i << ", " << j << "] = " << got
-                        << ", float64 " << want << " (bound " << f.bound(mag, true) << ")";
+          ADD_FAILURE() << what << ": store y[" << i << ", " << j << "] = " << got << ", float64 "
+                        << want << " (bound " << f.bound(mag, true) << ")";
         }
         EXPECT_EQ(std::memcmp(&got, &ref[i * c.n + j], 4), 0)
             << what << ": store y[" << i << ", " << j << "] " << got << " vs unfused "
@@ -535,9 +539,10 @@ TEST_P(GemvFused, EachFormEqualsFloat64AndTheUnfusedKernels) {
           const double sig = 1.0 / (1.0 + std::exp(-g)), silu = g * sig;
           const double want = silu * u;
           // silu' = sig (1 + g (1 - sig)) <= 1.1; each factor's bound, then act's rounding.
-          const double bound = 1.1 * std::abs(u) * f.bound(g_mag, true) +
-                               (std::abs(silu) + 1.1 * f.bound(g_mag, true)) * f.bound(u_mag, true) +
-                               (unit_roundoff(c.dtype) + std::ldexp(1.0, -20)) * std::abs(want) + 1e-30;
+          const double bound =
+              1.1 * std::abs(u) * f.bound(g_mag, true) +
+              (std::abs(silu) + 1.1 * f.bound(g_mag, true)) * f.bound(u_mag, true) +
+              (unit_roundoff(c.dtype) + std::ldexp(1.0, -20)) * std::abs(want) + 1e-30;
           const double got = from_word(c.dtype, word);
           if (!(std::abs(got - want) <= bound) && ++bad <= 5) {
             ADD_FAILURE() << what << ": act[" << i << ", " << j << "] = " << got << ", float64 "

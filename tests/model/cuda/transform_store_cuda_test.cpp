@@ -96,7 +96,8 @@ TEST_P(TransformStore, FusedStoreEqualsTransformThenStoreKv) {
   };
   const auto run = [&](bool fused) {
     DeviceArray<float> d_qkv(qkv);
-    DeviceArray<uint8_t> d_k(pattern), d_v(pattern), d_q(static_cast<size_t>(kRows * kQHeads * kDim * elem));
+    DeviceArray<uint8_t> d_k(pattern), d_v(pattern),
+        d_q(static_cast<size_t>(kRows * kQHeads * kDim * elem));
     const bool nhd = c.layout == KvLayout::kNHD;
     PagedKv kv;
     kv.layout = c.layout;
@@ -151,8 +152,8 @@ TEST_P(TransformStore, FusedStoreEqualsTransformThenStoreKv) {
     cuda::transform_heads(groups, nullptr);
     if (!fused) {
       const auto rows = [&](float* x) {
-        TensorView view = TensorView::contiguous(x, DType::kF32, {kRows, kKvHeads, kDim},
-                                                 Device::cuda(0));
+        TensorView view =
+            TensorView::contiguous(x, DType::kF32, {kRows, kKvHeads, kDim}, Device::cuda(0));
         view.strides[0] = width;
         return view;
       };
@@ -177,10 +178,9 @@ TEST_P(TransformStore, FusedStoreEqualsTransformThenStoreKv) {
     const int64_t page = slot / c.alloc_page, offset = slot % c.alloc_page;
     for (int64_t h = 0; h < kKvHeads; ++h) {
       for (int64_t d = 0; d < kDim; ++d) {
-        const int64_t index =
-            c.layout == KvLayout::kNHD
-                ? ((page * c.alloc_page + offset) * kKvHeads + h) * kDim + d
-                : ((page * kKvHeads + h) * c.alloc_page + offset) * kDim + d;
+        const int64_t index = c.layout == KvLayout::kNHD
+                                  ? ((page * c.alloc_page + offset) * kKvHeads + h) * kDim + d
+                                  : ((page * kKvHeads + h) * c.alloc_page + offset) * kDim + d;
         const int64_t col = (kQHeads + kKvHeads + h) * kDim + d;
         float value = qkv[static_cast<size_t>(r * width + col)];
         if (c.v_bias) value += bias[static_cast<size_t>(col)];
