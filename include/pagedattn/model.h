@@ -52,6 +52,10 @@ struct KvPoolConfig {
   int32_t alloc_page_size = 16;  // tokens per allocation page (the engine's unit)
   int32_t page_size = 0;         // attention page size P (divides alloc_page_size); 0: = alloc
   DType dtype = DType::kBF16;    // f32 to compare with transformers bit for bit in f32
+  // fp8_e4m3 pools store value / scale (saturated) and the kernels read stored * scale: one
+  // scale for every layer's K and one for V (MLA's latent takes k_scale). 1 (uncalibrated, what
+  // vLLM's --kv-cache-dtype fp8 uses without scales) unless set; other dtypes require 1.
+  float k_scale = 1.0f, v_scale = 1.0f;
   KvLayout layout = KvLayout::kNHD;
   // The pool's size: num_pages if > 0, else as many pages as fit in byte_budget.
   int64_t num_pages = 0;

@@ -52,13 +52,19 @@ StepPlanner::StepPlanner(const ModelConfig& config, Selection selection, Device 
   }
 }
 
+DType StepPlanner::query_dtype(const KvPool& pool) const {
+  // The CPU backend takes f32 q over any cache; on CUDA q is in the cache's dtype, except over
+  // fp8 (the kernels take bf16 / f16 q there).
+  if (device_.type == DeviceType::kCPU) return DType::kF32;
+  return pool.config().dtype == DType::kFP8E4M3 ? fp8_query_dtype_ : pool.config().dtype;
+}
+
 OpDesc StepPlanner::describe(bool decode, const KvPool& pool) const {
   OpDesc op;
   op.op = mla_ ? (decode ? OpKind::kMlaDecode : OpKind::kMlaExtend)
                : (decode ? OpKind::kDecode : OpKind::kPrefill);
   op.device = device_;
-  // The CPU backend takes f32 q over any cache; on CUDA q is in the cache's dtype.
-  op.q_dtype = device_.type == DeviceType::kCPU ? DType::kF32 : pool.config().dtype;
+  op.q_dtype = query_dtype(pool);
   op.kv_dtype = pool.config().dtype;
   op.num_qo_heads = heads_;
   op.num_kv_heads = kv_heads_;

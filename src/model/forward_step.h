@@ -28,7 +28,7 @@ class StepPlanner {
  public:
   StepPlanner() = default;
   // On a CUDA device, `device_step` receives the metadata and the workspaces (it must outlive
-  // the planner); q is then in the pool's dtype, else f32.
+  // the planner); q is then in the pool's dtype (over an fp8 pool: fp8_query_dtype), else f32.
   StepPlanner(const ModelConfig& config, Selection selection, Device device = Device::cpu(),
               DeviceStep* device_step = nullptr);
 
@@ -44,6 +44,10 @@ class StepPlanner {
   // last num_logit_rows rows (every row under LogitsRows::kAll); none of a request whose
   // wants_logits is false. The CPU and the CUDA model both take their final norm's rows from here.
   const std::vector<int64_t>& logit_rows(const Step& step);
+  // The dtype of q (and of the attention output) over `pool`: f32 on the CPU; on CUDA the pool's
+  // dtype, or fp8_query_dtype (bf16 or f16: the model's compute dtype) over an fp8 pool.
+  DType query_dtype(const KvPool& pool) const;
+  void set_fp8_query_dtype(DType dtype) { fp8_query_dtype_ = dtype; }
   // The backend that runs this model's decode (or prefill / extend) steps over `pool`, chosen by
   // the selection at its first use.
   const Backend& backend_for(bool decode, const KvPool& pool);
@@ -72,6 +76,7 @@ class StepPlanner {
   ops::RopeStyle rope_style_ = ops::RopeStyle::kNeox;
   Selection selection_;
   Device device_ = Device::cpu();
+  DType fp8_query_dtype_ = DType::kBF16;
   DeviceStep* device_step_ = nullptr;
   std::array<BackendSlot, 4> slots_by_op_;  // indexed by OpKind
   std::unique_ptr<PlanStorage> storage_;

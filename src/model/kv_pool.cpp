@@ -5,6 +5,8 @@
 // each layer owns its HostKvCache / HostMlaCache; on a CUDA device one zeroed allocation holds
 // every layer (layer after layer, K then V), with the same shapes and strides.
 #include <atomic>
+#include <cmath>
+#include <utility>
 
 #include "core/check.h"
 #include "pagedattn/model.h"
@@ -44,11 +46,17 @@ KvPool::KvPool(const ModelConfig& config, const KvPoolConfig& pool) : config_(po
   PA_CHECK(config_.page_size >= 1 && config_.alloc_page_size % config_.page_size == 0,
            "kv pool: page_size {} does not divide alloc_page_size {}", config_.page_size,
            config_.alloc_page_size);
-  PA_CHECK(
-      config_.dtype == DType::kF32 || config_.dtype == DType::kBF16 || config_.dtype == DType::kF16,
-      "kv pool: dtype {} (expected f32, f16 or bf16; fp8 needs scales the model does not "
-      "compute yet)",
-      dtype_name(config_.dtype));
+  PA_CHECK(config_.dtype == DType::kF32 || config_.dtype == DType::kBF16 ||
+               config_.dtype == DType::kF16 || config_.dtype == DType::kFP8E4M3,
+           "kv pool: dtype {} (expected f32, f16, bf16 or fp8_e4m3)", dtype_name(config_.dtype));
+  for (const auto& [name, scale] : {std::pair{"k_scale", config_.k_scale},
+                                    std::pair{"v_scale", config_.v_scale}}) {
+    PA_CHECK(std::isfinite(scale) && scale > 0.0f, "kv pool: {} {} (expected finite and > 0)",
+             name, scale);
+    PA_CHECK(config_.dtype == DType::kFP8E4M3 || scale == 1.0f,
+             "kv pool: {} {} with a {} pool (scales apply to fp8_e4m3 pools; expected 1)", name,
+             scale, dtype_name(config_.dtype));
+  }
   const int64_t page_bytes = bytes_per_page(config, config_.alloc_page_size, config_.dtype);
   if (config_.num_pages <= 0) {
     PA_CHECK(config_.byte_budget >= page_bytes,
@@ -109,6 +117,7 @@ void KvPool::make_device_caches(const ModelConfig& config) {
       cache.kpe.shape[2] = rope;
       cache.kpe.data = static_cast<char*>(latent.data) + rank * dtype_size(dtype);
       cache.page_size = config_.page_size;
+      cache.scale = config_.k_scale;
       device_latent_.push_back(cache);
     } else {
       const int64_t heads = config.num_key_value_heads, dim = config.head_dim;
@@ -122,6 +131,8 @@ void KvPool::make_device_caches(const ModelConfig& config) {
                                   {pages, heads, alloc, dim});
       }
       cache.page_size = config_.page_size;
+      cache.k_scale = config_.k_scale;
+      cache.v_scale = config_.v_scale;
       device_kv_.push_back(cache);
     }
   }
@@ -158,7 +169,8 @@ PagedKv KvPool::layer_kv(int64_t layer) const {
            "kv pool: no K/V cache for layer {} ({} {} layers)", layer, num_layers(),
            is_mla() ? "latent" : "K/V");
   if (config_.device.type == DeviceType::kCUDA) return device_kv_[static_cast<size_t>(layer)];
-  return kv_[static_cast<size_t>(layer)].paged(config_.page_size);
+  return kv_[static_cast<size_t>(layer)].paged(config_.page_size, config_.k_scale,
+                                               config_.v_scale);
 }
 
 PagedLatent KvPool::layer_latent(int64_t layer) const {
@@ -166,7 +178,7 @@ PagedLatent KvPool::layer_latent(int64_t layer) const {
            "kv pool: no latent cache for layer {} ({} {} layers)", layer, num_layers(),
            is_mla() ? "latent" : "K/V");
   if (config_.device.type == DeviceType::kCUDA) return device_latent_[static_cast<size_t>(layer)];
-  return latent_[static_cast<size_t>(layer)].paged(config_.page_size);
+  return latent_[static_cast<size_t>(layer)].paged(config_.page_size, config_.k_scale);
 }
 
 }  // namespace pagedattn::model

@@ -40,6 +40,19 @@ TEST_F(Cli, GenerateRunsTheEmbeddedModel) {
   EXPECT_EQ(text_of(first.output), text_of(second.output));
 }
 
+// An fp8 KV pool (--kv-dtype fp8, vLLM's name; fp8_e4m3 too): the run completes and says so. Its
+// logits are checked in tests/model/forward_fp8_kv_test.cpp.
+TEST_F(Cli, GenerateOverAnFp8Cache) {
+  for (const char* dtype : {"fp8", "fp8_e4m3"}) {
+    const CliRun run = run_cli(std::string("generate --max-tokens 8 --seed 3 --ignore-eos "
+                                           "--no-prompt --threads 1 --kv-dtype ") +
+                               dtype);
+    ASSERT_EQ(run.status, 0) << run.output;
+    EXPECT_NE(run.output.find("8 generated (length)"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("tokens in fp8_e4m3)"), std::string::npos) << run.output;
+  }
+}
+
 TEST_F(Cli, GenerateNamesABadArgument) {
   CliRun run = run_cli("generate --max-tokens 4 --kv-dtype int3");
   EXPECT_NE(run.status, 0);

@@ -25,6 +25,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/default_model.h"
 #include "tools/cli/gpu_step_options.h"
+#include "tools/cli/kv_dtype.h"
 
 namespace pagedattn::tools {
 namespace {
@@ -52,13 +53,6 @@ struct GenerateOptions {
 };
 
 constexpr const char* kDefaultPrompt = "It is a truth universally acknowledged, that";
-
-DType parse_kv_dtype(const std::string& name) {
-  if (name == "bf16") return DType::kBF16;
-  if (name == "f16") return DType::kF16;
-  if (name == "f32") return DType::kF32;
-  throw Error(fmt::format("--kv-dtype {} (expected bf16, f16 or f32)", name));
-}
 
 // The prompt's token ids: the chat rendered with the model's template, or the plain text.
 std::vector<int32_t> prompt_ids(const GenerateOptions& options, const fs::path& model_dir,
@@ -131,11 +125,11 @@ void run_generate(const GenerateOptions& options) {
   engine::Engine engine(engine_config, *runtime, engine::make_detokenizer_factory(tok));
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
   fmt::print(stderr,
-             "model {} ({} layers, {:.1f} MB of weights, {} KV pages of {} tokens) on {}, "
+             "model {} ({} layers, {:.1f} MB of weights, {} KV pages of {} tokens in {}) on {}, "
              "loaded in {:.2f} s\n",
              model_dir.string(), runtime->config().num_hidden_layers, runtime->weight_bytes() / 1e6,
              runtime->pool().num_pages(), runtime->pool().alloc_page_size(),
-             runtime->device().str(), load_s);
+             dtype_name(runtime->pool().config().dtype), runtime->device().str(), load_s);
 
   if (options.show_prompt) {
     std::fputs(shown.c_str(), stdout);
@@ -211,7 +205,7 @@ void add_generate_command(CLI::App& parent) {
   command->add_option("--page-size", options->page_size, "KV page size in tokens")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  command->add_option("--kv-dtype", options->kv_dtype, "KV cache dtype: bf16, f16, f32")
+  command->add_option("--kv-dtype", options->kv_dtype, kKvDtypeHelp)
       ->capture_default_str();
   command->add_option("--threads", options->threads, "CPU threads (0: all cores)");
   command->callback([options] { run_generate(*options); });

@@ -29,6 +29,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/default_model.h"
 #include "tools/cli/gpu_step_options.h"
+#include "tools/cli/kv_dtype.h"
 
 namespace pagedattn::tools {
 namespace {
@@ -45,6 +46,7 @@ struct ServeOptions {
   std::string device = "auto";
   GpuStepOptions gpu;
   double kv_memory_fraction = 0.8;  // of the device memory free after loading (CUDA)
+  std::string kv_dtype = "bf16";
   int64_t max_tokens_per_step = 2048;
   int32_t max_running = 256;
   int64_t max_model_length = 0;  // 0: the model's
@@ -120,6 +122,7 @@ ServedModel load_served_model(const ServeOptions& options) {
   runtime_options.model.device = options.device;
   options.gpu.apply(runtime_options);
   runtime_options.kv_memory_fraction = options.kv_memory_fraction;
+  runtime_options.kv_dtype = parse_kv_dtype(options.kv_dtype);
   runtime_options.num_pages = options.num_pages;
   runtime_options.max_sequences = options.max_running;  // no more pages than that can use
   // The same random weights for a shape on every start (seed 0), as bench throughput has them.
@@ -137,9 +140,11 @@ ServedModel load_served_model(const ServeOptions& options) {
                                  ? directory.string()
                                  : fmt::format("{} (random bf16 weights)", options.shape);
   fmt::print(stderr,
-             "serve: model {} ({} layers, {:.1f} MB of weights) on {}, {} KV pages of {} tokens\n",
+             "serve: model {} ({} layers, {:.1f} MB of weights) on {}, {} KV pages of {} tokens in "
+             "{}\n",
              source, runtime->config().num_hidden_layers, runtime->weight_bytes() / 1e6,
-             runtime->device().str(), engine_config.num_pages, engine_config.page_size);
+             runtime->device().str(), engine_config.num_pages, engine_config.page_size,
+             dtype_name(runtime->pool().config().dtype));
   ServedModel model;
   model.name = options.shape.empty() ? std::filesystem::absolute(directory).filename().string()
                                      : options.shape;
@@ -235,6 +240,7 @@ void add_serve_command(CLI::App& app) {
                   "On a GPU without --num-pages: the KV pool's share of the device memory left "
                   "free by the model, (0, 1)")
       ->capture_default_str();
+  cmd->add_option("--kv-dtype", options->kv_dtype, kKvDtypeHelp)->capture_default_str();
   cmd->add_option("--max-tokens-per-step", options->max_tokens_per_step,
                   "Token budget of one engine step (<= 0: unbounded)")
       ->capture_default_str();

@@ -393,6 +393,7 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
 
   s.planner = StepPlanner(config, Selection::parse(options.backend), device, &s);
   s.planner.set_validate_metadata(options.validate_metadata);
+  s.planner.set_fp8_query_dtype(s.compute == DType::kF16 ? DType::kF16 : DType::kBF16);
   PA_CHECK(options.cuda_graph_max_batch >= 0, "model: cuda_graph_max_batch {} (expected >= 0)",
            options.cuda_graph_max_batch);
   // Padded sizes 1, 2, 4, 8, 16, 32, 48, ...: at most 15 padding rows past 16 requests.
@@ -646,7 +647,9 @@ Logits CudaModel::run(const Step& step, KvPool& pool, bool launch) {
            total, s.max_tokens);
   PA_CHECK(pool.device() == s.device, "step: the KV pool is on {}, the model on {}",
            pool.device().str(), s.device.str());
-  s.ensure_attention_buffers(pool.config().dtype);
+  // q, the attention output and MLA's latent q / o in the pool's dtype (over an fp8 pool: the
+  // compute dtype, bf16 for an f32 model).
+  s.ensure_attention_buffers(s.planner.query_dtype(pool));
   // A decode step within the graph sizes is padded to its graph's size (graph_batch).
   const int32_t padded = graph_batch(s, step, pool);
   // Validates the step (nothing is enqueued before), copies the metadata, plans the attention.

@@ -361,7 +361,7 @@ void add_bench_model_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--page-size", options->page_size, "KV page size in tokens")
       ->capture_default_str();
-  cmd->add_option("--kv-dtype", options->kv_dtype, "KV cache dtype: bf16, f16, f32")
+  cmd->add_option("--kv-dtype", options->kv_dtype, kKvDtypeHelp)
       ->capture_default_str();
   cmd->add_option("--backend", options->backend,
                   "attention backend: auto, cpu, or prefill=X,decode=Y")

@@ -401,7 +401,7 @@ void add_bench_throughput_command(CLI::App& bench) {
                   "the default pool's size limit in GiB (0: on a GPU, 90% of the device memory "
                   "the model leaves free; on the CPU 16)")
       ->capture_default_str();
-  cmd->add_option("--kv-dtype", options->kv_dtype, "KV cache dtype: bf16, f16, f32")
+  cmd->add_option("--kv-dtype", options->kv_dtype, kKvDtypeHelp)
       ->capture_default_str();
   cmd->add_option("--backend", options->backend,
                   "attention backend: auto, cpu, or prefill=X,decode=Y")

@@ -89,13 +89,6 @@ RunCeilings measure_run_ceilings(Device device, double ceiling_time, int64_t cei
   return c;
 }
 
-DType parse_kv_dtype(const std::string& name) {
-  if (name == "bf16") return DType::kBF16;
-  if (name == "f16") return DType::kF16;
-  if (name == "f32") return DType::kF32;
-  throw Error(fmt::format("--kv-dtype {} (expected bf16, f16 or f32)", name));
-}
-
 nlohmann::json parse_metadata(const std::vector<std::string>& items) {
   nlohmann::json metadata = nlohmann::json::object();
   for (const std::string& item : items) {

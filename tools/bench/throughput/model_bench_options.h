@@ -15,6 +15,7 @@
 #include "tools/bench/cpu_ceiling.h"
 #include "tools/bench/throughput/device_ceilings.h"
 #include "tools/bench/throughput/workload.h"
+#include "tools/cli/kv_dtype.h"
 
 namespace pagedattn::tools {
 
@@ -47,8 +48,6 @@ struct RunCeilings {
 RunCeilings measure_run_ceilings(Device device, double ceiling_time, int64_t ceiling_mib,
                                  const char* when, bool cpu_gemm);
 
-// "bf16" | "f16" | "f32"; else Error naming --kv-dtype and the value.
-DType parse_kv_dtype(const std::string& name);
 // KEY=VALUE items into a JSON object; Error naming --metadata and the item for a malformed one.
 nlohmann::json parse_metadata(const std::vector<std::string>& items);
 // The median (the mean of the middle two for an even count); 0 for none.
