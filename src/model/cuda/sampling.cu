@@ -1,5 +1,6 @@
 // Row sampling on the device (see sampling.h and include/pagedattn/sampling.h for the algorithm),
-// one block of kThreads per logits row, no sort:
+// one cluster of blocks of kThreads per logits row (passes 1 and 2 split over the cluster, the rest
+// on its first block), no sort:
 //
 //   pass 1  raw max and (greedy) argmax: (value, id) pairs reduced with "non-NaN beats NaN, larger
 //           value, then lower id; two NaN: higher id", the CPU loop's result; the scaled max.
@@ -29,7 +30,13 @@
 // __fmul_rn / __fadd_rn so that no contraction changes a rounding against the CPU; -0 is keyed as
 // +0 since the CPU compares them equal.
 //
-// Cost. One block owns a row, so every pass is latency-bound unless each thread keeps several
+// Cost. A few rows (a decode step at a small batch) leave most SMs idle while one block per row
+// walks 152k logits, with a double exp per token in pass 2 (all of them, for a random-weight
+// model's flat logits): so a row gets a cluster of up to 8 blocks (sample_cluster_size), each
+// taking whole tiles of the row in passes 1 and 2; their maxima and sums meet in distributed
+// shared memory in rank order, and the first block gathers the tile masses and goes on alone
+// (the draw reads one tile; the selections, for top-k / top-p, walk the row as before). Within a
+// block every pass is latency-bound unless each thread keeps several
 // loads in flight: rows whose length is a multiple of 4 (and 16-byte aligned) are read as float4
 // groups, kUnroll groups per thread issued before any is used (for_each_group). The common draw,
 // temperature / min-p with no top-k or top-p (nano-vllm's and most benchmarks' sampling), needs no
@@ -46,6 +53,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cooperative_groups.h>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <string>
@@ -205,6 +213,43 @@ __device__ __forceinline__ void for_each_token(const float* x, int32_t vocab, F&
       if (t < vocab) f(t, l[u]);
     }
   }
+}
+
+// A cluster's share of a row (sample_kernel): CTA `rank` of `size` takes the float4 groups
+// [begin, end), whole tiles of 32 groups (128 ids) each, so that a tile's mass is summed by one
+// warp of one CTA. A cluster of one takes the whole row (any length, any alignment).
+struct Segment {
+  int32_t begin = 0, end = 0;  // float4 groups
+  bool whole = true;
+};
+
+__device__ __forceinline__ Segment segment_of(int32_t vocab, unsigned rank, unsigned size) {
+  if (size == 1) return Segment{0, vocab / 4, true};
+  const int32_t groups = vocab / 4, tiles = (groups + 31) / 32;
+  const int32_t per = (tiles + static_cast<int32_t>(size) - 1) / static_cast<int32_t>(size);
+  const int32_t begin = min(groups, static_cast<int32_t>(rank) * per * 32);
+  return Segment{begin, min(groups, begin + per * 32), false};
+}
+
+// for_each_group over the segment's groups, j the group's index in the row.
+template <class F>
+__device__ __forceinline__ void for_each_group_in(const float* x, Segment seg, F&& f) {
+  for_each_group(x + 4 * static_cast<int64_t>(seg.begin), seg.end - seg.begin,
+                 [&](int32_t j, float4 v, bool valid) { f(seg.begin + j, v, valid); });
+}
+
+// for_each_token over the segment (the whole row for a cluster of one).
+template <class F>
+__device__ __forceinline__ void for_each_token_in(const float* x, int32_t vocab, Segment seg,
+                                                  F&& f) {
+  if (seg.whole) return for_each_token(x, vocab, f);
+  for_each_group_in(x, seg, [&](int32_t j, float4 v, bool valid) {
+    if (!valid) return;
+    f(4 * j, v.x);
+    f(4 * j + 1, v.y);
+    f(4 * j + 2, v.z);
+    f(4 * j + 3, v.w);
+  });
 }
 
 enum class Keys : int {
@@ -373,21 +418,42 @@ __device__ int32_t draw_by_tiles(const RowView& row, const Mass* tile_mass, int3
   return token;
 }
 
+// The cluster's partial results, in each CTA's shared memory, combined by every CTA in rank
+// order (a fixed order: the same bits at every launch of the same cluster size).
+struct ClusterPartial {
+  float raw_max, scaled_max;
+  ArgMax best;
+  double denominator;
+  Mass mass;
+  uint32_t count;
+};
+
+// Grid: rows x cluster size CTAs, clusters of `size` consecutive CTAs along x (sample_rows picks
+// the size: several CTAs per row when the rows are too few to fill the SMs). Passes 1 and 2 are
+// split over the cluster's CTAs (segment_of) and combined through distributed shared memory;
+// what follows (the tile draw or the selections) runs on rank 0 over the whole row, with the
+// tile masses gathered from the other CTAs first.
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* logits, int32_t vocab, const DeviceRowSampling* rows,
                   ops::SampledToken* out) {
   pdl_wait();  // first (cuda/launch.h): before the spec is read and before the return below
   pdl_trigger();
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const unsigned size = cluster.num_blocks(), rank = cluster.block_rank();
   __shared__ Mass tile_mass[kMaxTiles];
-  const DeviceRowSampling spec = rows[blockIdx.x];
-  if (!spec.sample) return;  // the whole block
+  __shared__ ClusterPartial partial;
+  const int64_t row_index = blockIdx.x / size;
+  const DeviceRowSampling spec = rows[row_index];
+  if (!spec.sample) return;  // the whole cluster (one row)
   const ops::RowFilter& f = spec.filter;
-  const float* x = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  const float* x = logits + row_index * vocab;
+  const Segment seg = segment_of(vocab, rank, size);
 
   // Pass 1: maxima and the greedy argmax.
   float raw_max = -INFINITY, scaled_max = -INFINITY;
   ArgMax best{__int_as_float(0x7fffffff), -1};  // NaN, below every token
-  for_each_token(x, vocab, [&](int32_t t, float l) {
+  for_each_token_in(x, vocab, seg, [&](int32_t t, float l) {
     raw_max = fmaxf(raw_max, l);
     if (f.greedy) {
       best = Better{}(best, ArgMax{l, t});
@@ -398,6 +464,20 @@ __global__ void __launch_bounds__(kThreads)
   raw_max = block_reduce(raw_max, MaxOp{});
   scaled_max = block_reduce(scaled_max, MaxOp{});
   best = block_reduce(best, Better{});
+  if (size > 1) {
+    if (threadIdx.x == 0) {
+      partial.raw_max = raw_max;
+      partial.scaled_max = scaled_max;
+      partial.best = best;
+    }
+    cluster.sync();
+    for (unsigned r = 0; r < size; ++r) {
+      const ClusterPartial* p = cluster.map_shared_rank(&partial, r);
+      raw_max = fmaxf(raw_max, p->raw_max);
+      scaled_max = fmaxf(scaled_max, p->scaled_max);
+      best = Better{}(best, p->best);
+    }
+  }
 
   RowView row{x, vocab, f.inverse_temperature, -INFINITY, static_cast<double>(scaled_max), 0};
   if (!f.greedy && f.has_min_p && scaled_max > -INFINITY) {
@@ -424,7 +504,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
   if (by_tiles) {
-    for_each_group(x, vocab / 4, [&](int32_t j, float4 v4, bool valid) {
+    for_each_group_in(x, seg, [&](int32_t j, float4 v4, bool valid) {
       Mass tile = 0;
       if (valid) {
         Mass w[4] = {0, 0, 0, 0};
@@ -439,7 +519,7 @@ __global__ void __launch_bounds__(kThreads)
       if ((threadIdx.x & 31u) == 0) tile_mass[j >> 5] = tile;
     });
   } else {
-    for_each_token(x, vocab, [&](int32_t t, float l) {
+    for_each_token_in(x, vocab, seg, [&](int32_t t, float l) {
       Mass unused = 0;
       weigh(t, l, &unused);
     });
@@ -447,6 +527,38 @@ __global__ void __launch_bounds__(kThreads)
   denominator = block_reduce(denominator, SumOp{});  // also orders the tile_mass writes
   mass = block_reduce(mass, SumOp{});
   count = block_reduce(count, SumOp{});
+  if (size > 1) {
+    if (threadIdx.x == 0) {
+      partial.denominator = denominator;
+      partial.mass = mass;
+      partial.count = count;
+    }
+    cluster.sync();  // the partials and every CTA's tile masses
+    denominator = 0.0;
+    mass = 0;
+    count = 0;
+    for (unsigned r = 0; r < size; ++r) {
+      const ClusterPartial* p = cluster.map_shared_rank(&partial, r);
+      denominator += p->denominator;
+      mass += p->mass;
+      count += p->count;
+    }
+    // Rank 0 goes on alone over the whole row: it takes the other CTAs' tiles first, and they
+    // leave once it has (their shared memory must outlive its reads).
+    if (rank == 0 && by_tiles) {
+      for (unsigned r = 1; r < size; ++r) {
+        const Segment other = segment_of(vocab, r, size);
+        const Mass* remote = cluster.map_shared_rank(tile_mass, r);
+        for (int32_t tile = other.begin / 32 + static_cast<int32_t>(threadIdx.x);
+             tile < (other.end + 31) / 32; tile += kThreads) {
+          tile_mass[tile] = remote[tile];
+        }
+      }
+    }
+    cluster.sync();
+    if (rank != 0) return;
+    __syncthreads();  // rank 0's gathered tiles (cluster.sync orders them too; kept explicit)
+  }
 
   int32_t token = -1;
   if (f.greedy) {
@@ -481,8 +593,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   if (threadIdx.x == 0) {
-    out[blockIdx.x].token = token;
-    out[blockIdx.x].logprob =
+    out[row_index].token = token;
+    out[row_index].logprob =
         token >= 0 ? static_cast<float>(static_cast<double>(x[token]) -
                                         (static_cast<double>(raw_max) + log(denominator)))
                    : 0.0f;
@@ -491,16 +603,52 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+int sample_cluster_size(int64_t rows, int64_t vocab, int sm_count) {
+  // Rows that fill fewer than two CTAs per SM get clusters of up to 8 CTAs (the portable
+  // maximum) per row; a cluster splits the row by float4 tiles, so the row must be float4s.
+  if (vocab % 4 != 0) return 1;
+  int size = 1;
+  while (size < 8 && rows * size * 2 <= 2 * int64_t{sm_count} && vocab >= 4 * 32 * size * 2) {
+    size *= 2;
+  }
+  return size;
+}
+
 void sample_rows(const float* logits, int64_t rows, int64_t vocab,
-                 const DeviceRowSampling* rows_spec, ops::SampledToken* out, void* stream) {
+                 const DeviceRowSampling* rows_spec, ops::SampledToken* out, void* stream,
+                 int cluster_size) {
   if (rows == 0) return;
   if (vocab < 1 || vocab > kMaxSampledVocab) {
     throw_error("sample_rows: vocabulary " + std::to_string(vocab) + " (expected 1 .. " +
                 std::to_string(kMaxSampledVocab) + ")");
   }
-  launch_kernel(sample_kernel, static_cast<unsigned>(rows), kThreads, 0,
-                static_cast<cudaStream_t>(stream), logits, static_cast<int32_t>(vocab), rows_spec,
-                out);
+  if (cluster_size == 0) {
+    int device = 0, sms = 0;
+    PA_CUDA_CHECK(cudaGetDevice(&device));
+    PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    cluster_size = sample_cluster_size(rows, vocab, sms);
+  }
+  if (cluster_size != 1 && (cluster_size > 8 || (cluster_size & (cluster_size - 1)) != 0 ||
+                            vocab % 4 != 0 || vocab < 4 * 32 * cluster_size)) {
+    throw_error("sample_rows: cluster size " + std::to_string(cluster_size) + " for vocabulary " +
+                std::to_string(vocab) +
+                " (expected 1, or 2, 4 or 8 with a vocabulary of float4s, a tile per CTA)");
+  }
+  if (rows * cluster_size > INT32_MAX) {
+    throw_error("sample_rows: " + std::to_string(rows) + " rows");
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(rows * cluster_size));
+  config.blockDim = dim3(kThreads);
+  config.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  launch_kernel(config, sample_kernel, logits, static_cast<int32_t>(vocab), rows_spec, out);
   check_launch("sample_kernel");
 }
 

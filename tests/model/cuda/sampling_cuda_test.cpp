@@ -48,7 +48,8 @@ using ::pagedattn::testing::to_row_sampling;
 
 // The kernel over logits [rows, vocab]; rows with sample unset keep the poison {-7, -7}.
 std::vector<ops::SampledToken> run_kernel(const std::vector<float>& logits, int64_t vocab,
-                                          const std::vector<ops::RowSampling>& rows) {
+                                          const std::vector<ops::RowSampling>& rows,
+                                          int cluster_size = 0) {
   const size_t n = rows.size();
   std::vector<cuda::DeviceRowSampling> specs(n);
   for (size_t r = 0; r < n; ++r) {
@@ -68,7 +69,7 @@ std::vector<ops::SampledToken> run_kernel(const std::vector<float>& logits, int6
   EXPECT_EQ(cudaMemcpy(d_out.data, out.data(), n * sizeof(out[0]), cudaMemcpyHostToDevice),
             cudaSuccess);
   cuda::sample_rows(d_logits.data, static_cast<int64_t>(n), vocab, d_specs.data, d_out.data,
-                    nullptr);
+                    nullptr, cluster_size);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(out.data(), d_out.data, n * sizeof(out[0]), cudaMemcpyDeviceToHost),
             cudaSuccess);
@@ -199,6 +200,29 @@ TEST_P(SamplingKernel, MatchesCpuReference) {
     EXPECT_EQ(got[r].token, again[r].token) << "row " << r;
     EXPECT_EQ(std::memcmp(&got[r].logprob, &again[r].logprob, sizeof(float)), 0) << "row " << r;
   }
+  // Every cluster size the row allows (one CTA a row, and the largest split of a row into tiles):
+  // the same tokens as above (masses are exact integers, maxima order-free), each against the
+  // CPU reference, logprobs within the reference's bound (the double sum's order moves).
+  for (const int size : {1, 2, 8}) {
+    if (size > 1 && (vocab % 4 != 0 || vocab < 4 * 32 * size)) continue;
+    SCOPED_TRACE("cluster size " + std::to_string(size));
+    const std::vector<ops::SampledToken> split = run_kernel(logits, vocab, specs, size);
+    Tally split_tally;
+    check_rows(logits, vocab, specs, split, &split_tally);
+    for (size_t r = 0; r < got.size(); ++r) EXPECT_EQ(split[r].token, got[r].token) << "row " << r;
+  }
+}
+
+TEST(SamplingKernelClusters, SizeChoiceAndRefusals) {
+  EXPECT_EQ(cuda::sample_cluster_size(1, 151936, 132), 8);
+  EXPECT_EQ(cuda::sample_cluster_size(16, 151936, 132), 8);
+  EXPECT_EQ(cuda::sample_cluster_size(64, 151936, 132), 4);
+  EXPECT_EQ(cuda::sample_cluster_size(256, 151936, 132), 1);
+  EXPECT_EQ(cuda::sample_cluster_size(1, 1023, 132), 1) << "not float4s";
+  EXPECT_EQ(cuda::sample_cluster_size(1, 512, 132), 4) << "a tile per CTA at most";
+  EXPECT_THROW(cuda::sample_rows(nullptr, 1, 1000, nullptr, nullptr, nullptr, 8), Error);
+  EXPECT_THROW(cuda::sample_rows(nullptr, 1, 151936, nullptr, nullptr, nullptr, 3), Error);
+  EXPECT_THROW(cuda::sample_rows(nullptr, 1, 1022, nullptr, nullptr, nullptr, 2), Error);
 }
 
 // 151,936 and 1,024: float4 rows, whole 128-id tiles; 4,104 and 1,000: a partial last tile; 4: one
