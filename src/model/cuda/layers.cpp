@@ -24,6 +24,7 @@
 //       expert) pairs by expert, and run each expert's rows through gate_up / SiLU·mul / down as
 //       cuBLAS GEMMs. Either way the rows of x are gathered by expert and combined per token in a
 //       fixed order with the weights, plus the shared experts.
+#include <algorithm>
 #include <numeric>
 #include <utility>
 
@@ -102,7 +103,7 @@ GemvLookahead weights_of(const DeviceLinear& linear) {
 // The fused step's forms of a dense layer's linear layers, unlaunched (fused_step checks them all
 // first). Lookahead (gemv.h): qkv asks the L2 for the layer's o_proj, gate_up and down weights,
 // which then stream in while the head transform and attention leave the memory bus mostly idle;
-// gate_up asks for the next layer's qkv.
+// gate_up asks for the next layer's qkv; each at most half the L2 in all.
 struct FusedLinears {
   GemvArgs qkv, o, gate_up, down;
 };
@@ -121,11 +122,21 @@ FusedLinears fused_linears(const State& s, const DecoderLayer& layer) {
   f.down = into_residual(fused_linear(s, layer.mlp.down), s);
   f.down.x = s.act.data();
   f.down.ldx = layer.mlp.down.in();
-  f.qkv.lookahead[0] = weights_of(layer.gqa.o);
-  f.qkv.lookahead[1] = weights_of(layer.mlp.gate_up);
-  f.qkv.lookahead[2] = weights_of(layer.mlp.down);
+  // At most half the L2 in flight for later kernels (a larger model's layer does not fit: its
+  // regions are cut to the budget in the order they are read).
+  int64_t budget = s.blas->l2_bytes() / 2 / 16 * 16;
+  const auto take = [&budget](const DeviceLinear& linear) {
+    GemvLookahead region = weights_of(linear);
+    region.bytes = std::min(region.bytes, budget);
+    budget -= region.bytes;
+    return region;
+  };
+  f.qkv.lookahead[0] = take(layer.gqa.o);
+  f.qkv.lookahead[1] = take(layer.mlp.gate_up);
+  f.qkv.lookahead[2] = take(layer.mlp.down);
+  budget = s.blas->l2_bytes() / 2 / 16 * 16;
   const size_t index = static_cast<size_t>(&layer - s.layers.data());
-  if (index + 1 < s.layers.size()) f.gate_up.lookahead[0] = weights_of(s.layers[index + 1].gqa.qkv);
+  if (index + 1 < s.layers.size()) f.gate_up.lookahead[0] = take(s.layers[index + 1].gqa.qkv);
   return f;
 }
 
