@@ -38,6 +38,7 @@ namespace pagedattn::model::cuda {
 namespace {
 
 using ::pagedattn::cuda::check_launch;
+using ::pagedattn::cuda::from_float;
 using ::pagedattn::cuda::launch_kernel;
 using ::pagedattn::cuda::pdl_trigger;
 using ::pagedattn::cuda::pdl_wait;
@@ -76,17 +77,6 @@ __device__ __forceinline__ uint4 load_weights(const uint4* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
-}
-
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
 }
 
 // The kernel's operands (GemvArgs with k in 16-byte chunks and the launch's group width).
