@@ -129,7 +129,8 @@ SplitKvConfig CudaWorkspace::split_config(const OpDesc& op, int32_t batch) const
   config.enable = true;
   config.target_items = decode_split_target(num_sms_, op.num_qo_heads, op.num_kv_heads, batch);
   // A chunk shorter than ~256 tokens costs more in merging than it gains in parallelism.
-  // PAGEDATTN_DECODE_MIN_CHUNK (tokens) overrides it, for measurements only.
+  // PAGEDATTN_DECODE_MIN_CHUNK (tokens) overrides it, for measurements only (ARCHITECTURE.md,
+  // "Switches").
   static const int min_chunk_tokens = [] {
     const char* env = std::getenv("PAGEDATTN_DECODE_MIN_CHUNK");
     const int value = env != nullptr ? std::atoi(env) : 0;

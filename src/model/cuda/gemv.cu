@@ -322,7 +322,8 @@ Plan plan_launch(int64_t n, int chunks, int sm_count) {
   return {shift, blocks(shift)};
 }
 
-// PAGEDATTN_GEMV_LOOKAHEAD=0 turns the lookahead prefetches off (read once), for measurements.
+// PAGEDATTN_GEMV_LOOKAHEAD=0 turns the lookahead prefetches off (read once), for measurements
+// (ARCHITECTURE.md, "Switches").
 bool lookahead_enabled() {
   static const bool enabled = [] {
     const char* env = std::getenv("PAGEDATTN_GEMV_LOOKAHEAD");
