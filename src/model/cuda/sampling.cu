@@ -36,9 +36,9 @@
 // taking whole tiles of the row in passes 1 and 2; their maxima and sums meet in distributed
 // shared memory in rank order, and the first block gathers the tile masses and goes on alone
 // (the draw reads one tile; the selections, for top-k / top-p, walk the row as before). Within a
-// block every pass is latency-bound unless each thread keeps several
-// loads in flight: rows whose length is a multiple of 4 (and 16-byte aligned) are read as float4
-// groups, kUnroll groups per thread issued before any is used (for_each_group). The common draw,
+// block every pass is latency-bound unless each thread keeps several loads in flight: rows whose
+// length is a multiple of 4 (and 16-byte aligned) are read as float4 groups, kUnroll groups per
+// thread issued before any is used (for_each_group). The common draw,
 // temperature / min-p with no top-k or top-p (nano-vllm's and most benchmarks' sampling), needs no
 // selection: draw order is id order, so the weights pass 2 computes anyway are also summed per
 // tile of 128 consecutive ids (one warp's float4 groups in one sweep) into shared memory; a block
