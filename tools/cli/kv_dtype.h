@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <string>
 
 #include "pagedattn/dtype.h"
@@ -14,12 +15,11 @@ namespace pagedattn::tools {
 
 inline constexpr const char* kKvDtypeHelp = "KV cache dtype: bf16, f16, f32, fp8_e4m3 (or fp8)";
 
-// "bf16" | "f16" | "f32" | "fp8_e4m3" | "fp8"; else Error naming --kv-dtype and the value.
+// A KV dtype by parse_dtype's names ("fp8" and "e4m3" included); else Error naming --kv-dtype and
+// the value.
 inline DType parse_kv_dtype(const std::string& name) {
-  if (name == "bf16") return DType::kBF16;
-  if (name == "f16") return DType::kF16;
-  if (name == "f32") return DType::kF32;
-  if (name == "fp8_e4m3" || name == "fp8") return DType::kFP8E4M3;
+  const std::optional<DType> dtype = parse_dtype(name);
+  if (dtype && *dtype != DType::kI32 && *dtype != DType::kI64) return *dtype;
   throw Error(fmt::format("--kv-dtype {} (expected bf16, f16, f32, fp8_e4m3 or fp8)", name));
 }
 

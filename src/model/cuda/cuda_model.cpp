@@ -490,14 +490,14 @@ void enqueue_head_chunk(State& s, int64_t start, int64_t count, bool sample) {
 // last layer's output (fused: s.residual alone).
 void enqueue_layers(State& s) {
   const int64_t t = s.tokens, hidden = s.config.hidden_size;
-  s.fused = fused_step(s);
+  prepare_fused_step(s);
   embedding(s.embed.data(), s.compute, hidden, ptr<int32_t>(s.token_ids), t,
             ptr<ops::SampledToken>(s.sampled), ptr<float>(s.residual), s.stream);
   for (size_t i = 0; i < s.layers.size(); ++i) {
     DecoderLayer& layer = s.layers[i];
     if (s.fused) {
       gqa_attention(s, layer, static_cast<int64_t>(i));
-      fused_mlp(s, layer);
+      fused_mlp(s, static_cast<int64_t>(i));
       continue;
     }
     AddNormArgs norm;

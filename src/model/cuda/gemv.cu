@@ -397,22 +397,28 @@ std::string plain_form(int64_t m, int64_t k, const void* x, int64_t ldx, const v
          "8, x and w 16-byte aligned)";
 }
 
+// The rules on m, k, w and the dtype; and on x where it is read from memory (kX: kRmsNorm stages
+// its own, row stride k, aligned).
+bool weights_supported(int64_t m, int64_t k, const void* w, int64_t ldw, DType dtype) {
+  return m >= 1 && m <= kGemvMaxRows && (dtype == DType::kBF16 || dtype == DType::kF16) &&
+         k >= kChunk && k <= INT32_MAX && k % kChunk == 0 && ldw % kChunk == 0 && ldw >= k &&
+         w != nullptr && aligned_16(w);
+}
+bool x_supported(int64_t k, const void* x, int64_t ldx) {
+  return ldx % kChunk == 0 && ldx >= k && x != nullptr && aligned_16(x);
+}
+
 }  // namespace
 
 bool gemv_supported(int64_t m, int64_t k, const void* x, int64_t ldx, const void* w, int64_t ldw,
                     DType dtype) {
-  return m >= 1 && m <= kGemvMaxRows && (dtype == DType::kBF16 || dtype == DType::kF16) &&
-         k >= kChunk && k <= INT32_MAX && k % kChunk == 0 && ldx % kChunk == 0 &&
-         ldw % kChunk == 0 && ldx >= k && ldw >= k && x != nullptr && w != nullptr &&
-         aligned_16(x) && aligned_16(w);
+  return weights_supported(m, k, w, ldw, dtype) && x_supported(k, x, ldx);
 }
 
 std::string gemv_unsupported(const GemvArgs& g) {
-  // The plain form's rules, with the staged x (row stride k, aligned) standing in for kRmsNorm's.
   const bool norm = g.input == GemvInput::kRmsNorm;
-  const void* x = norm ? g.w : g.x;
-  const int64_t ldx = norm ? g.k : g.ldx;
-  if (!gemv_supported(g.m, g.k, x, ldx, g.w, g.ldw, g.dtype)) {
+  if (!weights_supported(g.m, g.k, g.w, g.ldw, g.dtype) ||
+      (!norm && !x_supported(g.k, g.x, g.ldx))) {
     return plain_form(g.m, g.k, g.x, g.ldx, g.w, g.ldw, g.dtype);
   }
   if (g.n < 0 || g.sm_count < 1) {
@@ -465,13 +471,6 @@ void gemv(const GemvArgs& args) {
 
 void gemv(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx, const void* w, int64_t ldw,
           DType dtype, float* y, int64_t ldy, int sm_count, void* stream) {
-  if (!gemv_supported(m, k, x, ldx, w, ldw, dtype)) {
-    throw_error("gemv: " + plain_form(m, k, x, ldx, w, ldw, dtype));
-  }
-  if (n < 0 || ldy < n || (n > 0 && y == nullptr) || sm_count < 1) {
-    throw_error("gemv: n " + std::to_string(n) + ", ldy " + std::to_string(ldy) + ", sm_count " +
-                std::to_string(sm_count) + " (expected 0 <= n <= ldy, an output, sm_count >= 1)");
-  }
   gemv(GemvArgs{.m = m,
                 .n = n,
                 .k = k,

@@ -26,7 +26,6 @@
 //       fixed order with the weights, plus the shared experts.
 #include <algorithm>
 #include <numeric>
-#include <utility>
 
 #include "core/check.h"
 #include "model/cuda/gemv.h"
@@ -64,8 +63,8 @@ void linear_f32(State& s, const DeviceLinear& linear, const void* x, int64_t row
     add_bias(y, ldy, linear.bias_data(), rows, linear.out(), s.stream);
 }
 
-// A fused step's linear layer (gemv.h): x from `input`'s RMSNorm of the residual stream (with
-// norm_weight) or from x, the output per `output` (into the residual stream: kAccumulate).
+// What every fused form of a linear layer shares (gemv.h): its weights and bias, m = the step's
+// rows, the grid's SM count and the stream; with_norm / into_residual set the input and output.
 GemvArgs fused_linear(const State& s, const DeviceLinear& linear) {
   GemvArgs a;
   a.m = s.tokens;
@@ -100,16 +99,15 @@ GemvLookahead weights_of(const DeviceLinear& linear) {
   return {linear.weight.data(), linear.out() * linear.in() * dtype_size(linear.weight.dtype)};
 }
 
-// The fused step's forms of a dense layer's linear layers, unlaunched (fused_step checks them all
-// first). Lookahead (gemv.h): qkv asks the L2 for the layer's o_proj, gate_up and down weights,
-// which then stream in while the head transform and attention leave the memory bus mostly idle;
-// gate_up asks for the next layer's qkv; each at most half the L2 in all.
-struct FusedLinears {
-  GemvArgs qkv, o, gate_up, down;
-};
-FusedLinears fused_linears(const State& s, const DecoderLayer& layer) {
+// Layer `index`'s fused forms (State::fused_layers). Lookahead (gemv.h): qkv asks the L2 for the
+// layer's o_proj, gate_up and down weights, which then stream in while the head transform and
+// attention leave the memory bus mostly idle; gate_up asks for the next layer's qkv; each at most
+// half the L2 in all.
+FusedLinears fused_linears(const State& s, size_t index) {
+  const DecoderLayer& layer = s.layers[index];
   FusedLinears f;
   f.qkv = with_norm(fused_linear(s, layer.gqa.qkv), s, layer.input_norm);
+  f.qkv.bias = nullptr;  // added by the head transform, with the q / k norms after it
   f.qkv.y = ptr<float>(s.qkv);
   f.qkv.ldy = layer.gqa.qkv.out();
   f.o = into_residual(fused_linear(s, layer.gqa.o), s);
@@ -135,7 +133,6 @@ FusedLinears fused_linears(const State& s, const DecoderLayer& layer) {
   f.qkv.lookahead[1] = take(layer.mlp.gate_up);
   f.qkv.lookahead[2] = take(layer.mlp.down);
   budget = s.blas->l2_bytes() / 2 / 16 * 16;
-  const size_t index = static_cast<size_t>(&layer - s.layers.data());
   if (index + 1 < s.layers.size()) f.gate_up.lookahead[0] = take(s.layers[index + 1].gqa.qkv);
   return f;
 }
@@ -177,10 +174,7 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   float* qkv = ptr<float>(s.qkv);
   const float* bias = w.qkv.bias_data();
   if (s.fused) {
-    // The input norm in the prologue; the bias stays with the head transform below.
-    GemvArgs a = fused_linears(s, layer).qkv;
-    a.bias = nullptr;
-    gemv(a);
+    gemv(s.fused_layers[static_cast<size_t>(index)].qkv);  // the input norm in the prologue
   } else {
     s.blas->linear(t, width, w.qkv.in(), s.x.data(), w.qkv.in(), w.qkv.weight.data(), w.qkv.in(),
                    s.compute, qkv, width, DType::kF32);
@@ -213,10 +207,9 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   k.out = nullptr;
   const PagedKv kv = s.pool->layer_kv(index);
   // K and V go straight into their slots from the transform (the store fused in) where the pool
-  // holds q's dtype unscaled; else k is written back in f32 and cuda::store_kv stores both.
-  const bool fused_store = kv.k.dtype == s.attention && kv.v.dtype == s.attention &&
-                           s.attention != DType::kFP8E4M3 && kv.k_scale == 1.0f &&
-                           kv.v_scale == 1.0f;
+  // holds q's dtype (never fp8, so unscaled: KvPool keeps scales at 1 for other dtypes); else k
+  // is written back in f32 and cuda::store_kv stores both, scales applied.
+  const bool fused_store = kv.k.dtype == s.attention && kv.v.dtype == s.attention;
   size_t num_groups = 2;
   if (bias != nullptr || fused_store) {
     HeadTransformArgs& v = groups[num_groups++];
@@ -270,7 +263,7 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
     attn = s.attn_c.data();
   }
   if (s.fused) {
-    gemv(fused_linears(s, layer).o);  // residual += o_proj(attn)
+    gemv(s.fused_layers[static_cast<size_t>(index)].o);  // residual += o_proj(attn)
     return;
   }
   linear_f32(s, w.o, attn, t, ptr<float>(s.branch), s.config.hidden_size);
@@ -407,24 +400,24 @@ void dense_mlp(State& s, const MlpLayer& mlp, const void* x, int64_t rows, float
   linear_f32(s, mlp.down, s.act.data(), rows, out, s.config.hidden_size);
 }
 
-void fused_mlp(State& s, const DecoderLayer& layer) {
-  const FusedLinears f = fused_linears(s, layer);
+void fused_mlp(State& s, int64_t index) {
+  const FusedLinears& f = s.fused_layers[static_cast<size_t>(index)];
   gemv(f.gate_up);  // act = silu(gate) * up of the post-attention norm
   gemv(f.down);     // residual += down(act)
 }
 
-bool fused_step(const State& s) {
-  if (s.tokens < 1 || s.tokens > kGemvMaxRows || s.config.is_mla()) return false;
-  for (const DecoderLayer& layer : s.layers) {
-    if (layer.moe) return false;
-    const FusedLinears f = fused_linears(s, layer);
-    GemvArgs qkv = f.qkv;
-    qkv.bias = nullptr;
-    for (const GemvArgs* a : {&std::as_const(qkv), &f.o, &f.gate_up, &f.down}) {
-      if (!gemv_unsupported(*a).empty()) return false;
+void prepare_fused_step(State& s) {
+  s.fused = false;
+  if (s.tokens < 1 || s.tokens > kGemvMaxRows || s.config.is_mla()) return;
+  s.fused_layers.resize(s.layers.size());
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    if (s.layers[i].moe) return;
+    const FusedLinears& f = s.fused_layers[i] = fused_linears(s, i);
+    for (const GemvArgs* a : {&f.qkv, &f.o, &f.gate_up, &f.down}) {
+      if (!gemv_unsupported(*a).empty()) return;
     }
   }
-  return true;
+  s.fused = true;
 }
 
 void moe_mlp(State& s, MoeLayer& moe) {

@@ -555,9 +555,8 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    cluster.sync();
+    cluster.sync();  // also a barrier of rank 0's threads over its gathered tiles
     if (rank != 0) return;
-    __syncthreads();  // rank 0's gathered tiles (cluster.sync orders them too; kept explicit)
   }
 
   int32_t token = -1;

@@ -30,6 +30,7 @@
 #include "cuda/cuda_check.h"
 #include "model/cuda/blas.h"
 #include "model/cuda/cuda_model.h"
+#include "model/cuda/gemv.h"
 #include "model/cuda/sampling.h"
 #include "model/cuda/weights.h"
 #include "model/forward_step.h"
@@ -85,6 +86,13 @@ struct DecoderLayer {
   MlaLayer mla;
   MlpLayer mlp;
   std::unique_ptr<MoeLayer> moe;
+};
+
+// A dense layer's linear layers in the GEMV's fused forms (gemv.h), for a fused step: qkv with
+// the input norm in its prologue (its bias stays with the head transform), o_proj and down added
+// into the residual stream, gate_up with the post-attention norm and SiLU * up.
+struct FusedLinears {
+  GemvArgs qkv, o, gate_up, down;
 };
 
 struct CudaModel::State final : DeviceStep {
@@ -160,9 +168,10 @@ struct CudaModel::State final : DeviceStep {
 
   // The step being run. fused: its dense layers run through the GEMV's fused forms (gemv.h), so
   // no norm, add or silu_mul kernel, and the residual stream (s.residual) already holds each
-  // layer's branch; see fused_step().
+  // layer's branch; fused_layers holds their operands, one per layer (see prepare_fused_step()).
   int64_t tokens = 0;
   bool fused = false;
+  std::vector<FusedLinears> fused_layers;
   const StepContext* step = nullptr;
   KvPool* pool = nullptr;
 
@@ -179,13 +188,13 @@ struct CudaModel::State final : DeviceStep {
 void gqa_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index);
 void mla_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index);
 void dense_mlp(CudaModel::State& s, const MlpLayer& mlp, const void* x, int64_t rows, float* out);
-// True when the step of s.tokens rows can run fused (State::fused): a dense GQA model (no MLA, no
-// MoE layer), at most kGemvMaxRows rows, and every layer's linear layers take the GEMV's fused
-// forms (shapes, alignment, x staged within kGemvNormMaxBytes).
-bool fused_step(const CudaModel::State& s);
+// Sets s.fused for the step of s.tokens rows, and s.fused_layers where it is: a dense GQA model
+// (no MLA, no MoE layer), at most kGemvMaxRows rows, and every layer's linear layers take the
+// GEMV's fused forms (shapes, alignment, x staged within kGemvNormMaxBytes).
+void prepare_fused_step(CudaModel::State& s);
 // A fused step's MLP: gate_up with the post-attention norm in its prologue and SiLU * up in its
 // epilogue, then down_proj added into the residual stream.
-void fused_mlp(CudaModel::State& s, const DecoderLayer& layer);
+void fused_mlp(CudaModel::State& s, int64_t index);
 void moe_mlp(CudaModel::State& s, MoeLayer& moe);
 // Whether moe_mlp routes a step of `tokens` tokens on the device (no host synchronisation).
 inline bool moe_on_device(const MoeLayer& moe, int64_t tokens) {
