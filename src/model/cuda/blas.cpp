@@ -83,7 +83,6 @@ struct Blas::State {
   void* workspace = nullptr;
   cudaStream_t stream = nullptr;  // cuBLAS's and the GEMV's
   int sm_count = 0;               // of the device current at construction (the GEMV's grid)
-  int l2_bytes = 0;               // its L2 cache (the GEMV's lookahead budget)
 };
 
 Blas::Blas(void* stream) : state_(std::make_unique<State>()) {
@@ -91,7 +90,6 @@ Blas::Blas(void* stream) : state_(std::make_unique<State>()) {
   int device = 0;
   PA_CUDA_CHECK(cudaGetDevice(&device));
   PA_CUDA_CHECK(cudaDeviceGetAttribute(&state_->sm_count, cudaDevAttrMultiProcessorCount, device));
-  PA_CUDA_CHECK(cudaDeviceGetAttribute(&state_->l2_bytes, cudaDevAttrL2CacheSize, device));
   PA_CUBLAS_CHECK(cublasCreate(&state_->handle));
   PA_CUDA_CHECK(cudaMalloc(&state_->workspace, kWorkspaceBytes));
   PA_CUBLAS_CHECK(cublasSetStream(state_->handle, static_cast<cudaStream_t>(stream)));
@@ -109,8 +107,6 @@ Blas::~Blas() {
 int64_t Blas::workspace_bytes() const { return static_cast<int64_t>(kWorkspaceBytes); }
 
 int Blas::sm_count() const { return state_->sm_count; }
-
-int64_t Blas::l2_bytes() const { return state_->l2_bytes; }
 
 void Blas::linear(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx, const void* w,
                   int64_t ldw, DType in_dtype, void* y, int64_t ldy, DType out_dtype) {

@@ -40,10 +40,8 @@ class Blas {
                DType out_dtype);
 
   int64_t workspace_bytes() const;
-  // The device's multiprocessor count and L2 size, read at construction (the fused GEMV's grid
-  // and lookahead budget).
+  // The device's multiprocessor count, read at construction (the fused GEMV's grid).
   int sm_count() const;
-  int64_t l2_bytes() const;
 
  private:
   struct State;

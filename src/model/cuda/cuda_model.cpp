@@ -152,7 +152,10 @@ StepMetadata State::upload(const StepMetadata& host) {
   meta.qo_indptr = view(qo_indptr, batch + 1);
   meta.kv_indptr = view(kv_indptr, batch + 1);
   meta.kv_last_page_len = view(kv_last_page_len, batch);
-  meta.kv_indices = view(kv_indices, pages);
+  // The whole buffer, not this step's pages: a captured graph keeps the view's extent as the
+  // kernels' bound on kv_indices (cuda/common/guard.h) and replays it over later steps with more
+  // pages; the buffer is fixed until it grows, and growing recaptures the graphs.
+  meta.kv_indices = view(kv_indices, static_cast<int64_t>(kv_indices.bytes() / 4));
   return meta;
 }
 

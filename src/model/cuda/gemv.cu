@@ -25,7 +25,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "cuda/common/device_utils.cuh"
@@ -50,7 +49,6 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = 8;                              // halves in one 16-byte vector
 constexpr int kMinGroupShift = 5, kMaxGroupShift = 8;  // groups of 32 .. kThreads threads
-constexpr int64_t kMaxPrefetchUnits = 16384;           // 256 KiB per bulk prefetch
 static_assert(kThreads == 1 << kMaxGroupShift);
 
 // Rows of w per thread: each x chunk serves kRows rows, so the L1 traffic for x is kM / kRows
@@ -99,8 +97,6 @@ struct KernelArgs {
   const float* bias;
   T* act;
   int64_t ld_act;
-  const char* ahead[kGemvLookaheads];
-  int64_t ahead_units[kGemvLookaheads];  // 16-byte units
 };
 
 // The row of w behind slot r (< kR) of group `unit` (blockIdx.x * groups + group), or n where
@@ -134,21 +130,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kM>) gemv_kernel(const Ke
     const int64_t row = weight_row<kR>(int64_t{blockIdx.x} * groups + threadIdx.x / kR,
                                        static_cast<int>(threadIdx.x) % kR, a.n, pairs);
     if (row < a.n) prefetch_l2_bulk(a.w + row * a.ldw, static_cast<unsigned>(a.chunks) * 16u);
-  }
-  // The lookahead regions, one slice per block (by the last thread: the ones above take <= 32
-  // rows).
-  if (threadIdx.x == kThreads - 1) {
-#pragma unroll
-    for (int j = 0; j < kGemvLookaheads; ++j) {
-      const int64_t per_block = (a.ahead_units[j] + gridDim.x - 1) / gridDim.x;
-      const int64_t first = per_block * blockIdx.x;
-      const int64_t end =
-          first + per_block < a.ahead_units[j] ? first + per_block : a.ahead_units[j];
-      for (int64_t unit = first; unit < end; unit += kMaxPrefetchUnits) {
-        const int64_t take = end - unit < kMaxPrefetchUnits ? end - unit : kMaxPrefetchUnits;
-        prefetch_l2_bulk(a.ahead[j] + unit * 16, static_cast<unsigned>(take * 16));
-      }
-    }
   }
   pdl_wait();  // first global access (cuda/launch.h)
   pdl_trigger();
@@ -322,16 +303,6 @@ Plan plan_launch(int64_t n, int chunks, int sm_count) {
   return {shift, blocks(shift)};
 }
 
-// PAGEDATTN_GEMV_LOOKAHEAD=0 turns the lookahead prefetches off (read once), for measurements
-// (ARCHITECTURE.md, "Switches").
-bool lookahead_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("PAGEDATTN_GEMV_LOOKAHEAD");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  return enabled;
-}
-
 template <class T, int kM>
 void launch(const GemvArgs& g) {
   const int chunks = static_cast<int>(g.k / kChunk);
@@ -340,7 +311,7 @@ void launch(const GemvArgs& g) {
     throw_error("gemv: n = " + std::to_string(g.n) + " needs " + std::to_string(plan.blocks) +
                 " blocks (at most 2^31 - 1)");
   }
-  KernelArgs<T> a{.x = static_cast<const T*>(g.x),
+  const KernelArgs<T> a{.x = static_cast<const T*>(g.x),
                   .ldx = g.ldx,
                   .norm_in = g.norm_in,
                   .ld_norm_in = g.ld_norm_in,
@@ -356,15 +327,7 @@ void launch(const GemvArgs& g) {
                   .ldy = g.ldy,
                   .bias = g.bias,
                   .act = static_cast<T*>(g.act),
-                  .ld_act = g.ld_act,
-                  .ahead = {},
-                  .ahead_units = {}};
-  if (lookahead_enabled()) {
-    for (int j = 0; j < kGemvLookaheads; ++j) {
-      a.ahead[j] = static_cast<const char*>(g.lookahead[j].data);
-      a.ahead_units[j] = g.lookahead[j].data != nullptr ? g.lookahead[j].bytes / 16 : 0;
-    }
-  }
+                  .ld_act = g.ld_act};
   const auto stream = static_cast<cudaStream_t>(g.stream);
   if (g.input == GemvInput::kRmsNorm) {
     const size_t smem = static_cast<size_t>(kM) * static_cast<size_t>(g.k) * sizeof(T);
@@ -436,12 +399,6 @@ std::string gemv_unsupported(const GemvArgs& g) {
       return "RMSNorm input: m " + std::to_string(g.m) + " x k " + std::to_string(g.k) +
              " staged x needs " + std::to_string(g.m * g.k * 2) +
              " bytes of shared memory (at most " + std::to_string(kGemvNormMaxBytes) + ")";
-    }
-  }
-  for (const GemvLookahead& ahead : g.lookahead) {
-    if (ahead.data != nullptr && (!aligned_16(ahead.data) || ahead.bytes < 0 || ahead.bytes % 16)) {
-      return "lookahead: " + std::to_string(ahead.bytes) +
-             " bytes (expected a 16-byte aligned region of a multiple of 16 bytes)";
     }
   }
   if (g.output == GemvOutput::kSiluPairs) {

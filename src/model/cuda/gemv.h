@@ -41,15 +41,6 @@ enum class GemvOutput : uint8_t {
                // [0, n/2) of x · wᵀ (+ bias) and u = rows [n/2, n): silu_mul's result, bit for bit
 };
 
-// Memory a kernel asks the L2 to fetch for later kernels (GemvArgs::lookahead): weights of the
-// layer's next linear layers, streamed in while attention and the small kernels leave the memory
-// bus idle. A prefetch reads no value, so it is safe whatever runs concurrently (pdl.cuh).
-struct GemvLookahead {
-  const void* data = nullptr;  // 16-byte aligned
-  int64_t bytes = 0;           // a multiple of 16
-};
-inline constexpr int kGemvLookaheads = 3;
-
 struct GemvArgs {
   int64_t m = 0, n = 0, k = 0;
   DType dtype = DType::kBF16;  // of w, x and act
@@ -70,9 +61,6 @@ struct GemvArgs {
   int64_t ld_act = 0;
   int sm_count = 0;
   void* stream = nullptr;
-  // Spread over the blocks, before their wait for the previous kernel; ignored under
-  // PAGEDATTN_GEMV_LOOKAHEAD=0 (for measurements).
-  GemvLookahead lookahead[kGemvLookaheads];
 };
 
 // "" when gemv(args) takes these operands, else what it does not support. Beside the plain

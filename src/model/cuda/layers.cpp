@@ -95,14 +95,7 @@ GemvArgs into_residual(GemvArgs a, const State& s) {
   return a;
 }
 
-GemvLookahead weights_of(const DeviceLinear& linear) {
-  return {linear.weight.data(), linear.out() * linear.in() * dtype_size(linear.weight.dtype)};
-}
-
-// Layer `index`'s fused forms (State::fused_layers). Lookahead (gemv.h): qkv asks the L2 for the
-// layer's o_proj, gate_up and down weights, which then stream in while the head transform and
-// attention leave the memory bus mostly idle; gate_up asks for the next layer's qkv; each at most
-// half the L2 in all.
+// Layer `index`'s fused forms (State::fused_layers).
 FusedLinears fused_linears(const State& s, size_t index) {
   const DecoderLayer& layer = s.layers[index];
   FusedLinears f;
@@ -120,20 +113,6 @@ FusedLinears fused_linears(const State& s, size_t index) {
   f.down = into_residual(fused_linear(s, layer.mlp.down), s);
   f.down.x = s.act.data();
   f.down.ldx = layer.mlp.down.in();
-  // At most half the L2 in flight for later kernels (a larger model's layer does not fit: its
-  // regions are cut to the budget in the order they are read).
-  int64_t budget = s.blas->l2_bytes() / 2 / 16 * 16;
-  const auto take = [&budget](const DeviceLinear& linear) {
-    GemvLookahead region = weights_of(linear);
-    region.bytes = std::min(region.bytes, budget);
-    budget -= region.bytes;
-    return region;
-  };
-  f.qkv.lookahead[0] = take(layer.gqa.o);
-  f.qkv.lookahead[1] = take(layer.mlp.gate_up);
-  f.qkv.lookahead[2] = take(layer.mlp.down);
-  budget = s.blas->l2_bytes() / 2 / 16 * 16;
-  if (index + 1 < s.layers.size()) f.gate_up.lookahead[0] = take(s.layers[index + 1].gqa.qkv);
   return f;
 }
 

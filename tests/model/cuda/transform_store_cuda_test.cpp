@@ -102,11 +102,15 @@ TEST_P(TransformStore, FusedStoreEqualsTransformThenStoreKv) {
     PagedKv kv;
     kv.layout = c.layout;
     kv.page_size = 1;
-    const std::initializer_list<int64_t> shape =
-        nhd ? std::initializer_list<int64_t>{kPages, c.alloc_page, kKvHeads, kDim}
-            : std::initializer_list<int64_t>{kPages, kKvHeads, c.alloc_page, kDim};
-    kv.k = TensorView::contiguous(d_k.data, c.dtype, shape, Device::cuda(0));
-    kv.v = TensorView::contiguous(d_v.data, c.dtype, shape, Device::cuda(0));
+    // (Not a conditional of two initializer_lists: their arrays die with the expression.)
+    const auto pool_view = [&](uint8_t* data) {
+      return nhd ? TensorView::contiguous(data, c.dtype, {kPages, c.alloc_page, kKvHeads, kDim},
+                                          Device::cuda(0))
+                 : TensorView::contiguous(data, c.dtype, {kPages, kKvHeads, c.alloc_page, kDim},
+                                          Device::cuda(0));
+    };
+    kv.k = pool_view(d_k.data);
+    kv.v = pool_view(d_v.data);
     cuda::HeadTransformArgs q;
     q.x = d_qkv.data;
     q.x_stride_row = width;
