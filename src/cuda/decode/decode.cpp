@@ -216,10 +216,12 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.guard.pool_pages = pool_pages_bound(args.kv.num_attention_pages());
   params.guard.num_indices = args.meta.kv_indices.shape[0];
   params.guard.num_rows = batch;
+  params.early_metadata = workspace.decode_runs_since_plan > 0;
   PA_CHECK(batch * hkv * params.group_tiles <= workspace.merge_counters_capacity(),
            "run_decode: {} requests x {} head tiles exceed the workspace's {} merge counters",
            batch, hkv * params.group_tiles, workspace.merge_counters_capacity());
 
+  ++workspace.decode_runs_since_plan;
   launch_decode(params, dim, args.q.dtype, op.kv_dtype, grid_items, args.stream);
 }
 

@@ -48,6 +48,16 @@ struct DecodeParams {
   int32_t* merge_counters;
   // The metadata taken on trust is checked against these (common/guard.h).
   MetadataGuard guard;
+  // Tensor-core kernel: read the partition, kv_indptr, kv_last_page_len and kv_indices before
+  // pdl_wait(). Safe when the kernel just before this one in the stream did not write them:
+  // every kernel of this library calls pdl_trigger() only after its own pdl_wait(), so when this
+  // kernel starts, everything before its predecessor has completed and is visible (in L2, hence
+  // the ld.cg loads); a kernel that never calls pdl_trigger() lets this one start only when it
+  // ends. The launcher sets it for every run_decode after the first since the workspace's last
+  // plan() (whose partition kernel may be the predecessor of that first run). A caller's own
+  // kernel that writes the metadata must not trigger its dependents early (the API's contract,
+  // include/pagedattn/backend.h).
+  bool early_metadata;
 };
 
 // Query heads handled by one CTA (a group larger than this takes several CTAs per KV head).

@@ -31,7 +31,11 @@
 // 0 / -inf (a split item poisons its partial lse, and the merge writes 0 / -inf for the row).
 //
 // Launched with programmatic dependent launch (cuda/launch.h): pdl_wait() is the kernel's first
-// statement, before the partition is read and before a CTA past the item count returns.
+// statement, before the partition is read and before a CTA past the item count returns, except
+// where the launcher sets DecodeParams::early_metadata: then the partition, the request's
+// metadata and its first page ids are read before the wait (their round trips overlap the
+// previous kernel's tail), and q, K / V and every write come after it (decode_params.h says why
+// that is safe).
 #pragma once
 
 #include <cmath>
@@ -155,8 +159,8 @@ template <int kHeadDim, class T>
 __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
                                   TcDecodeConfig<kHeadDim>::kMinCtasPerSm)
     decode_tc_kernel(const DecodeParams p) {
-  pdl_wait();  // first (cuda/launch.h)
-  pdl_trigger();
+  const bool early = p.early_metadata;
+  if (!early) pdl_wait();  // first (cuda/launch.h), unless the metadata may be read before it
   using C = TcDecodeConfig<kHeadDim>;
   constexpr int kStep = C::kStep;
   constexpr int kNTiles = kStep / 8;      // n8 tiles of S per step
@@ -173,7 +177,10 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   const int item = blockIdx.x / head_tiles;
   const int head_tile = blockIdx.x - item * head_tiles;
   DecodeWork work;
-  if (!decode_work(p, item, head_tile, work)) return;
+  if (!decode_work(p, item, head_tile, work)) {
+    if (early) pdl_wait();  // every CTA waits: this grid's end implies its predecessor's
+    return;
+  }
   const int request = work.request;
   const bool split = work.split;
   const int merge_first = work.merge_first;  // this request's items (the merge in the last CTA)
@@ -201,7 +208,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
     if (j >= my_steps || pos >= tok_end) return -1;
     const int index = page_begin + pos / page_size;
-    const int page = p.kv_indices[index];
+    const int page = __ldcg(p.kv_indices + index);  // L2: it may be read before pdl_wait()
     if (!page_in_pool(p.guard, page)) [[unlikely]] {
       saw_bad_page = true;
       note_bad_page(cta_bad_page_note(), index, page);  // reported after the combine (guard.cuh)
@@ -239,6 +246,8 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     int pages[C::kStages];  // all issued before the first is used
 #pragma unroll
     for (int s = 0; s < C::kStages; ++s) pages[s] = fetch_page(s);
+    if (early) pdl_wait();  // K / V (the new token's row), q and every write come after it
+    pdl_trigger();          // after the wait: the next kernel's early reads rely on it
 #pragma unroll
     for (int s = 0; s < C::kStages - 1; ++s) {
       if (s < my_steps) load_step(s, s, pages[s]);

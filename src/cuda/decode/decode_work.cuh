@@ -35,10 +35,12 @@ struct DecodeWork {
 // bad gets no keys (its rows 0 / -inf).
 __device__ __forceinline__ bool decode_work(const DecodeParams& p, int item, int head_tile,
                                             DecodeWork& w) {
-  const int num_items = p.partition.info->num_items;
-  const int request = p.partition.work_request[item];
-  const int chunk = p.partition.work_chunk[item];
-  const int64_t chunk_pages = p.partition.info->chunk_pages;
+  // Loads through L2 (ld.global.cg): the tensor-core kernel may issue them before its pdl_wait()
+  // (DecodeParams::early_metadata), and no SM's L1 may hold a line of an earlier step's plan.
+  const int num_items = __ldcg(&p.partition.info->num_items);
+  const int request = __ldcg(p.partition.work_request + item);
+  const int chunk = __ldcg(p.partition.work_chunk + item);
+  const int64_t chunk_pages = __ldcg(&p.partition.info->chunk_pages);
   if (item >= num_items) return false;
   w.kv_head = head_tile / p.group_tiles;
   const int head_begin = (head_tile % p.group_tiles) * kMaxGroupPerCta;
@@ -46,13 +48,13 @@ __device__ __forceinline__ bool decode_work(const DecodeParams& p, int item, int
   w.qo_head0 = w.kv_head * p.group + head_begin;
 
   w.request = request;
-  w.merge_first = p.partition.merge_indptr[request];
-  w.merge_items = p.partition.merge_indptr[request + 1] - w.merge_first;
+  w.merge_first = __ldcg(p.partition.merge_indptr + request);
+  w.merge_items = __ldcg(p.partition.merge_indptr + request + 1) - w.merge_first;
   w.split = w.merge_items > 1;
   const int page_size = p.page_size;
-  w.page_begin = p.kv_indptr[request];
-  const int page_end = p.kv_indptr[request + 1];
-  const int last_page_len = p.kv_last_page_len[request];
+  w.page_begin = __ldcg(p.kv_indptr + request);
+  const int page_end = __ldcg(p.kv_indptr + request + 1);
+  const int last_page_len = __ldcg(p.kv_last_page_len + request);
   // Metadata on trust (common/guard.h): a request with a bad KV range or last-page length runs
   // without KV (its rows 0 / -inf); the split partition gave it items as for its page count.
   const int num_pages = kv_metadata_ok(p.guard, p.kv_indices, request, w.page_begin, page_end,
