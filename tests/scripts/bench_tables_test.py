@@ -83,7 +83,7 @@ class CommittedJson(unittest.TestCase):
 
     def test_every_family_with_json_has_a_table(self):
         self.assertEqual(set(self.blocks),
-                         {"decode", "prefill", "mla", "planner", "throughput", "model"})
+                         {"decode", "prefill", "mla", "planner", "cpu", "throughput", "model"})
 
     def test_decode_rows(self):
         doc = load("decode.json")
@@ -314,11 +314,11 @@ class Update(unittest.TestCase):
                 text = handle.read()
             self.assertTrue(text.startswith("# head\n"))
             self.assertTrue(text.endswith("\n\ntail text\n"))
-            self.assertIn("old cpu", text)  # no CPU JSON in bench/current: left as it was
-            for family in ("decode", "prefill", "mla", "planner", "throughput"):
+            for family in ("decode", "prefill", "mla", "planner", "cpu", "throughput", "model"):
                 self.assertNotIn(f"old {family}", text)
             throughput = sorted(n for n in os.listdir(CURRENT)
-                                if n.startswith("throughput") or n.startswith("model"))
+                                if n.startswith("throughput") or n.startswith("model") or
+                                n.startswith("cpu_decode"))
             self.assertEqual(sorted(os.listdir(keep)),
                              sorted(["commit.txt", "decode.json", "mla.json", "plan.json",
                                      "prefill.json"] + throughput))
@@ -343,7 +343,7 @@ class ResultsMd(unittest.TestCase):
     def test_results_md_is_what_the_writer_makes_of_bench_current(self):
         expected = raw_blocks(run_writer(CURRENT).stdout)
         self.assertEqual(set(expected),
-                         {"decode", "prefill", "mla", "planner", "throughput", "model"})
+                         {"decode", "prefill", "mla", "planner", "cpu", "throughput", "model"})
         with open(os.path.join(ROOT, "bench", "RESULTS.md"), encoding="utf-8") as handle:
             actual = raw_blocks(handle.read())
         for family, block in expected.items():
