@@ -6,12 +6,18 @@
 // path (B = 1, and mixed with empty requests; fp8 KV too, through the merge kernel). Each case
 // varies one axis around a base so the table stays small enough for compute-sanitizer. Outputs
 // are poisoned (0xFF) before each run.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "common/test_util.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
 #include "cuda/cuda_test_util.h"
+#include "cuda/workspace.h"
 
 namespace pagedattn::testing {
 namespace {
@@ -250,6 +256,66 @@ TEST(CudaDecode, PageSizeInvariance) {
                                       gpu_row_tolerance(DType::kBF16), "P vs P=1");
     report += compare(lses[i], lses[0], kGpuLseTolerance, "lse: P vs P=1");
     EXPECT_TRUE(report.empty()) << "seed " << seed << "\n" << report;
+  }
+}
+
+// A step's later layers: every run_decode after the first since plan() reads the partition and
+// the metadata before it waits for the previous kernel (DecodeParams::early_metadata), the first
+// one after that wait. Four runs on one plan, back to back on a stream (each run's predecessor
+// is the previous decode, still draining), each into its own poisoned out / lse: runs 2-4 equal
+// run 1 bit for bit, and run 1 matches the float64 reference. Split requests included.
+TEST(CudaDecode, LaterRunsOfOnePlanEqualTheFirst) {
+  PA_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CaseSpec spec = base_decode();
+  spec.kv_lens = {700, 3, 0, 129, 3000, 64};
+  const AttentionCase c(spec, seed);
+  const DeviceDecodeCase device_case(c);
+  const std::unique_ptr<Backend> backend = cuda::make_backend();
+  WorkspaceLimits limits;
+  limits.max_batch = 64;
+  const std::unique_ptr<Workspace> workspace = backend->create_workspace(limits);
+  cudaStream_t stream = nullptr;
+  PA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  static_cast<cuda::CudaWorkspace&>(*workspace).stream = stream;
+  DecodeArgs args = device_case.args(stream);
+  backend->plan(*workspace, describe_op(args), args.meta);
+  std::vector<DeviceTensor> outs, lses;
+  for (int run = 0; run < 4; ++run) {
+    outs.push_back(DeviceTensor::poisoned_like(c.out()));
+    lses.push_back(DeviceTensor::poisoned_like(c.lse()));
+  }
+  for (int run = 0; run < 4; ++run) {
+    args.out = outs[static_cast<size_t>(run)].view();
+    args.lse = lses[static_cast<size_t>(run)].view();
+    backend->run_decode(*workspace, args);
+  }
+  PA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  EXPECT_NO_THROW(workspace->check_device_errors());
+  std::vector<std::vector<double>> out_runs, lse_runs;
+  for (int run = 0; run < 4; ++run) {
+    outs[static_cast<size_t>(run)].copy_to(c.out());
+    lses[static_cast<size_t>(run)].copy_to(c.lse());
+    out_runs.push_back(to_doubles(c.out()));
+    lse_runs.push_back(to_doubles(c.lse()));
+  }
+  PA_CUDA_CHECK(cudaStreamDestroy(stream));
+  std::vector<double> expected_lse;
+  const std::vector<double> expected = c.reference(&expected_lse);
+  std::string report = compare_rows(out_runs[0], expected, spec.head_dim_vo,
+                                    gpu_row_tolerance(spec.q_dtype), "run 1 vs reference");
+  report += compare(lse_runs[0], expected_lse, kGpuLseTolerance, "run 1 lse vs reference");
+  EXPECT_EQ(report, "") << "seed " << seed;
+  for (int run = 1; run < 4; ++run) {
+    const auto differ = [](const std::vector<double>& a, const std::vector<double>& b) {
+      int64_t n = 0;
+      for (size_t i = 0; i < a.size(); ++i) n += !(a[i] == b[i] || (a[i] != a[i] && b[i] != b[i]));
+      return n;
+    };
+    EXPECT_EQ(differ(out_runs[static_cast<size_t>(run)], out_runs[0]), 0)
+        << "out of run " << run + 1 << " differs from run 1 (seed " << seed << ")";
+    EXPECT_EQ(differ(lse_runs[static_cast<size_t>(run)], lse_runs[0]), 0)
+        << "lse of run " << run + 1 << " differs from run 1 (seed " << seed << ")";
   }
 }
 
