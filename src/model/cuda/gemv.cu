@@ -312,22 +312,22 @@ void launch(const GemvArgs& g) {
                 " blocks (at most 2^31 - 1)");
   }
   const KernelArgs<T> a{.x = static_cast<const T*>(g.x),
-                  .ldx = g.ldx,
-                  .norm_in = g.norm_in,
-                  .ld_norm_in = g.ld_norm_in,
-                  .norm_weight = g.norm_weight,
-                  .eps = g.eps,
-                  .w = static_cast<const T*>(g.w),
-                  .ldw = g.ldw,
-                  .n = g.n,
-                  .chunks = chunks,
-                  .group_shift = plan.group_shift,
-                  .output = g.output,
-                  .y = g.y,
-                  .ldy = g.ldy,
-                  .bias = g.bias,
-                  .act = static_cast<T*>(g.act),
-                  .ld_act = g.ld_act};
+                        .ldx = g.ldx,
+                        .norm_in = g.norm_in,
+                        .ld_norm_in = g.ld_norm_in,
+                        .norm_weight = g.norm_weight,
+                        .eps = g.eps,
+                        .w = static_cast<const T*>(g.w),
+                        .ldw = g.ldw,
+                        .n = g.n,
+                        .chunks = chunks,
+                        .group_shift = plan.group_shift,
+                        .output = g.output,
+                        .y = g.y,
+                        .ldy = g.ldy,
+                        .bias = g.bias,
+                        .act = static_cast<T*>(g.act),
+                        .ld_act = g.ld_act};
   const auto stream = static_cast<cudaStream_t>(g.stream);
   if (g.input == GemvInput::kRmsNorm) {
     const size_t smem = static_cast<size_t>(kM) * static_cast<size_t>(g.k) * sizeof(T);
