@@ -306,12 +306,12 @@ TEST(CudaDecode, LaterRunsOfOnePlanEqualTheFirst) {
                                     gpu_row_tolerance(spec.q_dtype), "run 1 vs reference");
   report += compare(lse_runs[0], expected_lse, kGpuLseTolerance, "run 1 lse vs reference");
   EXPECT_EQ(report, "") << "seed " << seed;
+  const auto differ = [](const std::vector<double>& a, const std::vector<double>& b) {
+    int64_t n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += !(a[i] == b[i] || (a[i] != a[i] && b[i] != b[i]));
+    return n;
+  };
   for (int run = 1; run < 4; ++run) {
-    const auto differ = [](const std::vector<double>& a, const std::vector<double>& b) {
-      int64_t n = 0;
-      for (size_t i = 0; i < a.size(); ++i) n += !(a[i] == b[i] || (a[i] != a[i] && b[i] != b[i]));
-      return n;
-    };
     EXPECT_EQ(differ(out_runs[static_cast<size_t>(run)], out_runs[0]), 0)
         << "out of run " << run + 1 << " differs from run 1 (seed " << seed << ")";
     EXPECT_EQ(differ(lse_runs[static_cast<size_t>(run)], lse_runs[0]), 0)

@@ -485,7 +485,8 @@ void enqueue_head_chunk(State& s, int64_t start, int64_t count, bool sample) {
                  s.compute, s.logits.data(), vocab, DType::kF32);
   if (sample) {
     sample_rows(ptr<float>(s.logits), count, vocab, ptr<DeviceRowSampling>(s.sample_spec) + start,
-                ptr<ops::SampledToken>(s.sampled) + start, s.stream);
+                ptr<ops::SampledToken>(s.sampled) + start, s.stream,
+                sample_cluster_size(count, vocab, s.blas->sm_count()));
   }
 }
 

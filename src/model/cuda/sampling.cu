@@ -603,12 +603,13 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 int sample_cluster_size(int64_t rows, int64_t vocab, int sm_count) {
-  // Rows that fill fewer than two CTAs per SM get clusters of up to 8 CTAs (the portable
-  // maximum) per row; a cluster splits the row by float4 tiles, so the row must be float4s.
+  // Clusters of up to 8 CTAs (the portable maximum) per row while the rows' CTAs fit two per SM;
+  // a cluster splits the row by float4 tiles of 128 ids, at least one tile a CTA.
   if (vocab % 4 != 0) return 1;
   int size = 1;
-  while (size < 8 && rows * size * 2 <= 2 * int64_t{sm_count} && vocab >= 4 * 32 * size * 2) {
-    size *= 2;
+  for (int next = 2; next <= 8 && rows * next <= 2 * int64_t{sm_count} && vocab >= 128 * next;
+       next *= 2) {
+    size = next;
   }
   return size;
 }

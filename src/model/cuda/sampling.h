@@ -31,9 +31,9 @@ inline constexpr int64_t kMaxSampledVocab = int64_t{1} << 23;
 void sample_rows(const float* logits, int64_t rows, int64_t vocab,
                  const DeviceRowSampling* rows_spec, ops::SampledToken* out, void* stream,
                  int cluster_size = 0);
-// The cluster size sample_rows takes for `rows` rows: up to 8 CTAs a row while the rows fill fewer
-// than two CTAs per SM (a decode step at batch 1 reads its 152k logits with 8 SMs instead of one),
-// 1 for a vocabulary that is not whole float4s or is under two tiles (256 ids) a CTA.
+// The cluster size sample_rows takes for `rows` rows on `sm_count` SMs: up to 8 CTAs a row while
+// the rows' CTAs fit two per SM (a decode step at batch 1 reads its 152k logits with 8 SMs instead
+// of one), and at least one 128-id tile a CTA; 1 for a vocabulary that is not whole float4s.
 int sample_cluster_size(int64_t rows, int64_t vocab, int sm_count);
 
 }  // namespace pagedattn::model::cuda
