@@ -80,7 +80,6 @@ class CudaBackend final : public Backend {
 
   void plan(Workspace& workspace, const OpDesc& op, const StepMetadata& meta) const override {
     CudaWorkspace& ws = as_cuda(workspace);
-    ws.decode_runs_since_plan = 0;
     if (op.op == OpKind::kDecode) {
       plan_decode(ws, op, meta);
     } else if (is_mla(op.op)) {

@@ -138,8 +138,8 @@ class CudaWorkspace final : public Workspace {
   SplitKvConfig planned_split;
   // MLA: plan() ran the step's partition for this shape (when the metadata carried max_q_len).
   bool mla_partitioned = false;
-  // run_decode calls since the last plan(): the first one after a plan reads its metadata only
-  // after its wait for the previous kernel (DecodeParams::early_metadata).
+  // run_decode calls since the last plan_decode(): the first one after a plan reads its metadata
+  // only after its wait for the previous kernel (DecodeParams::early_metadata).
   int64_t decode_runs_since_plan = 0;
   MlaShape mla_shape;
 

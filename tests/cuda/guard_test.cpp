@@ -132,15 +132,17 @@ Mutation page_id(int32_t r, int32_t offset, bool negative) {
 }
 
 // kv_indptr[r + 1] = kv_indptr[r] - 1: request r has -1 pages, and request r + 1 starts a page
-// early, at request r - 1's last page. That entry is made request r's first page (a full page:
-// r has at least two) so that r - 1 and r + 1 read only written slots (the pool's unwritten
-// slots are NaN) and each still has a defined reference over the bad metadata.
+// early, at request r - 1's last page, and spans request r's pages before its own. Those entries
+// (r - 1's last, all of r's) are made request r's first page (a full page: r has at least two),
+// so that r - 1 and r + 1 read only written slots (the pool's unwritten slots are NaN, and r's
+// last page is partly unwritten) and each still has a defined reference over the bad metadata.
 Mutation kv_indptr_decreasing(int32_t r) {
   return {"KvIndptrDecreasing",
           [=](HostMeta& m, const AttentionCase& c) {
-            const int32_t begin = m.kv_indptr[r];
-            EXPECT_GE(m.kv_indptr[r + 1] - begin, 2) << "request r needs a full first page";
-            m.kv_indices[static_cast<size_t>(begin - 1)] = m.kv_indices[static_cast<size_t>(begin)];
+            const int32_t begin = m.kv_indptr[r], end = m.kv_indptr[r + 1];
+            EXPECT_GE(end - begin, 2) << "request r needs a full first page";
+            const int32_t full = m.kv_indices[static_cast<size_t>(begin)];
+            for (int32_t i = begin - 1; i < end; ++i) m.kv_indices[static_cast<size_t>(i)] = full;
             m.kv_indptr[r + 1] = begin - 1;
             return std::vector<std::string>{
                 fmt::format("{}: meta.kv_indptr decreases at request {} ({} then {})", op_text(c),

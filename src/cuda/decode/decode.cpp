@@ -98,6 +98,9 @@ void plan_decode(CudaWorkspace& workspace, const OpDesc& op, const StepMetadata&
   workspace.planned_op = op;
   workspace.planned_meta = meta;
   workspace.planned_split = config;
+  // Here, not in CudaBackend::plan: DecodeGraphRunner plans through this function directly, and
+  // the next run's metadata may still be in flight (the partition above, a device planner).
+  workspace.decode_runs_since_plan = 0;
 }
 
 void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {

@@ -548,6 +548,7 @@ __global__ void __launch_bounds__(kThreads)
     if (rank == 0 && by_tiles) {
       for (unsigned r = 1; r < size; ++r) {
         const Segment other = segment_of(vocab, r, size);
+        if (other.begin >= other.end) continue;  // an empty share (short rows): no tiles written
         const Mass* remote = cluster.map_shared_rank(tile_mass, r);
         for (int32_t tile = other.begin / 32 + static_cast<int32_t>(threadIdx.x);
              tile < (other.end + 31) / 32; tile += kThreads) {
