@@ -1,17 +1,19 @@
 // The CUDA model's small kernels (see kernels.h): embedding gather, RMSNorm fused with the residual
 // add, the per-head transform (bias, q/k norm, RoPE, conversion), SiLU·mul, dtype conversion, bias
 // add and the MoE row gather / weighted combine. Each is a plain loop over rows or elements in
-// f32; none is tuned (one block per row, one warp per head, grid-stride elsewhere), because at the
-// model's sizes the GEMMs and the attention dominate a step. The arithmetic follows the CPU ops
-// (src/ops/elementwise.cpp, rope.cpp, moe.cpp) term for term so that an f32 model agrees with the
-// CPU model to rounding. Every kernel is launched with programmatic dependent launch
-// (cuda/launch.h): pdl_wait() is each one's first statement.
+// f32 (one block per row, one warp per head, grid-stride elsewhere) with vector loads where the
+// rows allow: the head transform and SiLU · mul read a prefill's GEMM outputs (a profile of a
+// 2048-token Qwen3-0.6B prefill put them at a quarter of the step, bench/RESULTS.md). The
+// arithmetic follows the CPU ops (src/ops/elementwise.cpp, rope.cpp, moe.cpp) term for term so that
+// an f32 model agrees with the CPU model to rounding. Every kernel is launched with programmatic
+// dependent launch (cuda/launch.h): pdl_wait() is each one's first statement.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
@@ -131,13 +133,47 @@ struct HeadTransformBatch {
   int64_t first_warp[kMaxHeadGroups + 1];  // group g: warps [first_warp[g], first_warp[g + 1])
 };
 
+// Four consecutive elements of T as f32 (p aligned to 4 elements), and back.
+__device__ __forceinline__ void load4(const float* p, float v[4]) {
+  const float4 q = *reinterpret_cast<const float4*>(p);
+  v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+template <class T>
+__device__ __forceinline__ void load4(const T* p, float v[4]) {
+  const uint2 q = *reinterpret_cast<const uint2*>(p);
+  T e[4];
+  memcpy(e, &q, sizeof(q));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = to_f32(e[i]);
+}
+template <class T>
+__device__ __forceinline__ void store4(T* p, const float v[4]) {
+  if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (sizeof(T) == 2) {
+    T e[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) e[i] = from_f32<T>(v[i]);
+    uint2 q;
+    memcpy(&q, e, sizeof(q));
+    *reinterpret_cast<uint2*>(p) = q;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = from_f32<T>(v[i]);
+  }
+}
+
+__device__ __forceinline__ bool aligned(const void* p, int bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & static_cast<uintptr_t>(bytes - 1)) == 0;
+}
+
 // One warp's (row, head) of one group, index = row * heads + head < rows * heads.
-template <class Out>
+template <class In, class Out>
 __device__ __forceinline__ void transform_head(const HeadTransformArgs& a, int64_t index) {
   const int lane = threadIdx.x % 32;
   const int64_t row = index / a.heads;
   const int64_t head = index % a.heads;
-  float* x = a.x + row * a.x_stride_row + head * a.x_stride_head;
+  In* x = static_cast<In*>(a.x) + row * a.x_stride_row + head * a.x_stride_head;
   const float* bias = a.bias != nullptr ? a.bias + head * a.width : nullptr;
   Out* out = nullptr;
   if (a.out != nullptr && a.out_slots == nullptr) {
@@ -150,11 +186,73 @@ __device__ __forceinline__ void transform_head(const HeadTransformArgs& a, int64
             head * a.out_stride_head;
     }
   }
+  const int64_t position = a.cos != nullptr ? a.positions[row] : 0;
+  // The vector path (kernels.h): whole-head RoPE or none, every pointer aligned to 4 elements.
+  // Warp-uniform: every operand is per (row, head).
+  const bool vector = a.width == 128 && (a.cos == nullptr || a.rotary_half == 64) &&
+                      aligned(x, 4 * sizeof(In)) && (bias == nullptr || aligned(bias, 16)) &&
+                      (a.norm_weight == nullptr || aligned(a.norm_weight, 16)) &&
+                      (a.cos == nullptr || (aligned(a.cos + position * 64, 16) &&
+                                            aligned(a.sin + position * 64, 16))) &&
+                      (out == nullptr || aligned(out, 4 * sizeof(Out)));
+  if (vector) {
+    const int d0 = 4 * lane;
+    float v[4];
+    load4(x + d0, v);
+    if (bias != nullptr) {
+      float b[4];
+      load4(bias + d0, b);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] += b[e];
+    }
+    if (a.norm_weight != nullptr) {
+      const float sum = warp_sum(v[0] * v[0] + v[1] * v[1] + v[2] * v[2] + v[3] * v[3]);
+      const float inverse = 1.0f / sqrtf(sum / 128.0f + a.eps);
+      float w[4];
+      load4(a.norm_weight + d0, w);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = w[e] * (v[e] * inverse);
+    }
+    if (a.cos != nullptr) {
+      const float* c = a.cos + position * 64;
+      const float* s = a.sin + position * 64;
+      if (a.interleaved) {
+        // Pairs (2i, 2i + 1) inside the lane: i = 2 lane and 2 lane + 1.
+        const float2 cs = *reinterpret_cast<const float2*>(c + 2 * lane);
+        const float2 sn = *reinterpret_cast<const float2*>(s + 2 * lane);
+        const float c0 = cs.x, c1 = cs.y, s0 = sn.x, s1 = sn.y;
+        const float a0 = v[0], b0 = v[1], a1 = v[2], b1 = v[3];
+        v[0] = a0 * c0 - b0 * s0;
+        v[1] = b0 * c0 + a0 * s0;
+        v[2] = a1 * c1 - b1 * s1;
+        v[3] = b1 * c1 + a1 * s1;
+      } else {
+        // NeoX pairs (i, i + 64): lane l < 16 holds i = 4l .. 4l + 3, lane l + 16 their partners.
+        float partner[4], cs[4], sn[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) partner[e] = __shfl_xor_sync(0xffffffffu, v[e], 16);
+        load4(c + (d0 & 63), cs);
+        load4(s + (d0 & 63), sn);
+        if (lane < 16) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[e] = v[e] * cs[e] - partner[e] * sn[e];
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[e] = v[e] * cs[e] + partner[e] * sn[e];
+        }
+      }
+    }
+    if constexpr (std::is_same_v<In, float>) {
+      if (a.write_x) store4(x + d0, v);
+    }
+    if (out != nullptr) store4(out + d0, v);
+    return;
+  }
   float inverse = 1.0f;
   if (a.norm_weight != nullptr) {
     float sum = 0.0f;
     for (int d = lane; d < a.width; d += 32) {
-      const float v = bias != nullptr ? x[d] + bias[d] : x[d];
+      const float v = bias != nullptr ? to_f32(x[d]) + bias[d] : to_f32(x[d]);
       sum += v * v;
     }
     sum = warp_sum(sum);
@@ -163,18 +261,19 @@ __device__ __forceinline__ void transform_head(const HeadTransformArgs& a, int64
   __syncwarp();
   // The element's value after bias and norm.
   const auto value = [&](int d) {
-    float v = bias != nullptr ? x[d] + bias[d] : x[d];
+    float v = bias != nullptr ? to_f32(x[d]) + bias[d] : to_f32(x[d]);
     if (a.norm_weight != nullptr) v = a.norm_weight[d] * (v * inverse);
     return v;
   };
   const auto write = [&](int d, float v) {
-    if (a.write_x) x[d] = v;
+    if constexpr (std::is_same_v<In, float>) {
+      if (a.write_x) x[d] = v;
+    }
     if (out != nullptr) out[d] = from_f32<Out>(v);
   };
   int first_plain = 0;  // elements from here on are not rotated
   if (a.cos != nullptr) {
     const int half = a.rotary_half;
-    const int64_t position = a.positions[row];
     const float* c = a.cos + position * half;
     const float* s = a.sin + position * half;
     for (int i = lane; i < half; i += 32) {
@@ -189,7 +288,7 @@ __device__ __forceinline__ void transform_head(const HeadTransformArgs& a, int64
   for (int d = first_plain + lane; d < a.width; d += 32) write(d, value(d));
 }
 
-template <class Out>
+template <class In, class Out>
 __global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTransformBatch b) {
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
@@ -201,7 +300,7 @@ __global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTrans
 #pragma unroll
   for (int g = 0; g < kMaxHeadGroups; ++g) {
     if (index >= b.first_warp[g] && index < b.first_warp[g + 1]) {
-      transform_head<Out>(b.group[g], index - b.first_warp[g]);
+      transform_head<In, Out>(b.group[g], index - b.first_warp[g]);
       return;
     }
   }
@@ -210,28 +309,29 @@ __global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTrans
 // One row per blockIdx.x, columns over blockIdx.y and the threads, four a thread: no 64-bit
 // division per element (the grid-stride version spent 33 us on a 2048 x 3072 prefill step on
 // the H200, 1.9 TB/s), and float4 loads where the row allows them.
-template <class Out>
+template <class In, class Out>
 __global__ void __launch_bounds__(kBlock)
-    silu_mul_kernel(const float* gate_up, int64_t width, Out* out, int64_t out_stride) {
+    silu_mul_kernel(const In* gate_up, int64_t width, Out* out, int64_t out_stride) {
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
   const int64_t r = blockIdx.x;
-  const float* g = gate_up + r * 2 * width;
-  const float* u = g + width;
+  const In* g = gate_up + r * 2 * width;
+  const In* u = g + width;
   Out* o = out + r * out_stride;
   const int64_t c0 = (int64_t{blockIdx.y} * kBlock + threadIdx.x) * 4;
   if (c0 >= width) return;
   const auto silu_times = [](float gate, float up) { return gate / (1.0f + expf(-gate)) * up; };
-  if (width % 4 == 0 && (reinterpret_cast<uintptr_t>(gate_up) & 15u) == 0) {
-    const float4 gv = *reinterpret_cast<const float4*>(g + c0);
-    const float4 uv = *reinterpret_cast<const float4*>(u + c0);
-    o[c0] = from_f32<Out>(silu_times(gv.x, uv.x));
-    o[c0 + 1] = from_f32<Out>(silu_times(gv.y, uv.y));
-    o[c0 + 2] = from_f32<Out>(silu_times(gv.z, uv.z));
-    o[c0 + 3] = from_f32<Out>(silu_times(gv.w, uv.w));
+  if (width % 4 == 0 && aligned(gate_up, 4 * sizeof(In))) {
+    float gv[4], uv[4];
+    load4(g + c0, gv);
+    load4(u + c0, uv);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[c0 + e] = from_f32<Out>(silu_times(gv[e], uv[e]));
     return;
   }
-  for (int64_t c = c0; c < c0 + 4 && c < width; ++c) o[c] = from_f32<Out>(silu_times(g[c], u[c]));
+  for (int64_t c = c0; c < c0 + 4 && c < width; ++c) {
+    o[c] = from_f32<Out>(silu_times(to_f32(g[c]), to_f32(u[c])));
+  }
 }
 
 template <class In, class Out>
@@ -322,6 +422,7 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
   int64_t warps = 0;
   bool any_out = false;
   DType out_dtype = DType::kF32;
+  const DType x_dtype = groups.empty() ? DType::kF32 : groups[0].x_dtype;
   for (size_t g = 0; g < static_cast<size_t>(kMaxHeadGroups); ++g) {
     batch.first_warp[g] = warps;
     if (g >= groups.size()) continue;
@@ -333,6 +434,12 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
       throw_error("transform_heads: group " + std::to_string(g) +
                   " has out_slots without a pool (out) or with out_alloc_page " +
                   std::to_string(group.out_alloc_page) + " (expected >= 1)");
+    if (group.x_dtype != x_dtype)
+      throw_error("transform_heads: groups read x dtypes " + std::string(dtype_name(x_dtype)) +
+                  " and " + std::string(dtype_name(group.x_dtype)) + " (expected one)");
+    if (group.write_x && group.x_dtype != DType::kF32)
+      throw_error("transform_heads: group " + std::to_string(g) + " writes back an x of dtype " +
+                  std::string(dtype_name(group.x_dtype)) + " (write_x needs f32)");
     batch.group[g] = group;
     warps += group.rows * group.heads;
     if (group.out == nullptr) continue;
@@ -345,26 +452,32 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
   batch.first_warp[kMaxHeadGroups] = warps;
   if (warps == 0) return;
   const auto blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  dispatch(out_dtype, "transform_heads out", [&](auto tag) {
-    using T = decltype(tag);
-    launch_kernel(transform_heads_kernel<T>, blocks, kBlock, 0, static_cast<cudaStream_t>(stream),
-                  batch);
+  dispatch(x_dtype, "transform_heads x", [&](auto in_tag) {
+    using In = decltype(in_tag);
+    dispatch(out_dtype, "transform_heads out", [&](auto out_tag) {
+      using Out = decltype(out_tag);
+      launch_kernel(transform_heads_kernel<In, Out>, blocks, kBlock, 0,
+                    static_cast<cudaStream_t>(stream), batch);
+    });
   });
   check_launch("transform_heads_kernel");
 }
 
-void silu_mul(const float* gate_up, int64_t rows, int64_t width, void* out, DType out_dtype,
-              int64_t out_stride, void* stream) {
+void silu_mul(const void* gate_up, DType gate_up_dtype, int64_t rows, int64_t width, void* out,
+              DType out_dtype, int64_t out_stride, void* stream) {
   if (rows * width == 0) return;
   if (rows > INT32_MAX || (width + 4 * kBlock - 1) / (4 * kBlock) > 65535)
     throw_error("silu_mul: " + std::to_string(rows) + " rows of " + std::to_string(width) +
                 " (expected at most 2^31 - 1 rows and 2^26 columns)");
-  dispatch(out_dtype, "silu_mul out", [&](auto tag) {
-    using T = decltype(tag);
-    const dim3 grid(static_cast<unsigned>(rows),
-                    static_cast<unsigned>((width + 4 * kBlock - 1) / (4 * kBlock)));
-    launch_kernel(silu_mul_kernel<T>, grid, kBlock, 0, static_cast<cudaStream_t>(stream), gate_up,
-                  width, static_cast<T*>(out), out_stride);
+  const dim3 grid(static_cast<unsigned>(rows),
+                  static_cast<unsigned>((width + 4 * kBlock - 1) / (4 * kBlock)));
+  dispatch(gate_up_dtype, "silu_mul gate_up", [&](auto in_tag) {
+    using In = decltype(in_tag);
+    dispatch(out_dtype, "silu_mul out", [&](auto out_tag) {
+      using Out = decltype(out_tag);
+      launch_kernel(silu_mul_kernel<In, Out>, grid, kBlock, 0, static_cast<cudaStream_t>(stream),
+                    static_cast<const In*>(gate_up), width, static_cast<Out*>(out), out_stride);
+    });
   });
   check_launch("silu_mul_kernel");
 }

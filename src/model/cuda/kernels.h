@@ -2,8 +2,9 @@
 // plain C++ types: device pointers, dtypes, a cudaStream_t as void*. Every launcher enqueues on
 // `stream` and checks the launch; none synchronises.
 //
-// Activations: the residual stream and GEMM outputs are f32; what feeds a GEMM is in the compute
-// dtype (bf16 / f16 / f32), what feeds the attention in the KV pool's dtype. Rows are tokens.
+// Activations: the residual stream and most GEMM outputs are f32 (qkv and gate_up may be in the
+// compute dtype: layers.cpp); what feeds a GEMM is in the compute dtype (bf16 / f16 / f32), what
+// feeds the attention in the KV pool's dtype. Rows are tokens.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +39,7 @@ struct AddNormArgs {
 };
 void add_rms_norm(const AddNormArgs& args, void* stream);
 
-// A per-head transform of x [rows, heads, width] f32 (strided; in place), one warp per (row, head):
+// A per-head transform of x [rows, heads, width] (strided; in place), one warp per (row, head):
 //   x += bias[head * width + d]            (when bias)
 //   x = weight ⊙ x / rms over the head    (when norm_weight: Qwen3's q/k norm, MLA's latent and
 //                                          q_a norms as one-head rows)
@@ -46,9 +47,14 @@ void add_rms_norm(const AddNormArgs& args, void* stream);
 //   (i, i + half) or interleaved pairs (2i, 2i + 1), cos / sin tables [positions, half] f32
 // then x is written back (f32; unless write_x is false: a q whose f32 copy nobody reads, where
 // the write-back was a third of the kernel's traffic) and, when out is set, also to out
-// (out_dtype, its own strides).
+// (out_dtype, its own strides). x is f32, or bf16 / f16 (a GEMM's output in the compute dtype:
+// read only, so write_x must be false); the arithmetic is f32 either way. Heads of width 128 with
+// RoPE over the whole head or none (Llama, Qwen) take a vector path: a lane's 4 consecutive
+// elements in one load, the NeoX partner by a shuffle; the norm's sum is then added in another
+// order (f32 rounding apart, the same values).
 struct HeadTransformArgs {
-  float* x = nullptr;
+  void* x = nullptr;
+  DType x_dtype = DType::kF32;
   int64_t x_stride_row = 0, x_stride_head = 0;
   int32_t heads = 0, width = 0;
   int64_t rows = 0;
@@ -74,15 +80,16 @@ struct HeadTransformArgs {
 void transform_heads(const HeadTransformArgs& args, void* stream);
 // Several transforms (head groups: a layer's q, k and v, each with its own x, strides, bias, norm,
 // RoPE on or off and out) in one launch: one warp per (group, row, head), each warp doing exactly
-// what the one-group launch does. The groups must not overlap in x or out, and those with an out
-// share one out_dtype. At most kMaxHeadGroups groups.
+// what the one-group launch does. The groups must not overlap in x or out, share one x_dtype, and
+// those with an out share one out_dtype. At most kMaxHeadGroups groups.
 constexpr int kMaxHeadGroups = 4;
 void transform_heads(std::span<const HeadTransformArgs> groups, void* stream);
 
 // out [rows, width] (out_dtype, row stride out_stride) = silu(gate_up[:, :width]) ⊙
-// gate_up[:, width:] with gate_up [rows, 2 width] f32 contiguous.
-void silu_mul(const float* gate_up, int64_t rows, int64_t width, void* out, DType out_dtype,
-              int64_t out_stride, void* stream);
+// gate_up[:, width:] with gate_up [rows, 2 width] contiguous, f32 or the compute dtype (a GEMM's
+// output), computed in f32.
+void silu_mul(const void* gate_up, DType gate_up_dtype, int64_t rows, int64_t width, void* out,
+              DType out_dtype, int64_t out_stride, void* stream);
 
 // dst [rows, cols] = src [rows, cols], converting between f32 / f16 / bf16 (row strides in
 // elements; the inner stride is 1).

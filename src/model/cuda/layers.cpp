@@ -1,17 +1,18 @@
 // One decoder layer's sublayers on the device (state.h), the CUDA side of src/model/layers_gqa.cpp
 // and layers_deepseek.cpp with the same arithmetic:
 //
-// GQA   qkv = x · Wqkvᵀ (one GEMM, f32 out); per head: + bias (Qwen2), q/k RMSNorm (Qwen3), RoPE;
-//       q converted to the pool dtype (q, k and v's heads in one transform_heads launch); k / v
-//       written by that launch straight into their slots where the pool holds q's dtype unscaled
-//       (else stored from the f32 buffer by cuda::store_kv, one more launch); attention
-//       through the planned backend (decode or prefill); o_proj. At batch 1 a launch costs more
-//       than its work, hence the fused launches.
+// GQA   qkv = x · Wqkvᵀ (one GEMM; f32 out, or the compute dtype past the GEMV's rows:
+//       narrow_output); per head: + bias (Qwen2), q/k RMSNorm (Qwen3), RoPE; q converted to the
+//       pool dtype (q, k and v's heads in one transform_heads launch); k / v written by that
+//       launch straight into their slots where the pool holds q's dtype unscaled (else stored
+//       from the f32 buffer by cuda::store_kv, one more launch); attention through the planned
+//       backend (decode or prefill); o_proj. At batch 1 a launch costs more than its work, hence
+//       the fused launches.
 // MLA   q = q_b(norm(q_a(x))) or q_proj(x); kv_a = kv_a_proj(x): the latent normed, k_pe and q_pe
 //       rotated (one launch), the latent and k_pe stored (cuda::store_latent: the 576-wide row,
 //       one launch); q_latent_h = q_nope_h · W_UK_h for every head in one strided-batched GEMM;
 //       run_mla over the latent cache; o_h = o_latent_h · W_UV_hᵀ (another batched GEMM); o_proj.
-// MLP   gate_up = x · Wᵀ, SiLU·mul, down.
+// MLP   gate_up = x · Wᵀ (f32 or the compute dtype, as qkv), SiLU·mul, down.
 // Fused (a decode step of a dense GQA model, State::fused): the GEMV's fused forms (gemv.h) do
 //       the input and post-attention norms in the prologues of qkv and gate_up, SiLU·mul in
 //       gate_up's epilogue, and add o_proj's and down's outputs into the residual stream: per
@@ -61,6 +62,15 @@ void linear_f32(State& s, const DeviceLinear& linear, const void* x, int64_t row
                  linear.weight.dtype, y, ldy, DType::kF32);
   if (linear.bias.data() != nullptr)
     add_bias(y, ldy, linear.bias_data(), rows, linear.out(), s.stream);
+}
+
+// The output dtype of a GEMM whose consumer is an elementwise pass (the head transform, SiLU ·
+// mul): the compute dtype where cuBLAS runs it anyway (more than kGemvMaxRows rows; the GEMV
+// writes f32 only) and the weights are in that dtype, so the GEMM writes and the pass reads half
+// the bytes of f32 (transformers' bf16 layers round their outputs the same way); else f32.
+DType narrow_output(const State& s, const DeviceLinear& linear, int64_t rows) {
+  const DType dtype = linear.weight.dtype;
+  return rows > kGemvMaxRows && dtype == s.compute && dtype != DType::kF32 ? dtype : DType::kF32;
 }
 
 // What every fused form of a linear layer shares (gemv.h): its weights and bias, m = the step's
@@ -150,13 +160,21 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   const int64_t t = s.tokens, heads = s.config.num_attention_heads,
                 kv_heads = s.config.num_key_value_heads, dim = s.config.head_dim;
   const int64_t width = (heads + 2 * kv_heads) * dim;
-  float* qkv = ptr<float>(s.qkv);
   const float* bias = w.qkv.bias_data();
+  const PagedKv kv = s.pool->layer_kv(index);
+  // K and V go straight into their slots from the transform (the store fused in) where the pool
+  // holds q's dtype (never fp8, so unscaled: KvPool keeps scales at 1 for other dtypes); else k
+  // is written back in f32 and cuda::store_kv stores both, scales applied.
+  const bool fused_store = kv.k.dtype == s.attention && kv.v.dtype == s.attention;
+  // qkv in the compute dtype (narrow_output) where nothing is written back to it in f32.
+  const DType qkv_dtype = fused_store && !s.fused ? narrow_output(s, w.qkv, t) : DType::kF32;
+  char* qkv = bytes(s.qkv);
+  const int64_t qkv_size = dtype_size(qkv_dtype);
   if (s.fused) {
     gemv(s.fused_layers[static_cast<size_t>(index)].qkv);  // the input norm in the prologue
   } else {
     s.blas->linear(t, width, w.qkv.in(), s.x.data(), w.qkv.in(), w.qkv.weight.data(), w.qkv.in(),
-                   s.compute, qkv, width, DType::kF32);
+                   s.compute, qkv, width, qkv_dtype);
   }
   // One launch for the head groups: q (bias, norm, RoPE, then converted into the attention's q
   // buffer), k (bias, norm, RoPE, in place: stored from f32 below) and, with a bias, v (the bias
@@ -165,6 +183,7 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   HeadTransformArgs& q = groups[0];
   q = rope_args(s);
   q.x = qkv;
+  q.x_dtype = qkv_dtype;
   q.x_stride_row = width;
   q.x_stride_head = dim;
   q.heads = static_cast<int32_t>(heads);
@@ -179,21 +198,16 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   HeadTransformArgs& k = groups[1];
   k = q;
   k.write_x = true;  // k is stored from the f32 buffer
-  k.x = qkv + heads * dim;
+  k.x = qkv + heads * dim * qkv_size;
   k.heads = static_cast<int32_t>(kv_heads);
   k.bias = bias != nullptr ? bias + heads * dim : nullptr;
   k.norm_weight = ptr<const float>(w.k_norm);
   k.out = nullptr;
-  const PagedKv kv = s.pool->layer_kv(index);
-  // K and V go straight into their slots from the transform (the store fused in) where the pool
-  // holds q's dtype (never fp8, so unscaled: KvPool keeps scales at 1 for other dtypes); else k
-  // is written back in f32 and cuda::store_kv stores both, scales applied.
-  const bool fused_store = kv.k.dtype == s.attention && kv.v.dtype == s.attention;
   size_t num_groups = 2;
   if (bias != nullptr || fused_store) {
     HeadTransformArgs& v = groups[num_groups++];
     v = k;
-    v.x = qkv + (heads + kv_heads) * dim;
+    v.x = qkv + (heads + kv_heads) * dim * qkv_size;
     v.bias = bias != nullptr ? bias + (heads + kv_heads) * dim : nullptr;
     v.norm_weight = nullptr;
     v.cos = v.sin = nullptr;
@@ -216,10 +230,11 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   transform_heads(std::span<const HeadTransformArgs>(groups, num_groups), s.stream);
   if (!fused_store) {
     const TensorView slots = TensorView::contiguous(s.slots.data(), DType::kI64, {t}, s.device);
+    float* qkv_f32 = ptr<float>(s.qkv);
     ::pagedattn::cuda::store_kv(
-        kv, device_f32(s, qkv + heads * dim, {t, kv_heads, dim}, {width, dim, 1}),
-        device_f32(s, qkv + (heads + kv_heads) * dim, {t, kv_heads, dim}, {width, dim, 1}), slots,
-        s.stream);
+        kv, device_f32(s, qkv_f32 + heads * dim, {t, kv_heads, dim}, {width, dim, 1}),
+        device_f32(s, qkv_f32 + (heads + kv_heads) * dim, {t, kv_heads, dim}, {width, dim, 1}),
+        slots, s.stream);
   }
 
   const StepContext& step = *s.step;
@@ -355,8 +370,8 @@ void moe_mlp_on_device(State& s, MoeLayer& moe) {
   moe_grouped_gemm(s.expert_x.data(), hidden, moe.gate_up_weights.as<const void* const>(),
                    s.compute, 2 * width, hidden, ptr<int32_t>(s.moe_tiles), tiles,
                    ptr<float>(s.expert_gate_up), 2 * width, s.stream);
-  silu_mul(ptr<float>(s.expert_gate_up), pairs, width, s.expert_act.data(), s.compute, width,
-           s.stream);
+  silu_mul(s.expert_gate_up.data(), DType::kF32, pairs, width, s.expert_act.data(), s.compute,
+           width, s.stream);
   moe_grouped_gemm(s.expert_act.data(), width, moe.down_weights.as<const void* const>(), s.compute,
                    hidden, width, ptr<int32_t>(s.moe_tiles), tiles, ptr<float>(s.expert_out),
                    hidden, s.stream);
@@ -373,9 +388,16 @@ void moe_mlp_on_device(State& s, MoeLayer& moe) {
 
 void dense_mlp(State& s, const MlpLayer& mlp, const void* x, int64_t rows, float* out) {
   const int64_t width = mlp.down.in();
-  float* gate_up = ptr<float>(s.gate_up);
-  linear_f32(s, mlp.gate_up, x, rows, gate_up, 2 * width);
-  silu_mul(gate_up, rows, width, s.act.data(), s.compute, width, s.stream);
+  const DType gate_up_dtype =
+      mlp.gate_up.bias.data() == nullptr ? narrow_output(s, mlp.gate_up, rows) : DType::kF32;
+  if (gate_up_dtype == DType::kF32) {
+    linear_f32(s, mlp.gate_up, x, rows, ptr<float>(s.gate_up), 2 * width);
+  } else {
+    s.blas->linear(rows, 2 * width, mlp.gate_up.in(), x, mlp.gate_up.in(),
+                   mlp.gate_up.weight.data(), mlp.gate_up.in(), mlp.gate_up.weight.dtype,
+                   s.gate_up.data(), 2 * width, gate_up_dtype);
+  }
+  silu_mul(s.gate_up.data(), gate_up_dtype, rows, width, s.act.data(), s.compute, width, s.stream);
   linear_f32(s, mlp.down, s.act.data(), rows, out, s.config.hidden_size);
 }
 
@@ -450,8 +472,8 @@ void moe_mlp(State& s, MoeLayer& moe) {
                bytes(s.expert_x) + begin * hidden * c, rows,
                ptr<float>(s.expert_gate_up) + begin * 2 * width, 2 * width);
   }
-  silu_mul(ptr<float>(s.expert_gate_up), pairs, width, s.expert_act.data(), s.compute, width,
-           s.stream);
+  silu_mul(s.expert_gate_up.data(), DType::kF32, pairs, width, s.expert_act.data(), s.compute,
+           width, s.stream);
   for (int32_t e = 0; e < experts; ++e) {
     const int64_t begin = moe.start[static_cast<size_t>(e)],
                   rows = moe.start[static_cast<size_t>(e) + 1] - begin;

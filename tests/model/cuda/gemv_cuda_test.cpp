@@ -523,7 +523,8 @@ TEST_P(GemvFused, EachFormEqualsFloat64AndTheUnfusedKernels) {
       pairs.act = d_act.data;
       pairs.ld_act = half;
       cuda::gemv(pairs);
-      cuda::silu_mul(d_gate_up.data, m, half, d_act_unfused.data, c.dtype, half, stream.stream);
+      cuda::silu_mul(d_gate_up.data, DType::kF32, m, half, d_act_unfused.data, c.dtype, half,
+                     stream.stream);
       ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess) << what;
       const std::vector<uint16_t> act = d_act.host(), act_ref = d_act_unfused.host();
       bad = 0;

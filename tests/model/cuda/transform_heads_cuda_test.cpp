@@ -1,0 +1,276 @@
+// transform_heads and silu_mul (src/model/cuda/kernels.h) against a float64 host reference, every
+// element: x in f32 or bf16 (a GEMM's output in the compute dtype), heads of width 128 (the vector
+// path: whole-head NeoX or interleaved RoPE, or none) and of widths 64 and 128 with partial RoPE
+// (the lane-strided path), with and without bias and the per-head RMS norm, out in bf16 or f32,
+// and x written back in f32. The reference starts from the values as stored (x rounded to its
+// dtype) and computes in double. Bounds: f32 out within 1e-5 of the head's largest value (a
+// 128-term f32 sum, RoPE's differences); bf16 out within one bf16 step (the f32 result and the
+// double one may round to neighbours).
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/cuda/device_array.h"
+#include "model/cuda/kernels.h"
+#include "pagedattn/error.h"
+
+namespace pagedattn::model {
+namespace {
+
+using ::pagedattn::testing::DeviceArray;
+
+uint16_t to_bf16_bits(float v) {
+  const __nv_bfloat16 b = __float2bfloat16_rn(v);
+  uint16_t bits;
+  std::memcpy(&bits, &b, 2);
+  return bits;
+}
+float from_bf16_bits(uint16_t bits) {
+  const uint32_t word = uint32_t{bits} << 16;
+  float v;
+  std::memcpy(&v, &word, 4);
+  return v;
+}
+
+enum class Rope { kNone, kNeox, kInterleaved };
+
+struct TransformCase {
+  DType x_dtype;
+  int32_t width;
+  Rope rope;
+  int32_t rotary_half;  // with rope: 0 means width / 2
+  bool bias, norm;
+  DType out_dtype;
+  std::string name() const {
+    const char* rope_name = rope == Rope::kNone ? "norope" : rope == Rope::kNeox ? "neox" : "gptj";
+    return fmt::format(
+        "x{}_w{}_{}{}{}{}_out{}", dtype_name(x_dtype), width, rope_name,
+        rope != Rope::kNone && rotary_half != 0 ? fmt::format("{}", rotary_half) : "",
+        bias ? "_bias" : "", norm ? "_norm" : "", dtype_name(out_dtype));
+  }
+};
+
+void PrintTo(const TransformCase& c, std::ostream* os) { *os << c.name(); }
+
+class TransformHeads : public ::testing::TestWithParam<TransformCase> {};
+
+TEST_P(TransformHeads, MatchesFloat64) {
+  REQUIRE_GPU();
+  const TransformCase& c = GetParam();
+  constexpr int64_t kRows = 5, kHeads = 3, kPositions = 40;
+  const int64_t width = c.width, row_stride = kHeads * width + 8;  // a gap between rows
+  const int32_t half = c.rope == Rope::kNone ? 0 : (c.rotary_half ? c.rotary_half : c.width / 2);
+  std::mt19937 rng(11 + c.width);
+  std::uniform_real_distribution<float> unit(-3.0f, 3.0f);
+  const auto randoms = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& e : v) e = unit(rng);
+    return v;
+  };
+  std::vector<float> x = randoms(kRows * row_stride);
+  if (c.x_dtype == DType::kBF16) {
+    for (float& e : x) e = from_bf16_bits(to_bf16_bits(e));  // the values as stored
+  }
+  const std::vector<float> bias = randoms(kHeads * width), weight = randoms(width);
+  std::vector<float> cos(static_cast<size_t>(kPositions * std::max(half, 1))), sin(cos.size());
+  for (size_t i = 0; i < cos.size(); ++i) {
+    const double angle = unit(rng);
+    cos[i] = static_cast<float>(std::cos(angle));
+    sin[i] = static_cast<float>(std::sin(angle));
+  }
+  std::vector<int32_t> positions(kRows);
+  for (int64_t r = 0; r < kRows; ++r)
+    positions[r] = static_cast<int32_t>((r * 13 + 5) % kPositions);
+
+  // The reference, in double.
+  std::vector<double> want(static_cast<size_t>(kRows * kHeads * width));
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      std::vector<double> v(static_cast<size_t>(width));
+      for (int64_t d = 0; d < width; ++d) {
+        v[d] = x[r * row_stride + h * width + d] + (c.bias ? bias[h * width + d] : 0.0);
+      }
+      if (c.norm) {
+        double squares = 0;
+        for (double e : v) squares += e * e;
+        const double inverse = 1.0 / std::sqrt(squares / static_cast<double>(width) + 1e-6);
+        for (int64_t d = 0; d < width; ++d) v[d] = weight[d] * (v[d] * inverse);
+      }
+      std::vector<double> y = v;
+      for (int32_t i = 0; i < half; ++i) {
+        const int64_t a = c.rope == Rope::kInterleaved ? 2 * i : i;
+        const int64_t b = c.rope == Rope::kInterleaved ? 2 * i + 1 : i + half;
+        const double cs = cos[positions[r] * half + i], sn = sin[positions[r] * half + i];
+        y[a] = v[a] * cs - v[b] * sn;
+        y[b] = v[b] * cs + v[a] * sn;
+      }
+      std::copy(y.begin(), y.end(), want.begin() + (r * kHeads + h) * width);
+    }
+  }
+
+  // The device: x in its dtype, out [rows, heads, width] in out_dtype.
+  const bool f32_x = c.x_dtype == DType::kF32;
+  std::vector<uint16_t> x_bf16(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x_bf16[i] = to_bf16_bits(x[i]);
+  DeviceArray<float> d_x32(x);
+  DeviceArray<uint16_t> d_x16(x_bf16);
+  DeviceArray<float> d_bias(bias), d_weight(weight), d_cos(cos), d_sin(sin);
+  DeviceArray<int32_t> d_pos(positions);
+  const int64_t out_elems = kRows * kHeads * width;
+  DeviceArray<float> d_out32(static_cast<size_t>(out_elems));
+  DeviceArray<uint16_t> d_out16(static_cast<size_t>(out_elems));
+  cuda::HeadTransformArgs a;
+  a.x = f32_x ? static_cast<void*>(d_x32.data) : static_cast<void*>(d_x16.data);
+  a.x_dtype = c.x_dtype;
+  a.x_stride_row = row_stride;
+  a.x_stride_head = width;
+  a.heads = kHeads;
+  a.width = c.width;
+  a.rows = kRows;
+  a.bias = c.bias ? d_bias.data : nullptr;
+  a.norm_weight = c.norm ? d_weight.data : nullptr;
+  if (c.rope != Rope::kNone) {
+    a.cos = d_cos.data;
+    a.sin = d_sin.data;
+    a.rotary_half = half;
+    a.interleaved = c.rope == Rope::kInterleaved;
+    a.positions = d_pos.data;
+  }
+  a.out = c.out_dtype == DType::kF32 ? static_cast<void*>(d_out32.data)
+                                     : static_cast<void*>(d_out16.data);
+  a.out_dtype = c.out_dtype;
+  a.out_stride_row = kHeads * width;
+  a.out_stride_head = width;
+  a.write_x = f32_x;
+  cuda::transform_heads(a, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const std::vector<float> out32 = d_out32.host(), x_back = d_x32.host();
+  const std::vector<uint16_t> out16 = d_out16.host();
+  int64_t bad = 0, bad_x = 0;
+  std::string first;
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      double scale = 0;  // the head's largest value: f32 rounding is relative to it
+      for (int64_t d = 0; d < width; ++d) {
+        scale = std::max(scale, std::abs(want[(r * kHeads + h) * width + d]));
+      }
+      for (int64_t d = 0; d < width; ++d) {
+        const int64_t i = (r * kHeads + h) * width + d;
+        const double expected = want[static_cast<size_t>(i)];
+        const double f32_bound = 1e-5 * scale + 1e-30;
+        double got, bound;
+        if (c.out_dtype == DType::kF32) {
+          got = out32[static_cast<size_t>(i)];
+          bound = f32_bound;
+        } else {
+          got = from_bf16_bits(out16[static_cast<size_t>(i)]);
+          bound = std::ldexp(std::abs(expected), -7) + f32_bound;  // one bf16 step (8 bits)
+        }
+        if (!(std::abs(got - expected) <= bound)) {
+          if (bad++ == 0) {
+            first = fmt::format("row {} head {} element {}: got {}, expected {}", r, h, d, got,
+                                expected);
+          }
+        }
+        if (f32_x) {
+          const double back = x_back[static_cast<size_t>(r * row_stride + h * width + d)];
+          bad_x += !(std::abs(back - expected) <= f32_bound);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << c.name() << ": " << bad << " of " << out_elems << " out of bounds; first "
+                    << first;
+  EXPECT_EQ(bad_x, 0) << c.name() << ": x written back out of bounds";
+  // The gap between rows is never written.
+  if (f32_x) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t g = kHeads * width; g < row_stride; ++g) {
+        ASSERT_EQ(x_back[r * row_stride + g], x[r * row_stride + g]) << "gap of row " << r;
+      }
+    }
+  }
+}
+
+std::vector<TransformCase> transform_cases() {
+  std::vector<TransformCase> cases;
+  for (DType x : {DType::kF32, DType::kBF16}) {
+    for (DType out : {DType::kBF16, DType::kF32}) {
+      for (Rope rope : {Rope::kNone, Rope::kNeox, Rope::kInterleaved}) {
+        for (int32_t width : {128, 64}) {
+          cases.push_back(
+              {x, width, rope, 0, rope == Rope::kNeox, rope != Rope::kInterleaved, out});
+        }
+      }
+      // Partial RoPE at width 128 (the lane-strided path), with bias and norm.
+      cases.push_back({x, 128, Rope::kNeox, 32, true, true, out});
+      cases.push_back({x, 128, Rope::kInterleaved, 16, false, true, out});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, TransformHeads, ::testing::ValuesIn(transform_cases()),
+                         [](const auto& info) { return info.param.name(); });
+
+TEST(TransformHeadsErrors, NamedOnTheHost) {
+  cuda::HeadTransformArgs a;
+  a.x_dtype = DType::kBF16;
+  a.write_x = true;  // a bf16 x cannot be written back
+  a.rows = 1;
+  a.heads = 1;
+  a.width = 128;
+  try {
+    cuda::transform_heads(a, nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("write_x needs f32"), std::string::npos) << e.what();
+  }
+}
+
+// silu_mul from f32 or bf16 gate_up rows against double, out in bf16: rows of whole float4 groups
+// (the vector loads) and rows of 1001 (the scalar loop).
+TEST(SiluMul, Bf16AndF32InputsMatchFloat64) {
+  REQUIRE_GPU();
+  constexpr int64_t kRows = 7;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> unit(-6.0f, 6.0f);
+  for (int64_t width : {1000, 1001}) {
+    std::vector<float> gate_up(static_cast<size_t>(kRows * 2 * width));
+    for (float& e : gate_up) e = from_bf16_bits(to_bf16_bits(unit(rng)));
+    std::vector<uint16_t> gate_up16(gate_up.size());
+    for (size_t i = 0; i < gate_up.size(); ++i) gate_up16[i] = to_bf16_bits(gate_up[i]);
+    for (DType in : {DType::kF32, DType::kBF16}) {
+      DeviceArray<float> d32(gate_up);
+      DeviceArray<uint16_t> d16(gate_up16), d_out(static_cast<size_t>(kRows * width));
+      const void* src = in == DType::kF32 ? static_cast<const void*>(d32.data)
+                                          : static_cast<const void*>(d16.data);
+      cuda::silu_mul(src, in, kRows, width, d_out.data, DType::kBF16, width, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<uint16_t> out = d_out.host();
+      int64_t bad = 0;
+      for (int64_t r = 0; r < kRows; ++r) {
+        for (int64_t c = 0; c < width; ++c) {
+          const double g = gate_up[r * 2 * width + c], u = gate_up[r * 2 * width + width + c];
+          const double expected = g / (1.0 + std::exp(-g)) * u;
+          const double got = from_bf16_bits(out[static_cast<size_t>(r * width + c)]);
+          bad += !(std::abs(got - expected) <= std::ldexp(std::abs(expected), -7) + 1e-6);
+        }
+      }
+      EXPECT_EQ(bad, 0) << dtype_name(in) << " input, width " << width;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagedattn::model
