@@ -21,6 +21,7 @@ import unittest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 WRITER = os.path.join(ROOT, "scripts", "bench-tables")
 CURRENT = os.path.join(ROOT, "bench", "current")
+FIXTURES = os.path.join(ROOT, "tests", "scripts", "fixtures")
 with open(os.path.join(ROOT, "bench", "targets.json"), encoding="utf-8") as targets_file:
     TARGETS = json.load(targets_file)
 
@@ -217,6 +218,62 @@ class MadeUpDocuments(unittest.TestCase):
                                        "feed123", "2026-01-02 03:04Z"])
             self.assertEqual(rows[1][5:8], ["0.75", "0.7", "yes"])
             self.assertEqual(rows[2][5:8], ["0.12", "-", "-"])
+
+    def test_prefill_extend_rows_and_sdpa_peer(self):
+        """Extend rows (BxQ/L) get a table of their own; with the peer's JSON
+        (tests/scripts/fixtures/prefill_sdpa.json, scripts/sdpa-peer's format) each row gets
+        cuDNN's TFLOP/s, the best other SDPA backend and pagedattn / cuDNN."""
+        with open(os.path.join(FIXTURES, "prefill_sdpa.json"), encoding="utf-8") as handle:
+            peer = json.load(handle)
+        row = {"page_size": 16, "target_tflops": 0}
+        prefill = {"benchmark": "cuda_prefill", "date": "2026-01-02T03:04:05Z", "reps": 10,
+                   "ceilings": {"matmul_bf16_tflops": 700.0, "matmul_size": 8192},
+                   "shape": {"num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128,
+                             "dtype": "bf16", "causal": True},
+                   "rows": [dict(row, row="1x8192", section="prefill", tflops=350.0),
+                            dict(row, row="1x8192", section="prefill", page_size=1,
+                                 tflops=315.0),
+                            dict(row, row="ragged16/4096", section="prefill", tflops=300.0),
+                            dict(row, row="1x512/8192", section="extend", tflops=200.0),
+                            dict(row, row="8x256/8192", section="extend", tflops=250.0),
+                            dict(row, row="1x512/32768", section="extend", tflops=280.0)]}
+        date = "2026-01-02 03:04Z"
+        with tempfile.TemporaryDirectory() as directory:
+            self.write(directory, "prefill.json", prefill)
+            # Without the peer: the columns as before, the extend rows apart.
+            plain = tables_by_header(blocks(run_writer(directory, "--commit", "c1").stdout)[
+                "prefill"])
+            self.assertEqual(len(plain), 2)
+            self.assertEqual(plain[0]["header"], ["row", "P 16 TFLOP/s", "cuBLAS bf16 TFLOP/s",
+                                                  "ratio", "P 1 / P 16", "target TFLOP/s", "met",
+                                                  "commit", "date"])
+            self.assertEqual([r[0] for r in plain[0]["rows"]], ["1x8192", "ragged16/4096"])
+            self.assertEqual([r[0] for r in plain[1]["rows"]],
+                             ["1x512/8192", "8x256/8192", "1x512/32768"])
+            self.assertNotIn("SDPA", run_writer(directory, "--commit", "c1").stdout)
+            # With the peer.
+            self.write(directory, "prefill_sdpa.json", peer)
+            text = run_writer(directory, "--commit", "c1").stdout
+            self.assertIn("torch 2.11.0's SDPA", text)
+            merged = tables_by_header(blocks(text)["prefill"])
+            self.assertEqual(merged[0]["header"][5:8], ["cuDNN SDPA TFLOP/s", "best other SDPA",
+                                                        "pagedattn / cuDNN"])
+            # 350 / 605 = 0.5785...; flash 320 beats efficient 274.9; target 620 not met.
+            self.assertEqual(merged[0]["rows"][0],
+                             ["1x8192", "350.0", "700.0", "0.50", "0.90", "605.0", "flash 320.0",
+                              "0.58", "620", "no", "c1", date])
+            # Skipped by the peer (ragged): no figures.
+            self.assertEqual(merged[0]["rows"][1][5:8], ["n/a", "n/a", "-"])
+            extend = {r[0]: r for r in merged[1]["rows"]}
+            self.assertEqual(merged[1]["header"][4:7], ["cuDNN SDPA TFLOP/s", "best other SDPA",
+                                                        "pagedattn / cuDNN"])
+            # cuDNN n/a: the best other is efficient (266.3 > 221.9), no ratio.
+            self.assertEqual(extend["1x512/8192"][4:7], ["n/a", "efficient 266.3", "-"])
+            # 250 / 338.2 = 0.739...
+            self.assertEqual(extend["8x256/8192"][4:7], ["338.2", "n/a", "0.74"])
+            # A row the peer has not run.
+            self.assertEqual(extend["1x512/32768"][4:7], ["n/a", "n/a", "-"])
+            self.assertEqual(extend["1x512/32768"][7:], ["-", "-", "c1", date])
 
     def test_decode_without_second_page_size_or_target(self):
         with tempfile.TemporaryDirectory() as directory:
