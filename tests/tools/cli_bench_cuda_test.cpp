@@ -55,6 +55,12 @@ TEST_P(CliBenchCuda, RunsOrSaysWhyNot) {
     if (row.contains("lse_not_finite")) {
       EXPECT_EQ(row["lse_not_finite"].get<int64_t>(), 0);
     }
+    // bench prefill: extend rows (BxQ/L, Q < L) come after the others, in a section of their own.
+    if (row.contains("section")) {
+      const bool extend = row["row"] == "2x16/64";
+      EXPECT_EQ(row["section"], extend ? "extend" : "prefill") << row.dump();
+      EXPECT_EQ(extend, &row == &doc["rows"].back()) << doc.dump(1);
+    }
     if (row.contains("indices_equal")) {
       EXPECT_TRUE(row["indices_equal"].get<bool>());
     }
@@ -90,9 +96,9 @@ INSTANTIATE_TEST_SUITE_P(
                                     "--reps 1 --no-graphs --l2-flush dirty",
                                     1},
                       CudaBenchCase{"prefill",
-                                    "bench prefill --device cuda --rows 1x64,ragged2/64 "
+                                    "bench prefill --device cuda --rows 2x16/64,1x64,ragged2/64 "
                                     "--page-size 16 --reps 1",
-                                    2},
+                                    3},
                       CudaBenchCase{"mla",
                                     "bench mla --device cuda --rows 2x64 --qo-heads 16,128 "
                                     "--page-size 64,1 --reps 1",

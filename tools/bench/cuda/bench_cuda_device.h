@@ -85,7 +85,9 @@ nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& rows, void* stre
 
 // ---- issue 4: prefill, causal, Hq 32 / Hkv 8, D 128, bf16 ----
 struct PrefillRowsConfig {
-  std::vector<BatchLen> rows;       // default: 1x8192, 1x32768, ragged16/4096
+  // default: 1x8192, 1x32768, ragged16/4096, then the extend rows 1x512/8192, 1x512/32768,
+  // 8x256/8192 (printed in a table of their own)
+  std::vector<BatchLen> rows;
   std::vector<int32_t> page_sizes;  // default: 16, 1
   bool causal = true;
   bool fp8_kv = false;  // each (row, P) also over an fp8 e4m3 cache, timed right after bf16's

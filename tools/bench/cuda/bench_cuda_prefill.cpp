@@ -6,7 +6,9 @@
 // Rows: "BxL" = B requests of L new tokens (no cached prefix); "BxQ/L" = Q new tokens over L
 // tokens of KV (a cached prefix of L - Q); "raggedB/L" = the ragged batch: B requests, request i
 // with kv_len uniform in [L/4, L] and q_len uniform in [L/16, L/4] (capped at kv_len) from a fixed
-// seed, so the rows are the same in every run.
+// seed, so the rows are the same in every run. Extend rows (BxQ/L with Q < L: chunked prefill,
+// new tokens over a cached prefix) get a table of their own after the others, and "section":
+// "extend" in their JSON ("prefill" for the rest); the defaults add issue 18's extend rows.
 // FLOPs count the visible (query, key) pairs only: 2 * pairs * Hq * (128 + 128), pairs = q * L
 // (non-causal) or q * (L - q) + q * (q + 1) / 2 (causal). TFLOP/s is printed beside the cuBLAS
 // bf16 matmul rate measured in the same run. With --kv-dtype fp8_e4m3 each (row, P) is also run
@@ -72,11 +74,19 @@ double visible_pairs(const Requests& r, bool causal) {
   return pairs;
 }
 
+// New tokens over a cached prefix, the same length for every request (a ragged row is not).
+bool is_extend(const BatchLen& row) {
+  return !row.ragged && row.q_len > 0 && row.q_len < row.kv_len;
+}
+
 }  // namespace
 
 PrefillRowsConfig default_prefill_rows() {
   PrefillRowsConfig config;
-  config.rows = parse_batch_lens("1x8192,1x32768,ragged16/4096", "--rows");
+  // Issue 4's rows, then issue 18's extend rows: a 512-token chunk over 8k and 32k of prefix, and
+  // 8 chunks of 256 (the engine's default 2048-token step budget) over 8k.
+  config.rows =
+      parse_batch_lens("1x8192,1x32768,ragged16/4096,1x512/8192,1x512/32768,8x256/8192", "--rows");
   config.page_sizes = {16, 1};
   return config;
 }
@@ -120,20 +130,40 @@ nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCei
   fmt::print(
       "\nprefill: Hq 32 / Hkv 8, head_dim 128, bf16, NHD, {}, pages in random order, L2 flushed, "
       "median of {}\n  FLOPs = 2 * visible (query, key) pairs * 32 * (128 + 128); ratio to the "
-      "cuBLAS bf16 matmul ({:.0f} TFLOP/s, this run){}\n{:>16} {:>4} {:>8} {:>10} {:>9} {:>8} "
-      "{:>7} {:>7}{}\n",
+      "cuBLAS bf16 matmul ({:.0f} TFLOP/s, this run){}\n",
       config.causal ? "causal" : "non-causal", config.reps, ceilings.matmul_tflops,
       config.fp8_kv ? "\n  fp8: the same row over an fp8 e4m3 cache (k/v scale 0.5); fp8/bf16 = "
                       "its speed over the bf16 cache's, same run"
-                    : "",
-      "rows", "P", "q_rows", "time_us", "TFLOP/s", "vs_mm",
-      fmt::format("P/P{}", config.page_sizes[0]), "target",
-      config.fp8_kv ? fmt::format(" {:>10} {:>9} {:>8}", "fp8_us", "fp8_TF/s", "fp8/bf16") : "");
+                    : "");
+  auto print_columns = [&] {
+    fmt::print(
+        "{:>16} {:>4} {:>8} {:>10} {:>9} {:>8} {:>7} {:>7}{}\n", "rows", "P", "q_rows", "time_us",
+        "TFLOP/s", "vs_mm", fmt::format("P/P{}", config.page_sizes[0]), "target",
+        config.fp8_kv ? fmt::format(" {:>10} {:>9} {:>8}", "fp8_us", "fp8_TF/s", "fp8/bf16") : "");
+  };
+  // The rows in two tables: new tokens over an empty cache (and ragged), then extend rows.
+  std::vector<size_t> order;
+  for (bool extend : {false, true}) {
+    for (size_t i = 0; i < config.rows.size(); ++i) {
+      if (is_extend(config.rows[i]) == extend) order.push_back(i);
+    }
+  }
   std::mt19937_64 rng(20261203);
   nlohmann::json rows = nlohmann::json::array();
-  for (size_t i = 0; i < config.rows.size(); ++i) {
+  for (size_t n = 0; n < order.size(); ++n) {
+    const size_t i = order[n];
     const BatchLen& row = config.rows[i];
     const Requests& r = requests[i];
+    const bool extend = is_extend(row);
+    if (n == 0 || extend != is_extend(config.rows[order[n - 1]])) {
+      if (extend) {
+        fmt::print(
+            "\nextend (chunked prefill): BxQ/L = B requests of Q new tokens over a cached prefix "
+            "of "
+            "L - Q, causal aligned to the end of the KV\n");
+      }
+      print_columns();
+    }
     const double flops = 2.0 * visible_pairs(r, config.causal) * kQoHeads * (2 * kHeadDim);
     double first = 0;
     for (int32_t page : config.page_sizes) {
@@ -182,6 +212,7 @@ nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCei
                  bad > 0 ? fmt::format("  ({} lse not finite!)", bad) : "");
       std::fflush(stdout);
       rows.push_back({{"row", row.name()},
+                      {"section", extend ? "extend" : "prefill"},
                       {"batch", row.batch},
                       {"q_lens", r.q_lens},
                       {"kv_lens", r.kv_lens},
