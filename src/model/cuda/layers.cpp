@@ -20,7 +20,7 @@
 // MoE   router logits in f32 (x in f32 · router f32). Steps of at most kDeviceMoeMaxTokens
 //       tokens with 16-bit weights route on the device (moe.h: ops::moe_route's algorithm, a
 //       counting sort by expert, two grouped GEMMs over tiles of each expert's rows): no round
-//       trip, so a decode step can be one graph. Larger steps (and f32 weights) copy the logits to the
+//       trip, so a decode step can be one graph. Larger steps (prefill) copy the logits to the
 //       host and route there with ops::moe_route (the CPU model's routing), sort the (token,
 //       expert) pairs by expert, and run each expert's rows through gate_up / SiLU·mul / down as
 //       cuBLAS GEMMs. Either way the rows of x are gathered by expert and combined per token in a

@@ -42,11 +42,12 @@ namespace pagedattn::model::cuda {
 inline constexpr int64_t kDefaultMaxStepTokens = 4096;
 inline constexpr int64_t kLogitChunk = 128;
 // Steps of at most this many tokens route their MoE layers on the device (moe.h: no round trip,
-// so a decode step can be one graph), prefill chunks included: the grouped GEMM beat the host
-// routing with one cuBLAS GEMM per expert at prefill as well (DeepSeek-V2-Lite shape on an H100,
-// 2026-12-06: 17.7 ms for 256 tokens on the device, 45.2 ms for 257 on the host). Larger steps
-// route on the host; the limit keeps the grouped GEMM's tile table within its grid.
-inline constexpr int64_t kDeviceMoeMaxTokens = 16384;
+// so a decode step can be one graph), short prefill chunks included; larger ones route on the
+// host and run one cuBLAS GEMM per expert, whose rows are then many. The grouped GEMM's 32-row
+// tiles read the weights once per tile, so its cost grows faster with the rows than cuBLAS's
+// (DeepSeek-V2-Lite shape on an H100, 2026-12-06, device / host routing: 257 tokens 17.7 / 45.2
+// ms, 512 23.1 / 49.0, 2048 69.1 / 63.6, 8192 241.7 / 151.2): the two meet near 1,800 tokens.
+inline constexpr int64_t kDeviceMoeMaxTokens = 1024;
 
 struct GqaLayer {
   DeviceLinear qkv, o;
