@@ -115,15 +115,30 @@ class CommittedJson(unittest.TestCase):
     def test_prefill_rows(self):
         doc = load("prefill.json")
         ceiling = doc["ceilings"]["matmul_bf16_tflops"]
-        rows = {row[0]: row for row in tables_by_header(self.blocks["prefill"])[0]["rows"]}
+        # The run's own commit where its JSON names one, else --commit.
+        commit = doc.get("metadata", {}).get("commit", "abc1234")
+        peer = None
+        if os.path.exists(os.path.join(CURRENT, "prefill_sdpa.json")):
+            peer = {r["row"]: r for r in load("prefill_sdpa.json")["rows"]}
+        tables = tables_by_header(self.blocks["prefill"])
+        rows = {row[0]: row for table in tables for row in table["rows"]}
         for r in [r for r in doc["rows"] if r["page_size"] == 16]:
             p1 = [o for o in doc["rows"] if o["page_size"] == 1 and o["row"] == r["row"]][0]
             target = TARGETS["prefill"]["rows"].get(r["row"])
-            self.assertEqual(rows[r["row"]], [
-                r["row"], f"{r['tflops']:.1f}", f"{ceiling:.1f}", r2(r["tflops"] / ceiling),
-                r2(p1["tflops"] / r["tflops"]), str(target) if target else "-",
-                ("yes" if r["tflops"] >= target else "no") if target else "-", "abc1234",
-                minute(doc)])
+            expected = [r["row"], f"{r['tflops']:.1f}", f"{ceiling:.1f}",
+                        r2(r["tflops"] / ceiling), r2(p1["tflops"] / r["tflops"])]
+            if peer is not None:
+                backends = peer.get(r["row"], {}).get("backends", {})
+                cudnn = backends.get("cudnn")
+                others = [(b["tflops"], name) for name, b in backends.items()
+                          if name != "cudnn" and "tflops" in b]
+                expected += [f"{cudnn['tflops']:.1f}" if cudnn else "n/a",
+                             f"{max(others)[1]} {max(others)[0]:.1f}" if others else "n/a",
+                             r2(r["tflops"] / cudnn["tflops"]) if cudnn else "-"]
+            expected += [str(target) if target else "-",
+                         ("yes" if r["tflops"] >= target else "no") if target else "-", commit,
+                         minute(doc)]
+            self.assertEqual(rows[r["row"]], expected)
 
     def test_mla_rows(self):
         doc = load("mla.json")
@@ -376,9 +391,10 @@ class Update(unittest.TestCase):
             throughput = sorted(n for n in os.listdir(CURRENT)
                                 if n.startswith("throughput") or n.startswith("model") or
                                 n.startswith("cpu_decode"))
+            peer = [n for n in os.listdir(CURRENT) if n == "prefill_sdpa.json"]
             self.assertEqual(sorted(os.listdir(keep)),
                              sorted(["commit.txt", "decode.json", "mla.json", "plan.json",
-                                     "prefill.json"] + throughput))
+                                     "prefill.json"] + throughput + peer))
 
     def test_missing_block_is_an_error(self):
         with tempfile.TemporaryDirectory() as directory:
