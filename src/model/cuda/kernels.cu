@@ -127,9 +127,7 @@ __global__ void __launch_bounds__(kBlock) add_rms_norm_kernel(const AddNormArgs 
   }
 }
 
-// transform_heads' launch: the groups and where each one's warps start; a warp takes
-// kHeadsPerWarp consecutive (row, head) entries of its group (transform_heads_of_warp).
-constexpr int kHeadsPerWarp = 2;
+// transform_heads' launch: the groups and where each one's warps start.
 struct HeadTransformBatch {
   HeadTransformArgs group[kMaxHeadGroups];
   int64_t first_warp[kMaxHeadGroups + 1];  // group g: warps [first_warp[g], first_warp[g + 1])
@@ -169,109 +167,87 @@ __device__ __forceinline__ bool aligned(const void* p, int bytes) {
   return (reinterpret_cast<uintptr_t>(p) & static_cast<uintptr_t>(bytes - 1)) == 0;
 }
 
-// Where one (row, head) of a group reads and writes, and whether the vector path takes it (kernels.h:
-// heads of 128 with whole-head RoPE or none, every pointer aligned to 4 elements). Every field is
-// per (row, head), so uniform over the warp.
+// One warp's (row, head) of one group, index = row * heads + head < rows * heads.
 template <class In, class Out>
-struct HeadSite {
-  In* x;
-  const float* bias;
-  Out* out;
-  const float* cos;  // this row's cos / sin (null without RoPE)
-  const float* sin;
-  bool vector;
-};
-
-template <class In, class Out>
-__device__ __forceinline__ HeadSite<In, Out> head_site(const HeadTransformArgs& a, int64_t index) {
+__device__ __forceinline__ void transform_head(const HeadTransformArgs& a, int64_t index) {
+  const int lane = threadIdx.x % 32;
   const int64_t row = index / a.heads;
   const int64_t head = index % a.heads;
-  HeadSite<In, Out> site{};
-  site.x = static_cast<In*>(a.x) + row * a.x_stride_row + head * a.x_stride_head;
-  site.bias = a.bias != nullptr ? a.bias + head * a.width : nullptr;
+  In* x = static_cast<In*>(a.x) + row * a.x_stride_row + head * a.x_stride_head;
+  const float* bias = a.bias != nullptr ? a.bias + head * a.width : nullptr;
+  Out* out = nullptr;
   if (a.out != nullptr && a.out_slots == nullptr) {
-    site.out = static_cast<Out*>(a.out) + row * a.out_stride_row + head * a.out_stride_head;
+    out = static_cast<Out*>(a.out) + row * a.out_stride_row + head * a.out_stride_head;
   } else if (a.out != nullptr) {
     const int64_t slot = a.out_slots[row];
     if (slot >= 0 && slot < a.out_num_slots) {
       const int64_t page = slot / a.out_alloc_page, offset = slot - page * a.out_alloc_page;
-      site.out = static_cast<Out*>(a.out) + page * a.out_stride_page +
-                 offset * a.out_stride_row + head * a.out_stride_head;
+      out = static_cast<Out*>(a.out) + page * a.out_stride_page + offset * a.out_stride_row +
+            head * a.out_stride_head;
     }
   }
-  if (a.cos != nullptr) {
-    const int64_t position = a.positions[row];
-    site.cos = a.cos + position * a.rotary_half;
-    site.sin = a.sin + position * a.rotary_half;
-  }
-  site.vector = a.width == 128 && (a.cos == nullptr || a.rotary_half == 64) &&
-                aligned(site.x, 4 * sizeof(In)) && (site.bias == nullptr || aligned(site.bias, 16)) &&
-                (a.norm_weight == nullptr || aligned(a.norm_weight, 16)) &&
-                (site.cos == nullptr || (aligned(site.cos, 16) && aligned(site.sin, 16))) &&
-                (site.out == nullptr || aligned(site.out, 4 * sizeof(Out)));
-  return site;
-}
-
-// The vector path after the load: v holds elements 4 lane .. 4 lane + 3 of the head's x.
-template <class In, class Out>
-__device__ __forceinline__ void transform_vector(const HeadTransformArgs& a,
-                                                 const HeadSite<In, Out>& site, float v[4]) {
-  const int lane = threadIdx.x % 32;
-  const int d0 = 4 * lane;
-  if (site.bias != nullptr) {
-    float b[4];
-    load4(site.bias + d0, b);
+  const int64_t position = a.cos != nullptr ? a.positions[row] : 0;
+  // The vector path (kernels.h): whole-head RoPE or none, every pointer aligned to 4 elements.
+  // Warp-uniform: every operand is per (row, head).
+  const bool vector = a.width == 128 && (a.cos == nullptr || a.rotary_half == 64) &&
+                      aligned(x, 4 * sizeof(In)) && (bias == nullptr || aligned(bias, 16)) &&
+                      (a.norm_weight == nullptr || aligned(a.norm_weight, 16)) &&
+                      (a.cos == nullptr || (aligned(a.cos + position * 64, 16) &&
+                                            aligned(a.sin + position * 64, 16))) &&
+                      (out == nullptr || aligned(out, 4 * sizeof(Out)));
+  if (vector) {
+    const int d0 = 4 * lane;
+    float v[4];
+    load4(x + d0, v);
+    if (bias != nullptr) {
+      float b[4];
+      load4(bias + d0, b);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] += b[e];
-  }
-  if (a.norm_weight != nullptr) {
-    const float sum = warp_sum(v[0] * v[0] + v[1] * v[1] + v[2] * v[2] + v[3] * v[3]);
-    const float inverse = 1.0f / sqrtf(sum / 128.0f + a.eps);
-    float w[4];
-    load4(a.norm_weight + d0, w);
+      for (int e = 0; e < 4; ++e) v[e] += b[e];
+    }
+    if (a.norm_weight != nullptr) {
+      const float sum = warp_sum(v[0] * v[0] + v[1] * v[1] + v[2] * v[2] + v[3] * v[3]);
+      const float inverse = 1.0f / sqrtf(sum / 128.0f + a.eps);
+      float w[4];
+      load4(a.norm_weight + d0, w);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = w[e] * (v[e] * inverse);
-  }
-  if (site.cos != nullptr) {
-    if (a.interleaved) {
-      // Pairs (2i, 2i + 1) inside the lane: i = 2 lane and 2 lane + 1.
-      const float2 cs = *reinterpret_cast<const float2*>(site.cos + 2 * lane);
-      const float2 sn = *reinterpret_cast<const float2*>(site.sin + 2 * lane);
-      const float a0 = v[0], b0 = v[1], a1 = v[2], b1 = v[3];
-      v[0] = a0 * cs.x - b0 * sn.x;
-      v[1] = b0 * cs.x + a0 * sn.x;
-      v[2] = a1 * cs.y - b1 * sn.y;
-      v[3] = b1 * cs.y + a1 * sn.y;
-    } else {
-      // NeoX pairs (i, i + 64): lane l < 16 holds i = 4l .. 4l + 3, lane l + 16 their partners.
-      float partner[4], cs[4], sn[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) partner[e] = __shfl_xor_sync(0xffffffffu, v[e], 16);
-      load4(site.cos + (d0 & 63), cs);
-      load4(site.sin + (d0 & 63), sn);
-      if (lane < 16) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v[e] = v[e] * cs[e] - partner[e] * sn[e];
+      for (int e = 0; e < 4; ++e) v[e] = w[e] * (v[e] * inverse);
+    }
+    if (a.cos != nullptr) {
+      const float* c = a.cos + position * 64;
+      const float* s = a.sin + position * 64;
+      if (a.interleaved) {
+        // Pairs (2i, 2i + 1) inside the lane: i = 2 lane and 2 lane + 1.
+        const float2 cs = *reinterpret_cast<const float2*>(c + 2 * lane);
+        const float2 sn = *reinterpret_cast<const float2*>(s + 2 * lane);
+        const float c0 = cs.x, c1 = cs.y, s0 = sn.x, s1 = sn.y;
+        const float a0 = v[0], b0 = v[1], a1 = v[2], b1 = v[3];
+        v[0] = a0 * c0 - b0 * s0;
+        v[1] = b0 * c0 + a0 * s0;
+        v[2] = a1 * c1 - b1 * s1;
+        v[3] = b1 * c1 + a1 * s1;
       } else {
+        // NeoX pairs (i, i + 64): lane l < 16 holds i = 4l .. 4l + 3, lane l + 16 their partners.
+        float partner[4], cs[4], sn[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) v[e] = v[e] * cs[e] + partner[e] * sn[e];
+        for (int e = 0; e < 4; ++e) partner[e] = __shfl_xor_sync(0xffffffffu, v[e], 16);
+        load4(c + (d0 & 63), cs);
+        load4(s + (d0 & 63), sn);
+        if (lane < 16) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[e] = v[e] * cs[e] - partner[e] * sn[e];
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[e] = v[e] * cs[e] + partner[e] * sn[e];
+        }
       }
     }
+    if constexpr (std::is_same_v<In, float>) {
+      if (a.write_x) store4(x + d0, v);
+    }
+    if (out != nullptr) store4(out + d0, v);
+    return;
   }
-  if constexpr (std::is_same_v<In, float>) {
-    if (a.write_x) store4(site.x + d0, v);
-  }
-  if (site.out != nullptr) store4(site.out + d0, v);
-}
-
-// The lane-strided path: any width, partial RoPE.
-template <class In, class Out>
-__device__ __forceinline__ void transform_strided(const HeadTransformArgs& a,
-                                                  const HeadSite<In, Out>& site) {
-  const int lane = threadIdx.x % 32;
-  In* x = site.x;
-  const float* bias = site.bias;
-  Out* out = site.out;
   float inverse = 1.0f;
   if (a.norm_weight != nullptr) {
     float sum = 0.0f;
@@ -296,93 +272,43 @@ __device__ __forceinline__ void transform_strided(const HeadTransformArgs& a,
     if (out != nullptr) out[d] = from_f32<Out>(v);
   };
   int first_plain = 0;  // elements from here on are not rotated
-  if (site.cos != nullptr) {
+  if (a.cos != nullptr) {
     const int half = a.rotary_half;
+    const float* c = a.cos + position * half;
+    const float* s = a.sin + position * half;
     for (int i = lane; i < half; i += 32) {
       const int ia = a.interleaved ? 2 * i : i;
       const int ib = a.interleaved ? 2 * i + 1 : i + half;
       const float va = value(ia), vb = value(ib);
-      write(ia, va * site.cos[i] - vb * site.sin[i]);
-      write(ib, vb * site.cos[i] + va * site.sin[i]);
+      write(ia, va * c[i] - vb * s[i]);
+      write(ib, vb * c[i] + va * s[i]);
     }
     first_plain = 2 * half;
   }
   for (int d = first_plain + lane; d < a.width; d += 32) write(d, value(d));
 }
 
-// A warp's kHeadsPerWarp consecutive (row, head) entries [first, first + count) of one group
-// (index = row * heads + head). Where every one takes the vector path, all of their x loads are
-// issued before the first is used (the heads' round trips at once, not one after another). Two
-// heads a warp and four blocks an SM (56 registers): four heads a warp took 100 registers, and
-// held under 64 they spilled.
 template <class In, class Out>
-__device__ __forceinline__ void transform_heads_of_warp(const HeadTransformArgs& a, int64_t first,
-                                                        int count) {
-  HeadSite<In, Out> sites[kHeadsPerWarp];
-  bool vector = true;
-#pragma unroll
-  for (int j = 0; j < kHeadsPerWarp; ++j) {
-    if (j < count) {
-      sites[j] = head_site<In, Out>(a, first + j);
-      vector = vector && sites[j].vector;
-    }
-  }
-  if (vector) {
-    const int d0 = 4 * static_cast<int>(threadIdx.x % 32);
-    float v[kHeadsPerWarp][4];
-#pragma unroll
-    for (int j = 0; j < kHeadsPerWarp; ++j) {
-      if (j < count) load4(sites[j].x + d0, v[j]);
-    }
-#pragma unroll
-    for (int j = 0; j < kHeadsPerWarp; ++j) {
-      if (j < count) transform_vector(a, sites[j], v[j]);
-    }
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < kHeadsPerWarp; ++j) {
-    if (j >= count) continue;
-    if (sites[j].vector) {
-      float v[4];
-      load4(sites[j].x + 4 * static_cast<int>(threadIdx.x % 32), v);
-      transform_vector(a, sites[j], v);
-    } else {
-      transform_strided(a, sites[j]);
-    }
-  }
-}
-
-template <class In, class Out>
-__global__ void __launch_bounds__(kBlock, 4) transform_heads_kernel(const HeadTransformBatch b) {
+__global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTransformBatch b) {
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
-  const int64_t warp = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
+  const int64_t index = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
   // The chosen group is read straight from the parameter bank (nvcc merges the unrolled branches
   // into one body with an indexed ld.param; no copy to local memory). The whole warp takes the
-  // same branch (warp is per warp): the shuffles see all 32 lanes. Past the last group's warps
-  // (the last block's tail) no branch matches.
+  // same branch (index is per warp): transform_head's shuffles see all 32 lanes. Past the last
+  // group's warps (the last block's tail) no branch matches.
 #pragma unroll
   for (int g = 0; g < kMaxHeadGroups; ++g) {
-    if (warp >= b.first_warp[g] && warp < b.first_warp[g + 1]) {
-      const HeadTransformArgs& a = b.group[g];
-      const int64_t first = (warp - b.first_warp[g]) * kHeadsPerWarp;
-      const int64_t left = a.rows * a.heads - first;
-      const int count = left < kHeadsPerWarp ? static_cast<int>(left) : kHeadsPerWarp;
-      transform_heads_of_warp<In, Out>(a, first, count);
+    if (index >= b.first_warp[g] && index < b.first_warp[g + 1]) {
+      transform_head<In, Out>(b.group[g], index - b.first_warp[g]);
       return;
     }
   }
 }
 
-// One row per blockIdx.x, columns over blockIdx.y and the threads, kSiluGroups groups of four a
-// thread, all of a thread's loads issued before the first product: no 64-bit division per
-// element (the grid-stride version spent 33 us on a 2048 x 3072 prefill step on the H200, 1.9
-// TB/s), vector loads and stores where the rows allow them, and blocks that live long enough to
-// amortise their launch (four elements a thread took 24 us on the H100 with bf16 in and out).
-constexpr int kSiluGroups = 4;
-constexpr int64_t kSiluBlockColumns = int64_t{4} * kBlock * kSiluGroups;
-
+// One row per blockIdx.x, columns over blockIdx.y and the threads, four a thread: no 64-bit
+// division per element (the grid-stride version spent 33 us on a 2048 x 3072 prefill step on
+// the H200, 1.9 TB/s), and float4 loads where the row allows them.
 template <class In, class Out>
 __global__ void __launch_bounds__(kBlock)
     silu_mul_kernel(const In* gate_up, int64_t width, Out* out, int64_t out_stride) {
@@ -392,37 +318,19 @@ __global__ void __launch_bounds__(kBlock)
   const In* g = gate_up + r * 2 * width;
   const In* u = g + width;
   Out* o = out + r * out_stride;
-  const int64_t first = int64_t{blockIdx.y} * kSiluBlockColumns + threadIdx.x * 4;
+  const int64_t c0 = (int64_t{blockIdx.y} * kBlock + threadIdx.x) * 4;
+  if (c0 >= width) return;
   const auto silu_times = [](float gate, float up) { return gate / (1.0f + expf(-gate)) * up; };
-  if (width % 4 == 0 && aligned(gate_up, 4 * sizeof(In)) && aligned(out, 4 * sizeof(Out)) &&
-      out_stride % 4 == 0) {
-    float gv[kSiluGroups][4], uv[kSiluGroups][4];
+  if (width % 4 == 0 && aligned(gate_up, 4 * sizeof(In))) {
+    float gv[4], uv[4];
+    load4(g + c0, gv);
+    load4(u + c0, uv);
 #pragma unroll
-    for (int k = 0; k < kSiluGroups; ++k) {
-      const int64_t c = first + k * 4 * kBlock;
-      if (c < width) {
-        load4(g + c, gv[k]);
-        load4(u + c, uv[k]);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kSiluGroups; ++k) {
-      const int64_t c = first + k * 4 * kBlock;
-      if (c < width) {
-        float y[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) y[e] = silu_times(gv[k][e], uv[k][e]);
-        store4(o + c, y);
-      }
-    }
+    for (int e = 0; e < 4; ++e) o[c0 + e] = from_f32<Out>(silu_times(gv[e], uv[e]));
     return;
   }
-#pragma unroll
-  for (int k = 0; k < kSiluGroups; ++k) {
-    const int64_t c0 = first + k * 4 * kBlock;
-    for (int64_t c = c0; c < c0 + 4 && c < width; ++c) {
-      o[c] = from_f32<Out>(silu_times(to_f32(g[c]), to_f32(u[c])));
-    }
+  for (int64_t c = c0; c < c0 + 4 && c < width; ++c) {
+    o[c] = from_f32<Out>(silu_times(to_f32(g[c]), to_f32(u[c])));
   }
 }
 
@@ -533,7 +441,7 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
       throw_error("transform_heads: group " + std::to_string(g) + " writes back an x of dtype " +
                   std::string(dtype_name(group.x_dtype)) + " (write_x needs f32)");
     batch.group[g] = group;
-    warps += (group.rows * group.heads + kHeadsPerWarp - 1) / kHeadsPerWarp;
+    warps += group.rows * group.heads;
     if (group.out == nullptr) continue;
     if (any_out && group.out_dtype != out_dtype)
       throw_error("transform_heads: groups write out dtypes " + std::string(dtype_name(out_dtype)) +
@@ -558,11 +466,11 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
 void silu_mul(const void* gate_up, DType gate_up_dtype, int64_t rows, int64_t width, void* out,
               DType out_dtype, int64_t out_stride, void* stream) {
   if (rows * width == 0) return;
-  if (rows > INT32_MAX || (width + kSiluBlockColumns - 1) / kSiluBlockColumns > 65535)
+  if (rows > INT32_MAX || (width + 4 * kBlock - 1) / (4 * kBlock) > 65535)
     throw_error("silu_mul: " + std::to_string(rows) + " rows of " + std::to_string(width) +
-                " (expected at most 2^31 - 1 rows and 2^28 columns)");
+                " (expected at most 2^31 - 1 rows and 2^26 columns)");
   const dim3 grid(static_cast<unsigned>(rows),
-                  static_cast<unsigned>((width + kSiluBlockColumns - 1) / kSiluBlockColumns));
+                  static_cast<unsigned>((width + 4 * kBlock - 1) / (4 * kBlock)));
   dispatch(gate_up_dtype, "silu_mul gate_up", [&](auto in_tag) {
     using In = decltype(in_tag);
     dispatch(out_dtype, "silu_mul out", [&](auto out_tag) {
