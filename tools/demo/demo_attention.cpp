@@ -83,6 +83,8 @@ struct AttentionRunner::PerPageSize {
   const Backend* decode = nullptr;
   std::unique_ptr<Workspace> prefill_workspace, decode_workspace;
   PlanStorage storage;
+  // Whether a prefill / decode call at this page size has run (the first one is not timed).
+  bool prefill_warm = false, decode_warm = false;
   PerPageSize(int32_t max_batch, int64_t max_pages) : storage(max_batch, max_pages) {}
 };
 
@@ -290,16 +292,36 @@ void AttentionRunner::run(int64_t step, bool prefill, std::span<const BatchEntry
       mirror_->poisoned_outputs(rows, hq, &out_used, &lse_used);
       mirror_->synchronize();
     }
-    const auto run_start = Clock::now();
-    if (prefill) {
-      PrefillArgs args{q_used, kv_used, meta_used, out_used, lse_used, options};
-      backend.plan(workspace, describe_op(args), meta_used);
-      backend.run_prefill(workspace, args);
-    } else {
-      DecodeArgs args{q_used, kv_used, meta_used, out_used, lse_used, options};
-      backend.plan(workspace, describe_op(args), meta_used);
-      backend.run_decode(workspace, args);
+    const auto launch = [&] {
+      if (prefill) {
+        PrefillArgs args{q_used, kv_used, meta_used, out_used, lse_used, options};
+        backend.plan(workspace, describe_op(args), meta_used);
+        backend.run_prefill(workspace, args);
+      } else {
+        DecodeArgs args{q_used, kv_used, meta_used, out_used, lse_used, options};
+        backend.plan(workspace, describe_op(args), meta_used);
+        backend.run_decode(workspace, args);
+      }
+    };
+    // The first call of each kind at each page size runs once untimed, then is timed again on
+    // re-poisoned outputs: one-time costs (a CUDA kernel's first launch loads its module; the
+    // first OpenMP region starts the threads) belong to no step; without this they fell on
+    // whichever page size runs first (P 1 by default).
+    bool& warm = prefill ? pp.prefill_warm : pp.decode_warm;
+    if (!warm) {
+      launch();
+      if (gpu) {
+        mirror_->synchronize();
+        mirror_->poisoned_outputs(rows, hq, &out_used, &lse_used);
+        mirror_->synchronize();
+      } else {
+        std::memset(out.view().data, 0xff, static_cast<size_t>(out.bytes()));
+        std::memset(lse.view().data, 0xff, static_cast<size_t>(lse.bytes()));
+      }
+      warm = true;
     }
+    const auto run_start = Clock::now();
+    launch();
     if (gpu) mirror_->synchronize();
     const double elapsed = seconds_since(run_start);
     if (gpu) mirror_->download(out_used, lse_used, out.view(), lse.view());
