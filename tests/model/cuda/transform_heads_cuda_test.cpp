@@ -238,36 +238,48 @@ TEST(TransformHeadsErrors, NamedOnTheHost) {
   }
 }
 
-// silu_mul from f32 or bf16 gate_up rows against double, out in bf16: rows of whole float4 groups
-// (the vector loads) and rows of 1001 (the scalar loop).
+// silu_mul from f32 or bf16 gate_up rows against double, out in bf16: few rows (one group of four
+// columns a thread) and many (four groups), rows of whole float4 groups (vector loads) and of 1001
+// columns (the scalar loop), and an out row stride that is no multiple of 4 (scalar stores); the
+// columns between out's rows are never written.
 TEST(SiluMul, Bf16AndF32InputsMatchFloat64) {
   REQUIRE_GPU();
-  constexpr int64_t kRows = 7;
+  struct Shape {
+    int64_t rows, width, out_stride;
+  };
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> unit(-6.0f, 6.0f);
-  for (int64_t width : {1000, 1001}) {
-    std::vector<float> gate_up(static_cast<size_t>(kRows * 2 * width));
+  for (const Shape& shape : {Shape{7, 1000, 1000}, Shape{7, 1001, 1001}, Shape{300, 1000, 1000},
+                             Shape{300, 1001, 1001}, Shape{300, 1000, 1002}}) {
+    const int64_t rows = shape.rows, width = shape.width, stride = shape.out_stride;
+    std::vector<float> gate_up(static_cast<size_t>(rows * 2 * width));
     for (float& e : gate_up) e = from_bf16_bits(to_bf16_bits(unit(rng)));
     std::vector<uint16_t> gate_up16(gate_up.size());
     for (size_t i = 0; i < gate_up.size(); ++i) gate_up16[i] = to_bf16_bits(gate_up[i]);
     for (DType in : {DType::kF32, DType::kBF16}) {
       DeviceArray<float> d32(gate_up);
-      DeviceArray<uint16_t> d16(gate_up16), d_out(static_cast<size_t>(kRows * width));
+      DeviceArray<uint16_t> d16(gate_up16);
+      DeviceArray<uint16_t> d_out(
+          std::vector<uint16_t>(static_cast<size_t>(rows * stride), uint16_t{0x7fc1}));
       const void* src = in == DType::kF32 ? static_cast<const void*>(d32.data)
                                           : static_cast<const void*>(d16.data);
-      cuda::silu_mul(src, in, kRows, width, d_out.data, DType::kBF16, width, nullptr);
+      cuda::silu_mul(src, in, rows, width, d_out.data, DType::kBF16, stride, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<uint16_t> out = d_out.host();
-      int64_t bad = 0;
-      for (int64_t r = 0; r < kRows; ++r) {
+      int64_t bad = 0, stray = 0;
+      for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < width; ++c) {
           const double g = gate_up[r * 2 * width + c], u = gate_up[r * 2 * width + width + c];
           const double expected = g / (1.0 + std::exp(-g)) * u;
-          const double got = from_bf16_bits(out[static_cast<size_t>(r * width + c)]);
+          const double got = from_bf16_bits(out[static_cast<size_t>(r * stride + c)]);
           bad += !(std::abs(got - expected) <= std::ldexp(std::abs(expected), -7) + 1e-6);
         }
+        for (int64_t c = width; c < stride; ++c) stray += out[r * stride + c] != 0x7fc1;
       }
-      EXPECT_EQ(bad, 0) << dtype_name(in) << " input, width " << width;
+      const std::string what = fmt::format("{} input, {} rows of {} (out stride {})",
+                                           dtype_name(in), rows, width, stride);
+      EXPECT_EQ(bad, 0) << what;
+      EXPECT_EQ(stray, 0) << what << ": columns between out's rows written";
     }
   }
 }
