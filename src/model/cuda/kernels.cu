@@ -150,16 +150,13 @@ template <class T>
 __device__ __forceinline__ void store4(T* p, const float v[4]) {
   if constexpr (std::is_same_v<T, float>) {
     *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  } else if constexpr (sizeof(T) == 2) {
+  } else {  // f16 / bf16: 8 bytes
     T e[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) e[i] = from_f32<T>(v[i]);
     uint2 q;
     memcpy(&q, e, sizeof(q));
     *reinterpret_cast<uint2*>(p) = q;
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) p[i] = from_f32<T>(v[i]);
   }
 }
 
@@ -500,7 +497,8 @@ void silu_mul(const void* gate_up, DType gate_up_dtype, int64_t rows, int64_t wi
   const int64_t block_columns = int64_t{4} * kBlock * groups;
   if (rows > INT32_MAX || (width + block_columns - 1) / block_columns > 65535)
     throw_error("silu_mul: " + std::to_string(rows) + " rows of " + std::to_string(width) +
-                " (expected at most 2^31 - 1 rows and 2^26 columns)");
+                " (expected at most 2^31 - 1 rows and 65535 x " + std::to_string(block_columns) +
+                " columns)");
   const dim3 grid(static_cast<unsigned>(rows),
                   static_cast<unsigned>((width + block_columns - 1) / block_columns));
   dispatch(gate_up_dtype, "silu_mul gate_up", [&](auto in_tag) {

@@ -6,7 +6,6 @@
 // dtype) and computes in double. Bounds: f32 out within 1e-5 of the head's largest value (a
 // 128-term f32 sum, RoPE's differences); bf16 out within one bf16 step (the f32 result and the
 // double one may round to neighbours).
-#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -21,25 +20,13 @@
 
 #include "model/cuda/device_array.h"
 #include "model/cuda/kernels.h"
+#include "pagedattn/dtype.h"
 #include "pagedattn/error.h"
 
 namespace pagedattn::model {
 namespace {
 
 using ::pagedattn::testing::DeviceArray;
-
-uint16_t to_bf16_bits(float v) {
-  const __nv_bfloat16 b = __float2bfloat16_rn(v);
-  uint16_t bits;
-  std::memcpy(&bits, &b, 2);
-  return bits;
-}
-float from_bf16_bits(uint16_t bits) {
-  const uint32_t word = uint32_t{bits} << 16;
-  float v;
-  std::memcpy(&v, &word, 4);
-  return v;
-}
 
 enum class Rope { kNone, kNeox, kInterleaved };
 
@@ -78,7 +65,7 @@ TEST_P(TransformHeads, MatchesFloat64) {
   };
   std::vector<float> x = randoms(kRows * row_stride);
   if (c.x_dtype == DType::kBF16) {
-    for (float& e : x) e = from_bf16_bits(to_bf16_bits(e));  // the values as stored
+    for (float& e : x) e = bf16_to_float(float_to_bf16(e));  // the values as stored
   }
   const std::vector<float> bias = randoms(kHeads * width), weight = randoms(width);
   std::vector<float> cos(static_cast<size_t>(kPositions * std::max(half, 1))), sin(cos.size());
@@ -120,7 +107,7 @@ TEST_P(TransformHeads, MatchesFloat64) {
   // The device: x in its dtype, out [rows, heads, width] in out_dtype.
   const bool f32_x = c.x_dtype == DType::kF32;
   std::vector<uint16_t> x_bf16(x.size());
-  for (size_t i = 0; i < x.size(); ++i) x_bf16[i] = to_bf16_bits(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) x_bf16[i] = float_to_bf16(x[i]);
   DeviceArray<float> d_x32(x);
   DeviceArray<uint16_t> d_x16(x_bf16);
   DeviceArray<float> d_bias(bias), d_weight(weight), d_cos(cos), d_sin(sin);
@@ -173,7 +160,7 @@ TEST_P(TransformHeads, MatchesFloat64) {
           got = out32[static_cast<size_t>(i)];
           bound = f32_bound;
         } else {
-          got = from_bf16_bits(out16[static_cast<size_t>(i)]);
+          got = bf16_to_float(out16[static_cast<size_t>(i)]);
           bound = std::ldexp(std::abs(expected), -7) + f32_bound;  // one bf16 step (8 bits)
         }
         if (!(std::abs(got - expected) <= bound)) {
@@ -253,9 +240,9 @@ TEST(SiluMul, Bf16AndF32InputsMatchFloat64) {
                              Shape{300, 1001, 1001}, Shape{300, 1000, 1002}}) {
     const int64_t rows = shape.rows, width = shape.width, stride = shape.out_stride;
     std::vector<float> gate_up(static_cast<size_t>(rows * 2 * width));
-    for (float& e : gate_up) e = from_bf16_bits(to_bf16_bits(unit(rng)));
+    for (float& e : gate_up) e = bf16_to_float(float_to_bf16(unit(rng)));
     std::vector<uint16_t> gate_up16(gate_up.size());
-    for (size_t i = 0; i < gate_up.size(); ++i) gate_up16[i] = to_bf16_bits(gate_up[i]);
+    for (size_t i = 0; i < gate_up.size(); ++i) gate_up16[i] = float_to_bf16(gate_up[i]);
     for (DType in : {DType::kF32, DType::kBF16}) {
       DeviceArray<float> d32(gate_up);
       DeviceArray<uint16_t> d16(gate_up16);
@@ -271,7 +258,7 @@ TEST(SiluMul, Bf16AndF32InputsMatchFloat64) {
         for (int64_t c = 0; c < width; ++c) {
           const double g = gate_up[r * 2 * width + c], u = gate_up[r * 2 * width + width + c];
           const double expected = g / (1.0 + std::exp(-g)) * u;
-          const double got = from_bf16_bits(out[static_cast<size_t>(r * stride + c)]);
+          const double got = bf16_to_float(out[static_cast<size_t>(r * stride + c)]);
           bad += !(std::abs(got - expected) <= std::ldexp(std::abs(expected), -7) + 1e-6);
         }
         for (int64_t c = width; c < stride; ++c) stray += out[r * stride + c] != 0x7fc1;
