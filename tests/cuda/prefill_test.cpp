@@ -138,7 +138,28 @@ CudaWorkspace& workspace() {
 struct Result {
   std::vector<double> out, lse;
 };
-// `kernel`: "" runs the default choice (wgmma on Hopper), "mma" forces the mma.sync kernel.
+// The kernels each case runs: "" the default choice, else PAGEDATTN_PREFILL_KERNEL's value
+// (launch.cuh): "mma" the mma.sync kernel, "sm90" the one-warpgroup wgmma kernel, "ws",
+// "ws-pingpong", "ws-overlap" the warp-specialized kernel's schedules (the default on Hopper for
+// head dim 128 over a bf16 / f16 cache is "ws-overlap"). Where a forced kernel does not apply (the
+// warp-specialized ones: other head dims, fp8 caches) the launcher falls back to the next.
+// PAGEDATTN_TEST_PREFILL_KERNELS (a comma-separated list of those values) replaces the list.
+std::vector<std::string> kernels_under_test() {
+  std::vector<std::string> list = {"mma", "sm90", "ws", "ws-pingpong", "ws-overlap", ""};
+  if (const char* env = std::getenv("PAGEDATTN_TEST_PREFILL_KERNELS")) {
+    list.clear();
+    std::string all = env;
+    for (size_t begin = 0; begin <= all.size();) {
+      const size_t end = std::min(all.find(',', begin), all.size());
+      list.push_back(all.substr(begin, end - begin));
+      begin = end + 1;
+    }
+  }
+  return list;
+}
+const std::vector<std::string> kKernelList = kernels_under_test();
+
+// `kernel`: one of kernels_under_test()'s values.
 // `drop_hint` clears meta.max_q_len (the grid is then bounded by T and B alone).
 Result run_gpu_args(const PrefillArgs& host, const char* kernel = "", bool drop_hint = false) {
   DeviceMirror mirror;
@@ -161,7 +182,7 @@ Result run_gpu(const AttentionCase& c, const char* kernel = "", bool drop_hint =
 
 constexpr testing::Tolerance kLseTolerance{2e-4, 2e-4};
 
-// Both kernels (the default, wgmma on Hopper, and mma.sync) vs the float64 reference, then (when
+// Every kernel (kKernels: each forced one, then the default) vs the float64 reference, then (when
 // the CPU backend serves the case) the default vs the CPU backend.
 void check_case(const CaseSpec& spec) {
   const uint64_t seed = testing::fresh_seed();
@@ -171,7 +192,8 @@ void check_case(const CaseSpec& spec) {
   const std::vector<double> ref = testing::reference_prefill(c.prefill_args(), &ref_lse);
   const testing::Tolerance tolerance = testing::tolerance_for(spec.q_dtype);
   Result gpu;
-  for (const char* kernel : {"mma", ""}) {
+  for (const std::string& kernel_name : kKernelList) {
+    const char* kernel = kernel_name.c_str();
     SCOPED_TRACE(std::string("kernel ") + (*kernel != '\0' ? kernel : "default"));
     gpu = run_gpu(c, kernel);
     EXPECT_EQ(testing::compare(gpu.out, ref, tolerance, "out vs reference"), "");
@@ -369,7 +391,8 @@ TEST(CudaPrefill, ManyRaggedRequestsWithoutHint) {
   const AttentionCase c(spec, seed);
   std::vector<double> ref_lse;
   const std::vector<double> ref = testing::reference_prefill(c.prefill_args(), &ref_lse);
-  for (const char* kernel : {"mma", ""}) {
+  for (const std::string& kernel_name : kKernelList) {
+    const char* kernel = kernel_name.c_str();
     SCOPED_TRACE(std::string("kernel ") + (*kernel != '\0' ? kernel : "default"));
     const Result gpu = run_gpu(c, kernel, /*drop_hint=*/true);
     EXPECT_EQ(testing::compare(gpu.out, ref, testing::tolerance_for(spec.q_dtype), "out"), "");
@@ -511,7 +534,8 @@ TEST(CudaPrefill, Fp8WidensExactly) {
         same_values.kv.k = k.view();
         same_values.kv.v = v.view();
         const double ulp = q_dtype == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024;
-        for (const char* kernel : {"mma", ""}) {
+        for (const std::string& kernel_name : kKernelList) {
+    const char* kernel = kernel_name.c_str();
           SCOPED_TRACE(std::string("kernel ") + (*kernel != '\0' ? kernel : "default"));
           const Result fp8 = run_gpu(c, kernel);
           const Result wide = run_gpu_args(same_values, kernel);
@@ -543,7 +567,8 @@ TEST(CudaPrefill, PageSizeInvariance) {
     spec.kv_lens = {200, 77};
     spec.q_lens = {60, 77};
     std::vector<Result> results;
-    for (const char* kernel : {"mma", ""}) {
+    for (const std::string& kernel_name : kKernelList) {
+    const char* kernel = kernel_name.c_str();
       SCOPED_TRACE(std::string(fp8 ? "fp8 cache, " : "") + "kernel " + kernel);
       results.clear();
       for (int page : {1, 16, 64}) {

@@ -1,6 +1,6 @@
 // The wgmma (sm_90a) shapes the warp-specialized Hopper MLA kernel (kernel_sm90_ws.cuh) and the
-// tensor-core probe (wgmma_probe.cu) need beyond src/cuda/prefill/wgmma.cuh, and the mbarrier /
-// register-reallocation primitives of that kernel. First D[64 x 32] (+)= A[64 x 16] *
+// tensor-core probe (wgmma_probe.cu) need beyond src/cuda/prefill/wgmma.cuh (which also holds the
+// mbarrier / register-reallocation primitives both warp-specialized kernels use). First D[64 x 32] (+)= A[64 x 16] *
 // B[32 x 16]^T with A and B K-major in shared memory (bf16): the QK^T steps whose A is read from
 // shared memory (Q's last latent block and its rope block). Accumulator layout as in
 // prefill/wgmma.cuh: register 4 * j + e holds row 16 * warp + lane / 4 + 8 * (e / 2), column
@@ -72,56 +72,15 @@ __device__ __forceinline__ uint32_t aligned_smem(unsigned char* raw_smem, unsign
   return base;
 }
 
-// ---- named barriers between warpgroups that sit at different places in the code ----
-// bar.sync / bar.arrive are the .aligned forms: PTX requires every thread of the CTA to reach the
-// same instruction, which warp-specialized roles do not (compute-sanitizer's synccheck reports
-// them). barrier.sync / barrier.arrive without .aligned allow it. `count` counts threads and is
-// a multiple of the warp size.
-__device__ __forceinline__ void named_barrier_sync(int id, int count) {
-  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
-  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-
-// ---- mbarriers (shared::cta, 64-bit) ----
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrives once every cp.async this thread issued before it has landed (the arrival counts towards
-// the barrier's expected count).
-__device__ __forceinline__ void mbarrier_arrive_cp_async(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the phase of parity `parity` has completed (try_wait suspends the thread for a
-// while before it returns false).
-__device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  while (!mbarrier_try_wait(bar, parity)) {
-  }
-}
-
-// Warpgroup register reallocation (setmaxnreg): every warp of the warpgroup runs it.
-template <int kRegs>
-__device__ __forceinline__ void regs_increase() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void regs_decrease() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
+// The synchronisation primitives of the warp-specialized kernels (prefill/wgmma.cuh).
+using prefill::sm90::mbarrier_arrive;
+using prefill::sm90::mbarrier_arrive_cp_async;
+using prefill::sm90::mbarrier_init;
+using prefill::sm90::mbarrier_try_wait;
+using prefill::sm90::mbarrier_wait;
+using prefill::sm90::named_barrier_arrive;
+using prefill::sm90::named_barrier_sync;
+using prefill::sm90::regs_decrease;
+using prefill::sm90::regs_increase;
 
 }  // namespace pagedattn::cuda::mla::sm90

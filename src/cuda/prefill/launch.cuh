@@ -2,13 +2,17 @@
 // grid bound, shared-memory opt-in, launch check, and the merge of split-KV partials. Included by
 // the per-dtype instantiation files (one per (q dtype, cache dtype) keeps each nvcc job small).
 //
-// Kernel choice (the rule, in launch_config): the wgmma kernel (kernel_sm90.cuh) on a compute
-// capability 9.x device when the binary holds its sm_90a code, else the mma.sync kernel
-// (kernel.cuh), which serves sm_80. PAGEDATTN_PREFILL_KERNEL=mma forces the mma.sync kernel on
-// Hopper too: the sm_80 path, tested on the Hopper test machine (tests/cuda/prefill_test.cpp) and
-// timed beside wgmma (tools/bench/cuda/bench_prefill_cuda_main.cpp); ARCHITECTURE.md lists every
-// switch. Every kernel goes through cuda/launch.h's launch_kernel (programmatic dependent launch
-// on 9.x devices).
+// Kernel choice (the rule, in launch_config), on a compute capability 9.x device when the binary
+// holds its sm_90a code: the warp-specialized kernel (kernel_sm90_ws.cuh) for head dim 128 over a
+// bf16 / f16 cache when a request may have more than 64 query rows (max_q_len * group size, or no
+// hint), else the one-warpgroup wgmma kernel (kernel_sm90.cuh: other head dims, an fp8 cache,
+// decode-like steps whose rows fill half a warp-specialized CTA at most); elsewhere the mma.sync
+// kernel (kernel.cuh), which serves sm_80. PAGEDATTN_PREFILL_KERNEL forces one where it applies:
+// mma (the sm_80 path, tested on the Hopper test machine, tests/cuda/prefill_test.cpp), sm90, and
+// the warp-specialized kernel's schedules: ws (each tile in order), ws-pingpong (the two math
+// warpgroups take turns at the tensor cores) and ws-overlap (turns, and S of the next tile issued
+// beside P V of the last: the default); ARCHITECTURE.md lists every switch. Every kernel goes through cuda/launch.h's launch_kernel
+// (programmatic dependent launch on 9.x devices).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,14 +25,15 @@
 #include "cuda/launch.h"
 #include "cuda/prefill/kernel.cuh"
 #include "cuda/prefill/kernel_sm90.cuh"
+#include "cuda/prefill/kernel_sm90_ws.cuh"
 #include "cuda/prefill/params.h"
 
 namespace pagedattn::cuda::prefill {
 
-// PAGEDATTN_PREFILL_KERNEL=mma (ARCHITECTURE.md, "Switches"): read per launch.
-inline bool mma_forced() {
+// PAGEDATTN_PREFILL_KERNEL (ARCHITECTURE.md, "Switches"): read per launch; "" when unset.
+inline const char* forced_kernel() {
   const char* env = std::getenv("PAGEDATTN_PREFILL_KERNEL");
-  return env != nullptr && std::strcmp(env, "mma") == 0;
+  return env != nullptr ? env : "";
 }
 
 // Combines the split-KV partials of each (query row, head) (params.h): out = sum_c w_c O_c /
@@ -118,8 +123,24 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
   int device = 0, major = 0;
   PA_CUDA_CHECK(cudaGetDevice(&device));
   PA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  // The rule: wgmma where its sm_90a code runs (a 9.x device), unless forced; mma.sync elsewhere.
-  if (major == 9 && has_sm90 && !mma_forced()) {
+  const char* forced = forced_kernel();
+  // The rule (above): wgmma where its sm_90a code runs (a 9.x device), unless mma is forced.
+  if (major == 9 && has_sm90 && std::strcmp(forced, "mma") != 0) {
+    if constexpr (kHeadDimQk == 128 && kHeadDimVo == 128 && std::is_same_v<KV, T>) {
+      const bool many_rows =
+          params.max_q_len <= 0 || int64_t{params.max_q_len} * params.group_size > 64;
+      const bool plain = std::strcmp(forced, "ws") == 0;
+      const bool pingpong = std::strcmp(forced, "ws-pingpong") == 0;
+      const bool overlap = std::strcmp(forced, "ws-overlap") == 0;
+      if (plain || pingpong || overlap || (many_rows && std::strcmp(forced, "sm90") != 0)) {
+        auto* kernel = plain      ? &sm90ws::prefill_kernel_sm90_ws<T, false, false>
+                       : pingpong ? &sm90ws::prefill_kernel_sm90_ws<T, true, false>
+                                  : &sm90ws::prefill_kernel_sm90_ws<T, true, true>;
+        using W = sm90ws::WsConfig;
+        return launch_tiles<T>(kernel, params, W::kBlockM, W::kThreads, W::kSmemBytes, kHeadDimVo,
+                               stream);
+      }
+    }
     using C = sm90::Config<kHeadDimQk, kHeadDimVo>;
     return launch_tiles<T>(sm90, params, C::kBlockM, C::kThreads, C::kSmemBytes, kHeadDimVo,
                            stream);
