@@ -1,8 +1,8 @@
 // The wgmma (sm_90a) shapes the warp-specialized Hopper MLA kernel (kernel_sm90_ws.cuh) and the
 // tensor-core probe (wgmma_probe.cu) need beyond src/cuda/prefill/wgmma.cuh (which also holds the
-// mbarrier / register-reallocation primitives both warp-specialized kernels use). First D[64 x 32] (+)= A[64 x 16] *
-// B[32 x 16]^T with A and B K-major in shared memory (bf16): the QK^T steps whose A is read from
-// shared memory (Q's last latent block and its rope block). Accumulator layout as in
+// mbarrier / register-reallocation primitives both warp-specialized kernels use). First D[64 x 32]
+// (+)= A[64 x 16] * B[32 x 16]^T with A and B K-major in shared memory (bf16): the QK^T steps whose
+// A is read from shared memory (Q's last latent block and its rope block). Accumulator layout as in
 // prefill/wgmma.cuh: register 4 * j + e holds row 16 * warp + lane / 4 + 8 * (e / 2), column
 // 8 * j + 2 * (lane % 4) + e % 2.
 #pragma once

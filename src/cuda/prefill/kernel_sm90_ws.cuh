@@ -12,9 +12,8 @@
 //                    (m64n128k16, P from registers), and the epilogue of kernel_sm90.cuh; 232
 //                    registers each. With kPingPong the two take turns at the tensor cores: a
 //                    warpgroup issues a tile's products only after the other has issued its own,
-//                    so one's softmax runs beside the other's products; with kOverlap, S of tile
-//                    t + 1 is issued beside P V of tile t and tile t + 1's softmax runs while that
-//                    P V is on the tensor cores (FlashAttention-3's two schedules).
+//                    so one's softmax runs beside the other's products (FlashAttention-3's
+//                    ping-pong schedule).
 // Barriers (shared::cta mbarriers): q_full (128 arrivals: the gatherers' cp.async), k_full[s],
 // v_full[s] (128, cp.async.mbarrier.arrive as each gatherer's copies land), k_empty[s],
 // v_empty[s] (256: every math thread once its product that read the stage has completed).
@@ -55,7 +54,7 @@ struct WsConfig {
   static_assert(kGatherRegs + 2 * kMathRegs <= 3 * (65536 / kThreads / 8 * 8));
 };
 
-template <class T, bool kPingPong, bool kOverlap>
+template <class T, bool kPingPong>
 __global__ void __launch_bounds__(WsConfig::kThreads, 1)
     prefill_kernel_sm90_ws(const __grid_constant__ PrefillParams p) {
   pdl_wait();  // first (cuda/launch.h)
@@ -75,7 +74,8 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
   const uint32_t s_q = base + C::kQ;
   int64_t* s_off = reinterpret_cast<int64_t*>(smem + C::kOffsets);
   const uint32_t bar_q = base + C::kBars;
-  auto bar = [&](int kind, int stage) -> uint32_t {  // kind 0 k_full, 1 v_full, 2 k_empty, 3 v_empty
+  auto bar = [&](int kind,
+                 int stage) -> uint32_t {  // kind 0 k_full, 1 v_full, 2 k_empty, 3 v_empty
     return bar_q + 8 * (1 + kind * C::kStages + stage);
   };
   auto k_tile = [&](int stage) -> uint32_t { return base + C::kK + stage * C::kTileBytes; };
@@ -83,8 +83,8 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
 
   const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
   int request, tile;
-  if (!find_tile<C::kBlockM, C::kThreads>(p, static_cast<int>(blockIdx.x / p.num_kv_heads),
-                                           request, tile)) {
+  if (!find_tile<C::kBlockM, C::kThreads>(p, static_cast<int>(blockIdx.x / p.num_kv_heads), request,
+                                          tile)) {
     return;
   }
   const int tid = static_cast<int>(threadIdx.x);
@@ -134,7 +134,8 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
         const bool valid = row < num_rows;
         const int token = valid ? row / g : 0;
         const int head = kv_head * g + (valid ? row - token * g : 0);
-        const T* src = q + (q_begin + token) * p.q_stride_token + head * p.q_stride_head + chunk * 8;
+        const T* src =
+            q + (q_begin + token) * p.q_stride_token + head * p.q_stride_head + chunk * 8;
         cp_async_16(s_q + tile_offset<C::kBlockM>(r, chunk), src, valid ? 16 : 0);
       }
       mbarrier_arrive_cp_async(bar_q);
@@ -186,12 +187,12 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
 
   const uint32_t q_rows = s_q + mw * 64 * 128;  // 64-row A operand: 8 KiB into each block
 
-  // The steps of one tile t (stage t % 2, phase t / 2), shared by both schedules below.
+  // The steps of one tile t (stage t % 2, phase t / 2).
   auto stage = [](int t) { return t % C::kStages; };
   auto phase = [](int t) { return static_cast<uint32_t>((t / C::kStages) & 1); };
   auto wait_k = [&](int t) {
     mbarrier_wait(bar(0, stage(t)), phase(t));  // K of tile t landed
-    fence_proxy_async();                         // ... visible to the tensor cores' reads
+    fence_proxy_async();                        // ... visible to the tensor cores' reads
   };
   auto wait_v = [&](int t) {
     mbarrier_wait(bar(1, stage(t)), phase(t));
@@ -202,7 +203,8 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
     for (int ks = 0; ks < kD / 16; ++ks) {
       const uint32_t column = (ks & 3) * 32;
       const uint64_t a = descriptor(q_rows + (ks >> 2) * C::kBlockBytes + column, 16, 1024);
-      const uint64_t b = descriptor(k_tile(stage(t)) + (ks >> 2) * C::kBlockBytes + column, 16, 1024);
+      const uint64_t b =
+          descriptor(k_tile(stage(t)) + (ks >> 2) * C::kBlockBytes + column, 16, 1024);
       if constexpr (std::is_same_v<T, __nv_bfloat16>) {
         ss_m64n128k16_bf16(sc, a, b, ks > 0 ? 1 : 0);
       } else {
@@ -284,7 +286,8 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) pa[kk][r] = Mma<T>::pack(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
+      for (int r = 0; r < 4; ++r)
+        pa[kk][r] = Mma<T>::pack(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
     }
   };
 
@@ -292,82 +295,29 @@ __global__ void __launch_bounds__(WsConfig::kThreads, 1)
     mbarrier_wait(bar_q, 0);
     if (kPingPong && mw == 1) named_barrier_arrive(kTurn, 256);  // warpgroup 0 goes first
   }
-  if constexpr (!kOverlap) {
-    // Each tile in order: S, softmax, P V.
-    for (int t = 0; t < num_blocks; ++t) {
-      float sc[kSRegs];
-      wait_k(t);
-      take_turn();
-      wgmma_fence();
-      issue_s(t, sc);
-      wgmma_commit();
-      pass_turn(t);
-      wgmma_wait_all();
-      fence_registers(sc);
-      mbarrier_arrive(bar(2, stage(t)));  // this warpgroup is done with K of tile t
-      float alpha[2];
-      if (softmax(t, sc, alpha)) rescale(alpha);
-      uint32_t pa[kBlockN / 16][4];
-      pack(sc, pa);
-      wait_v(t);
-      wgmma_fence();
-      issue_pv(t, pa);
-      wgmma_commit();
-      wgmma_wait_all();
-      fence_registers(o);
-      mbarrier_arrive(bar(3, stage(t)));  // ... and with V of tile t
-    }
-  } else if (num_blocks > 0) {
-    // FlashAttention-3's overlap inside the warpgroup: S of tile t is issued together with P V of
-    // tile t - 1, and tile t's softmax runs while that P V is on the tensor cores; O is scaled by
-    // tile t's factor once that P V (whose P used tile t - 1's max) has landed.
-    uint32_t pa[kBlockN / 16][4];
-    {
-      float sc[kSRegs];
-      wait_k(0);
-      take_turn();
-      wgmma_fence();
-      issue_s(0, sc);
-      wgmma_commit();
-      pass_turn(0);
-      wgmma_wait_all();
-      fence_registers(sc);
-      mbarrier_arrive(bar(2, stage(0)));
-      float alpha[2];
-      softmax(0, sc, alpha);  // O is still 0: nothing to scale
-      pack(sc, pa);
-    }
-    for (int t = 1; t < num_blocks; ++t) {
-      float sc[kSRegs];
-      wait_k(t);
-      wait_v(t - 1);
-      take_turn();
-      wgmma_fence();
-      issue_s(t, sc);
-      wgmma_commit();
-      issue_pv(t - 1, pa);
-      wgmma_commit();
-      pass_turn(t);
-      wgmma_wait<1>();  // S of tile t
-      fence_registers(sc);
-      mbarrier_arrive(bar(2, stage(t)));
-      float alpha[2];
-      const bool moved = softmax(t, sc, alpha);
-      wgmma_wait<0>();  // P V of tile t - 1
-      fence_registers(o);
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) fence_registers(pa[kk]);
-      mbarrier_arrive(bar(3, stage(t - 1)));
-      if (moved) rescale(alpha);
-      pack(sc, pa);
-    }
-    wait_v(num_blocks - 1);
+  // Each tile in order: S, softmax, P V.
+  for (int t = 0; t < num_blocks; ++t) {
+    float sc[kSRegs];
+    wait_k(t);
+    take_turn();
     wgmma_fence();
-    issue_pv(num_blocks - 1, pa);
+    issue_s(t, sc);
+    wgmma_commit();
+    pass_turn(t);
+    wgmma_wait_all();
+    fence_registers(sc);
+    mbarrier_arrive(bar(2, stage(t)));  // this warpgroup is done with K of tile t
+    float alpha[2];
+    if (softmax(t, sc, alpha)) rescale(alpha);
+    uint32_t pa[kBlockN / 16][4];
+    pack(sc, pa);
+    wait_v(t);
+    wgmma_fence();
+    issue_pv(t, pa);
     wgmma_commit();
     wgmma_wait_all();
     fence_registers(o);
-    mbarrier_arrive(bar(3, stage(num_blocks - 1)));
+    mbarrier_arrive(bar(3, stage(t)));  // ... and with V of tile t
   }
   named_barrier_sync(kClose, C::kThreads);  // the gatherers' page-fault flag (key_offsets)
 

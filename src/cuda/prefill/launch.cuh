@@ -9,10 +9,9 @@
 // decode-like steps whose rows fill half a warp-specialized CTA at most); elsewhere the mma.sync
 // kernel (kernel.cuh), which serves sm_80. PAGEDATTN_PREFILL_KERNEL forces one where it applies:
 // mma (the sm_80 path, tested on the Hopper test machine, tests/cuda/prefill_test.cpp), sm90, and
-// the warp-specialized kernel's schedules: ws (each tile in order), ws-pingpong (the two math
-// warpgroups take turns at the tensor cores) and ws-overlap (turns, and S of the next tile issued
-// beside P V of the last: the default); ARCHITECTURE.md lists every switch. Every kernel goes through cuda/launch.h's launch_kernel
-// (programmatic dependent launch on 9.x devices).
+// the warp-specialized kernel's two schedules: ws (each math warpgroup on its own) and ws-pingpong
+// (the two take turns at the tensor cores: the default); ARCHITECTURE.md lists every switch. Every
+// kernel goes through cuda/launch.h's launch_kernel (programmatic dependent launch on 9.x devices).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -131,11 +130,9 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
           params.max_q_len <= 0 || int64_t{params.max_q_len} * params.group_size > 64;
       const bool plain = std::strcmp(forced, "ws") == 0;
       const bool pingpong = std::strcmp(forced, "ws-pingpong") == 0;
-      const bool overlap = std::strcmp(forced, "ws-overlap") == 0;
-      if (plain || pingpong || overlap || (many_rows && std::strcmp(forced, "sm90") != 0)) {
-        auto* kernel = plain      ? &sm90ws::prefill_kernel_sm90_ws<T, false, false>
-                       : pingpong ? &sm90ws::prefill_kernel_sm90_ws<T, true, false>
-                                  : &sm90ws::prefill_kernel_sm90_ws<T, true, true>;
+      if (plain || pingpong || (many_rows && std::strcmp(forced, "sm90") != 0)) {
+        auto* kernel = plain ? &sm90ws::prefill_kernel_sm90_ws<T, false>
+                             : &sm90ws::prefill_kernel_sm90_ws<T, true>;
         using W = sm90ws::WsConfig;
         return launch_tiles<T>(kernel, params, W::kBlockM, W::kThreads, W::kSmemBytes, kHeadDimVo,
                                stream);
