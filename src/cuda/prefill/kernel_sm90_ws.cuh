@@ -1,6 +1,6 @@
 // Batch prefill / extend on Hopper (sm_90a), warp-specialized: the work split, masking, K/V gather
-// and output contract of kernel.cuh and kernel_sm90.cuh, for head dim 128 (qk = vo) over a bf16 or
-// f16 cache, in CTAs of 128 packed query rows and 128-key tiles.
+// and output contract of kernel.cuh and kernel_sm90.cuh, for head dim 128 or 64 (qk = vo) over a
+// bf16 or f16 cache, in CTAs of 128 packed query rows and 128-key tiles.
 //
 // Three warpgroups with their own jobs, meeting only at mbarriers:
 //   WG 0 (gather)    translates each tile's key positions into pool offsets (key_offsets: one key a
@@ -19,8 +19,9 @@
 // v_empty[s] (256: every math thread once its product that read the stage has completed).
 // Named barriers: 1 (the gatherers, 128: a tile's offsets written), 2 and 3 (the turns, 256), 4
 // (every thread, after the key loop).
-// Shared memory: Q [128 x 128], K and V [2 stages][128 x 128] (wgmma's 128-byte swizzle, as in
-// kernel_sm90.cuh), the offsets of two tiles, the barriers: 165 KiB, one CTA per SM.
+// Shared memory: Q [128 x D], K and V [2 stages][128 x D] (wgmma's 128-byte swizzle, as in
+// kernel_sm90.cuh), the offsets of two tiles, the barriers: 165 KiB at D = 128; one CTA per SM
+// (the registers: 384 threads x 168).
 // A page id outside the pool (key_offsets) sets the CTA's flag; after the closing CTA barrier the
 // math warpgroups write their rows as 0 / -inf (a poisoned partial when split), as kernel.cuh.
 #pragma once
@@ -31,14 +32,16 @@ namespace pagedattn::cuda::prefill::sm90ws {
 
 using namespace pagedattn::cuda::prefill::sm90;  // wgmma, descriptors, tiles, mbarriers
 
+template <int kHeadDimQkVo>
 struct WsConfig {
   static constexpr int kThreads = 384;  // three warpgroups
-  static constexpr int kHeadDim = 128;
+  static constexpr int kHeadDim = kHeadDimQkVo;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "S and P V take one or two 64-column blocks");
   static constexpr int kBlockM = 128;  // two math warpgroups of 64 rows
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;
   static constexpr int kBlockBytes = 128 * 128;  // one 64-column block of a 128-row tile
-  static constexpr int kTileBytes = kHeadDim / 64 * kBlockBytes;  // 32 KiB
+  static constexpr int kTileBytes = kHeadDim / 64 * kBlockBytes;  // 32 KiB at head dim 128
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + kTileBytes;
   static constexpr int kV = kK + kStages * kTileBytes;
@@ -54,13 +57,13 @@ struct WsConfig {
   static_assert(kGatherRegs + 2 * kMathRegs <= 3 * (65536 / kThreads / 8 * 8));
 };
 
-template <class T, bool kPingPong>
-__global__ void __launch_bounds__(WsConfig::kThreads, 1)
+template <class T, int kHeadDim, bool kPingPong>
+__global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     prefill_kernel_sm90_ws(const __grid_constant__ PrefillParams p) {
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = WsConfig;
+  using C = WsConfig<kHeadDim>;
   constexpr int kD = C::kHeadDim;
   constexpr int kBlockN = C::kBlockN;
   constexpr int kSRegs = kBlockN / 2;  // 64 x kBlockN f32 over 128 threads

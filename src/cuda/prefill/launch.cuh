@@ -6,7 +6,8 @@
 // holds its sm_90a code: the warp-specialized kernel (kernel_sm90_ws.cuh) for head dim 128 over a
 // bf16 / f16 cache when a request may have more than 64 query rows (max_q_len * group size, or no
 // hint), else the one-warpgroup wgmma kernel (kernel_sm90.cuh: other head dims, an fp8 cache,
-// decode-like steps whose rows fill half a warp-specialized CTA at most); elsewhere the mma.sync
+// decode-like steps whose rows fill half a warp-specialized CTA at most; the warp-specialized
+// kernel also takes head dim 64, when forced); elsewhere the mma.sync
 // kernel (kernel.cuh), which serves sm_80. PAGEDATTN_PREFILL_KERNEL forces one where it applies:
 // mma (the sm_80 path, tested on the Hopper test machine, tests/cuda/prefill_test.cpp), sm90, and
 // the warp-specialized kernel's two schedules: ws (each math warpgroup on its own) and ws-pingpong
@@ -125,15 +126,18 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
   const char* forced = forced_kernel();
   // The rule (above): wgmma where its sm_90a code runs (a 9.x device), unless mma is forced.
   if (major == 9 && has_sm90 && std::strcmp(forced, "mma") != 0) {
-    if constexpr (kHeadDimQk == 128 && kHeadDimVo == 128 && std::is_same_v<KV, T>) {
+    if constexpr (kHeadDimQk == kHeadDimVo && (kHeadDimQk == 128 || kHeadDimQk == 64) &&
+                  std::is_same_v<KV, T>) {
+      // By default at head dim 128 (measured, bench/RESULTS.md); forced only at 64.
       const bool many_rows =
           params.max_q_len <= 0 || int64_t{params.max_q_len} * params.group_size > 64;
       const bool plain = std::strcmp(forced, "ws") == 0;
       const bool pingpong = std::strcmp(forced, "ws-pingpong") == 0;
-      if (plain || pingpong || (many_rows && std::strcmp(forced, "sm90") != 0)) {
-        auto* kernel = plain ? &sm90ws::prefill_kernel_sm90_ws<T, false>
-                             : &sm90ws::prefill_kernel_sm90_ws<T, true>;
-        using W = sm90ws::WsConfig;
+      const bool by_default = kHeadDimQk == 128 && many_rows && std::strcmp(forced, "sm90") != 0;
+      if (plain || pingpong || by_default) {
+        auto* kernel = plain ? &sm90ws::prefill_kernel_sm90_ws<T, kHeadDimQk, false>
+                             : &sm90ws::prefill_kernel_sm90_ws<T, kHeadDimQk, true>;
+        using W = sm90ws::WsConfig<kHeadDimQk>;
         return launch_tiles<T>(kernel, params, W::kBlockM, W::kThreads, W::kSmemBytes, kHeadDimVo,
                                stream);
       }
