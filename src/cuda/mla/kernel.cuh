@@ -29,7 +29,7 @@
 // Output: a request served by one item writes out / lse; a split request writes its f32 partials
 // (O / l and lse per item), combined by mla_merge_kernel.
 // Metadata on trust (common/guard.h), for every MLA kernel: item_work gives a request with a bad
-// query range no rows and one with bad KV metadata (or q_len > kv_len) no keys; request_page reads
+// query range no rows and one with bad KV metadata (or q_len > kv_len) no keys; checked_page reads
 // page 0 in place of an id outside the pool, and the CTA writes its rows as 0 / -inf (a split
 // item poisons its partial lse; the merge writes 0 / -inf for the row).
 // Every MLA kernel (this file's two, kernel_small.cuh's, kernel_sm90_ws.cuh's) is launched with
@@ -121,12 +121,18 @@ struct PageGuard {
   int* flag = nullptr;
 };
 
-// The attention page of token `key` of a request whose page ids start at `pages`. An id outside
-// the pool is not read: page 0 (which exists: item_work) stands in, and `guard` records it.
-__device__ __forceinline__ int request_page(const MlaParams& p, const int32_t* pages, int key,
-                                            PageGuard& guard) {
-  const int slot = page_slot(p, key);
-  const int page = __ldg(pages + slot);
+// The attention page id of token `key` of a request whose page ids start at `pages`, as stored:
+// unchecked, so that a gather can load it a tile ahead and check it where it is used
+// (checked_page). A check at the load would wait for the load right there: every token's id at
+// P 1, the latency the look-ahead exists to hide (H 128 lost a quarter of its rate at P 1 so).
+__device__ __forceinline__ int load_page(const MlaParams& p, const int32_t* pages, int key) {
+  return __ldg(pages + page_slot(p, key));
+}
+
+// `page`, token `key`'s id as load_page read it, checked: an id outside the pool is not read:
+// page 0 (which exists: item_work) stands in, and `guard` records it.
+__device__ __forceinline__ int checked_page(const MlaParams& p, const int32_t* pages, int key,
+                                            int page, PageGuard& guard) {
   if (page_in_pool(p.guard, page)) [[likely]] {
     return page;
   }
@@ -135,17 +141,15 @@ __device__ __forceinline__ int request_page(const MlaParams& p, const int32_t* p
   } else {
     guard.bad = true;
   }
-  note_bad_page(guard.note, (pages - p.kv_indices) + slot, page);
+  note_bad_page(guard.note, (pages - p.kv_indices) + page_slot(p, key), page);
   return 0;
 }
 
-// The attention page of token n0 + index of the request (tokens at or past `end` take token
-// end - 1), checked (request_page). Loaded a tile ahead of its use, so the load's latency is off
-// the barrier path.
-__device__ __forceinline__ int token_page(const MlaParams& p, const int32_t* pages,
-                                          PageGuard& guard, int n0, int end,
+// The page of token n0 + index of the request (tokens at or past `end` take token end - 1), as
+// stored (load_page): loaded a tile ahead of its use, checked there (token_offsets).
+__device__ __forceinline__ int token_page(const MlaParams& p, const int32_t* pages, int n0, int end,
                                           int index = static_cast<int>(threadIdx.x)) {
-  return request_page(p, pages, min(n0 + index, end - 1), guard);
+  return load_page(p, pages, min(n0 + index, end - 1));
 }
 
 // Element offsets of token n0 + index (on attention page `page`) in ckv / kpe, into entry `index`
@@ -164,16 +168,20 @@ __device__ __forceinline__ void latent_offsets(const MlaParams& p, int page, int
   kpe_off = alloc * p.kpe_stride_page + token * p.kpe_stride_token;
 }
 
-__device__ __forceinline__ void token_offsets(const MlaParams& p, int page, int n0, int end,
+// `page`: the token's id as token_page loaded it, checked here (checked_page).
+__device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t* pages,
+                                              PageGuard& guard, int page, int n0, int end,
                                               int64_t* ckv_off, int64_t* kpe_off,
                                               int index = static_cast<int>(threadIdx.x)) {
-  latent_offsets(p, page, min(n0 + index, end - 1), ckv_off[index], kpe_off[index]);
+  const int key = min(n0 + index, end - 1);
+  latent_offsets(p, checked_page(p, pages, key, page, guard), key, ckv_off[index], kpe_off[index]);
 }
 __device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t* pages,
                                               PageGuard& guard, int n0, int end, int64_t* ckv_off,
                                               int64_t* kpe_off,
                                               int index = static_cast<int>(threadIdx.x)) {
-  token_offsets(p, token_page(p, pages, guard, n0, end, index), n0, end, ckv_off, kpe_off, index);
+  token_offsets(p, pages, guard, token_page(p, pages, n0, end, index), n0, end, ckv_off, kpe_off,
+                index);
 }
 
 // The online softmax (base 2, lazy rescale: kRescaleSlack) of one thread's part of a 16-row x
@@ -490,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.0f, 0.0f};
     int page_ahead = 0;  // threads < 64: the page of their token in tile + 2
-    // Threads < 64: a page id outside the pool (request_page).
+    // Threads < 64: a page id outside the pool (checked_page).
     PageGuard page_guard{false, reinterpret_cast<unsigned long long*>(smem + Smem::kNote)};
 
     if (num_tiles > 0) {
@@ -510,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
                         s_off + 3 * kBlockN);
         }
         if (num_tiles > 2) {
-          page_ahead = token_page(p, pages, page_guard, chunk_begin + 2 * kBlockN, block_end);
+          page_ahead = token_page(p, pages, chunk_begin + 2 * kBlockN, block_end);
         }
       }
       __syncthreads();
@@ -570,9 +578,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const __grid_constant_
       // Offsets of tile + 2 (its buffer's previous tile was issued before the barrier above).
       if (tile + 2 < num_tiles && tid < kBlockN) {
         int64_t* off = s_off + (tile & 1) * 2 * kBlockN;
-        token_offsets(p, page_ahead, n0 + 2 * kBlockN, block_end, off, off + kBlockN);
+        token_offsets(p, pages, page_guard, page_ahead, n0 + 2 * kBlockN, block_end, off,
+                      off + kBlockN);
         if (tile + 3 < num_tiles) {
-          page_ahead = token_page(p, pages, page_guard, n0 + 3 * kBlockN, block_end);
+          page_ahead = token_page(p, pages, n0 + 3 * kBlockN, block_end);
         }
       }
 

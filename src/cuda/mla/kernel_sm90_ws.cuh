@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
   float* s_alpha = reinterpret_cast<float*>(smem + W::kAlpha);
   int* s_moved = reinterpret_cast<int*>(smem + W::kMoved);
   float* s_stats = reinterpret_cast<float*>(smem + W::kStats);
-  // Set by a gathering thread that met a page id outside the pool (request_page, kernel.cuh); read
+  // Set by a gathering thread that met a page id outside the pool (checked_page, kernel.cuh); read
   // by the output warpgroups after barrier (3): the block's rows then get 0 / -inf.
   int* s_bad_page = reinterpret_cast<int*>(smem + W::kBadPage);
   const uint32_t bar_full = base + W::kBars;          // + 8 s
@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int key = min(chunk_begin + t * kN + gather_row + 16 * i, block_end - 1);
-        pg[i] = request_page(p, pages, key, page_guard);
+        pg[i] = load_page(p, pages, key);  // checked in load_tile
       }
     };
     auto load_tile = [&](int t, const int (&pg)[2]) {
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(Ws::kThreads, 1)
         const int row = gather_row + 16 * i;
         const int key = min(chunk_begin + t * kN + row, block_end - 1);
         int64_t ckv_off, kpe_off;
-        latent_offsets(p, pg[i], key, ckv_off, kpe_off);
+        latent_offsets(p, checked_page(p, pages, key, pg[i], page_guard), key, ckv_off, kpe_off);
         const uint32_t dst = stage + tile_offset<W::kTokens>(row, gather_part) +
                              half * 4 * W::kKvBlockBytes;
         const __nv_bfloat16* src = ckv + ckv_off + half * 256 + gather_part * 8;

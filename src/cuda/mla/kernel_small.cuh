@@ -189,13 +189,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // The pages of this thread's gather rows in tile t (t < num_tiles), and the copies of tile t
     // into the pair's stage from them.
-    // A page id outside the pool (request_page, kernel.cuh).
+    // A page id outside the pool (checked_page, kernel.cuh). Checked as it is loaded, unlike the
+    // other MLA kernels (which check at use, a refill later, so the load's latency stays hidden):
+    // held unchecked to its use, the ids cost this kernel's 255 registers a spill.
     PageGuard page_guard{false, reinterpret_cast<unsigned long long*>(smem + T::kNote)};
     auto tile_pages = [&](int t, int (&pg)[T::kRowsPerThread]) {
 #pragma unroll
       for (int i = 0; i < T::kRowsPerThread; ++i) {
         const int key = min(chunk_begin + t * kN + gather_row + 8 * i, block_end - 1);
-        pg[i] = request_page(p, pages, key, page_guard);
+        pg[i] = checked_page(p, pages, key, load_page(p, pages, key), page_guard);
       }
     };
     auto load_tile = [&](int t, const int (&pg)[T::kRowsPerThread]) {
