@@ -118,6 +118,160 @@ struct Ops<__half> {
   }
 };
 
+// ---- the steps both Hopper prefill kernels share (this file's and kernel_sm90_ws.cuh's) ----
+
+// Q's rows [row0, row0 + kRows) of the tile into a swizzled tile at s_q (rows past num_rows
+// zero-filled), by threads 0..127 (cp.async, uncommitted). Row r is token r / g of the request,
+// query head kv_head * g + r % g (kernel.cuh's packing).
+template <class T, int kRows, int kHeadDim>
+__device__ __forceinline__ void load_q_rows(const PrefillParams& p, uint32_t s_q, int row0,
+                                            int num_rows, int q_begin, int kv_head) {
+  constexpr int kChunks = kHeadDim / 8;
+  const int g = p.group_size;
+  const T* q = static_cast<const T*>(p.q);
+#pragma unroll 4
+  for (int it = 0; it < kRows * kChunks / 128; ++it) {
+    const int i = it * 128 + static_cast<int>(threadIdx.x);
+    const int r = i / kChunks, chunk = i % kChunks;
+    const int row = row0 + r;
+    const bool valid = row < num_rows;
+    const int token = valid ? row / g : 0;
+    const int head = kv_head * g + (valid ? row - token * g : 0);
+    const T* src = q + (q_begin + token) * p.q_stride_token + head * p.q_stride_head + chunk * 8;
+    cp_async_16(s_q + tile_offset<kRows>(r, chunk), src, valid ? 16 : 0);
+  }
+}
+
+// The online softmax (base 2) of a warpgroup's 64 x kBlockN S tile of keys n0 .. (the wgmma
+// accumulator layout: register i holds row row_pos[(i / 2) % 2], key n0 + 8 (i / 4) +
+// 2 (lane % 4) + i % 2): soft cap, then the mask where the tile needs one (keys at or past hi /
+// key_end, the causal diagonal past first_pos, the window before last_pos - window_left), then
+// P = 2^(S scale - max) in place, each row's max and sum moved on and alpha, O's factor. Returns
+// whether O must be scaled (a max of the warp moved).
+template <int kBlockN>
+__device__ __forceinline__ bool softmax_tile(const PrefillParams& p, float (&s)[kBlockN / 2],
+                                             int n0, int hi, int key_end, int first_pos,
+                                             int last_pos, const int (&row_pos)[2],
+                                             float (&row_max)[2], float (&row_sum)[2],
+                                             float (&alpha)[2]) {
+  constexpr int kSRegs = kBlockN / 2;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  float mul = p.sm_scale * kLog2e;
+  if (p.logits_soft_cap > 0.0f) {
+    const float cap_inv = p.sm_scale / p.logits_soft_cap;
+    const float cap_log2 = p.logits_soft_cap * kLog2e;
+    mul = 1.0f;
+#pragma unroll
+    for (int i = 0; i < kSRegs; ++i) s[i] = cap_log2 * tanhf(s[i] * cap_inv);
+  }
+  const bool needs_mask = n0 + kBlockN > hi || (p.causal && n0 + kBlockN - 1 > first_pos) ||
+                          (p.window_left >= 0 && n0 < last_pos - p.window_left);
+  if (needs_mask) {
+#pragma unroll
+    for (int i = 0; i < kSRegs; ++i) {
+      const int key = n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
+      const int pos = row_pos[(i >> 1) & 1];
+      const bool visible = key < key_end && (!p.causal || key <= pos) &&
+                           (p.window_left < 0 || key >= pos - p.window_left);
+      if (!visible) s[i] = -INFINITY;
+    }
+  }
+  bool moved = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float m = s[2 * h];
+#pragma unroll
+    for (int j = 0; j < kSRegs / 4; ++j)
+      m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    m = fmaxf(row_max[h], m * mul);
+    const float m_use = m == -INFINITY ? 0.0f : m;
+    alpha[h] = fast_exp2(row_max[h] - m_use);
+    moved |= m != row_max[h];
+    row_max[h] = m;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kSRegs / 4; ++j) {
+      s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], mul, -m_use));
+      s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], mul, -m_use));
+      sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+    }
+    row_sum[h] = row_sum[h] * alpha[h] + sum;
+  }
+  return __any_sync(0xffffffffu, moved);
+}
+
+// P (f32, the S layout) as the A fragments of kBlockN / 16 k16 steps of O += P V.
+template <class T, int kBlockN>
+__device__ __forceinline__ void pack_p(const float (&s)[kBlockN / 2],
+                                       uint32_t (&pa)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) pa[kk][r] = Mma<T>::pack(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+  }
+}
+
+// A warpgroup's 64 rows from wg_row0 on: O / l (times out_scale: an fp8 cache's V scale) to out
+// and lse, or the f32 partials of a split chunk (params.h); a CTA that met a page id outside the
+// pool (bad_page) writes 0 / -inf, or a poisoned partial lse (kernel.cuh).
+template <class T, int kHeadDimVo>
+__device__ __forceinline__ void write_rows(const PrefillParams& p, float (&o)[kHeadDimVo / 2],
+                                           float (&row_sum)[2], const float (&row_max)[2],
+                                           int wg_row0, int num_rows, int q_begin, int kv_head,
+                                           float out_scale, bool bad_page) {
+  constexpr int kORegs = kHeadDimVo / 2;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int lane = static_cast<int>(threadIdx.x & 31),
+            warp = static_cast<int>(threadIdx.x >> 5) & 3;
+  const int g = p.group_size;
+  if (bad_page) {
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
+    row_sum[0] = row_sum[1] = 0.0f;
+  }
+  T* out = static_cast<T*>(p.out);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = wg_row0 + warp * 16 + (lane >> 2) + h * 8;
+    if (row >= num_rows) continue;
+    const int token = row / g;
+    const int head = kv_head * g + (row - token * g);
+    const float inv = l > 0.0f ? out_scale / l : 0.0f;
+    if (p.num_kv_chunks > 1) {
+      const int64_t index = partial_index(p, q_begin + token, head);
+      float* part = p.partial_out + index * kHeadDimVo + 2 * (lane & 3);
+#pragma unroll
+      for (int j = 0; j < kORegs / 4; ++j) {
+        *reinterpret_cast<float2*>(part + j * 8) =
+            make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      }
+      if ((lane & 3) == 0) {
+        p.partial_lse[index] = bad_page   ? poisoned_partial()
+                               : l > 0.0f ? row_max[h] + __log2f(l)
+                                          : -INFINITY;
+      }
+      continue;
+    }
+    T* dst =
+        out + (q_begin + token) * p.out_stride_token + head * p.out_stride_head + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < kORegs / 4; ++j) {
+      *reinterpret_cast<uint32_t*>(dst + j * 8) =
+          Mma<T>::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+    }
+    if (p.lse != nullptr && (lane & 3) == 0) {
+      p.lse[(q_begin + token) * p.lse_stride_token + head * p.lse_stride_head] =
+          l > 0.0f ? (row_max[h] + __log2f(l)) / kLog2e : -INFINITY;
+    }
+  }
+}
+
 // T: q, out and the MMA inputs (bf16 / f16); KV: the cache, T or __nv_fp8_e4m3 (widened to T).
 template <class T, int kHeadDimQk, int kHeadDimVo, int kBlockKeys = 64, class KV = T>
 __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys>::kMinBlocks)
@@ -132,7 +286,6 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
   constexpr int kBlockN = C::kBlockN;
   constexpr int kSRegs = kBlockN / 2;     // 64 x kBlockN f32 over 128 threads
   constexpr int kORegs = kHeadDimVo / 2;  // 64 x Dvo
-  constexpr float kLog2e = 1.4426950408889634f;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -182,29 +335,12 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
 
   if (num_blocks > 0) {
-    constexpr int kChunks = kHeadDimQk / 8;
-    const T* q = static_cast<const T*>(p.q);
-#pragma unroll 4
-    for (int it = 0; it < kBlockM * kChunks / 128; ++it) {
-      const int i = it * 128 + static_cast<int>(threadIdx.x);
-      const int r = i / kChunks, chunk = i % kChunks;
-      const int row = row0 + r;
-      const bool valid = row < num_rows;
-      const int token = valid ? row / g : 0;
-      const int head = kv_head * g + (valid ? row - token * g : 0);
-      const T* src = q + (q_begin + token) * p.q_stride_token + head * p.q_stride_head + chunk * 8;
-      cp_async_16(s_q + tile_offset<kBlockM>(r, chunk), src, valid ? 16 : 0);
-    }
+    load_q_rows<T, kBlockM, kHeadDimQk>(p, s_q, row0, num_rows, q_begin, kv_head);
     if (threadIdx.x < kBlockN) key_offsets<KV>(p, pages, kv_len, cta_lo, s_off, s_off + kBlockN);
     __syncthreads();
     load_tile<kHeadDimQk / 8, kBlockN>(s_k, k_base, s_off);
     cp_async_commit();
   }
-
-  const float scale_log2 = p.sm_scale * kLog2e;
-  const bool soft_cap = p.logits_soft_cap > 0.0f;
-  const float cap_inv = soft_cap ? p.sm_scale / p.logits_soft_cap : 0.0f;
-  const float cap_log2 = p.logits_soft_cap * kLog2e;
 
   for (int block = 0; block < num_blocks; ++block) {
     const int n0 = cta_lo + block * kBlockN;
@@ -238,62 +374,14 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
     wgmma_wait_all();
     fence_registers(s);
 
-    float mul = scale_log2;
-    if (soft_cap) {
-      mul = 1.0f;
-#pragma unroll
-      for (int i = 0; i < kSRegs; ++i) s[i] = cap_log2 * tanhf(s[i] * cap_inv);
-    }
-    const bool needs_mask = n0 + kBlockN > cta_hi || (p.causal && n0 + kBlockN - 1 > first_pos) ||
-                            (p.window_left >= 0 && n0 < last_pos - p.window_left);
-    if (needs_mask) {
-#pragma unroll
-      for (int i = 0; i < kSRegs; ++i) {
-        const int key = n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
-        const int pos = row_pos[(i >> 1) & 1];
-        const bool visible = key < key_end && (!p.causal || key <= pos) &&
-                             (p.window_left < 0 || key >= pos - p.window_left);
-        if (!visible) s[i] = -INFINITY;
-      }
-    }
-
     float alpha[2];
-    bool moved = false;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float m = s[2 * h];
-#pragma unroll
-      for (int j = 0; j < kSRegs / 4; ++j) {
-        m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-      }
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      m = fmaxf(row_max[h], m * mul);
-      const float m_use = m == -INFINITY ? 0.0f : m;
-      alpha[h] = fast_exp2(row_max[h] - m_use);
-      moved |= m != row_max[h];
-      row_max[h] = m;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kSRegs / 4; ++j) {
-        s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], mul, -m_use));
-        s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], mul, -m_use));
-        sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
-      }
-      row_sum[h] = row_sum[h] * alpha[h] + sum;
-    }
-    if (__any_sync(0xffffffffu, moved)) {
+    if (softmax_tile<kBlockN>(p, s, n0, cta_hi, key_end, first_pos, last_pos, row_pos, row_max,
+                              row_sum, alpha)) {
 #pragma unroll
       for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
     }
     uint32_t pa[kBlockN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        pa[kk][r] = Mma<T>::pack(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-      }
-    }
+    pack_p<T, kBlockN>(s, pa);
 
     const bool has_next = block + 1 < num_blocks;
     if (has_next && threadIdx.x < kBlockN) {
@@ -326,49 +414,8 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
   // A page id outside the pool (kernel.cuh's key_offsets): the rows get 0 / -inf (a poisoned
   // partial when split).
   const bool bad_page = cta_met_bad_page();
-  if (bad_page) {
-#pragma unroll
-    for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
-    row_sum[0] = row_sum[1] = 0.0f;
-  }
-  T* out = static_cast<T*>(p.out);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = row0 + warp * 16 + (lane >> 2) + h * 8;
-    if (row >= num_rows) continue;
-    const int token = row / g;
-    const int head = kv_head * g + (row - token * g);
-    const float inv = l > 0.0f ? (kFp8 ? p.v_scale : 1.0f) / l : 0.0f;
-    if (p.num_kv_chunks > 1) {
-      const int64_t index = partial_index(p, q_begin + token, head);
-      float* part = p.partial_out + index * kHeadDimVo + 2 * (lane & 3);
-#pragma unroll
-      for (int j = 0; j < kORegs / 4; ++j) {
-        *reinterpret_cast<float2*>(part + j * 8) =
-            make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      }
-      if ((lane & 3) == 0) {
-        p.partial_lse[index] = bad_page   ? poisoned_partial()
-                               : l > 0.0f ? row_max[h] + __log2f(l)
-                                          : -INFINITY;
-      }
-      continue;
-    }
-    T* dst =
-        out + (q_begin + token) * p.out_stride_token + head * p.out_stride_head + 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < kORegs / 4; ++j) {
-      *reinterpret_cast<uint32_t*>(dst + j * 8) =
-          Mma<T>::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-    }
-    if (p.lse != nullptr && (lane & 3) == 0) {
-      p.lse[(q_begin + token) * p.lse_stride_token + head * p.lse_stride_head] =
-          l > 0.0f ? (row_max[h] + __log2f(l)) / kLog2e : -INFINITY;
-    }
-  }
+  write_rows<T, kHeadDimVo>(p, o, row_sum, row_max, row0, num_rows, q_begin, kv_head,
+                            kFp8 ? p.v_scale : 1.0f, bad_page);
   if (bad_page && threadIdx.x == 0) report_cta_bad_page(p, request);
 #else
   __trap();  // launched only where the sm_90a code exists (see launch.cuh)

@@ -68,7 +68,6 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
   constexpr int kBlockN = C::kBlockN;
   constexpr int kSRegs = kBlockN / 2;  // 64 x kBlockN f32 over 128 threads
   constexpr int kORegs = kD / 2;       // 64 x D
-  constexpr float kLog2e = 1.4426950408889634f;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -127,20 +126,7 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     // ---- gather ----
     regs_decrease<C::kGatherRegs>();
     if (num_blocks > 0) {
-      constexpr int kChunks = kD / 8;
-      const T* q = static_cast<const T*>(p.q);
-#pragma unroll 4
-      for (int it = 0; it < C::kBlockM * kChunks / 128; ++it) {
-        const int i = it * 128 + tid;
-        const int r = i / kChunks, chunk = i % kChunks;
-        const int row = row0 + r;
-        const bool valid = row < num_rows;
-        const int token = valid ? row / g : 0;
-        const int head = kv_head * g + (valid ? row - token * g : 0);
-        const T* src =
-            q + (q_begin + token) * p.q_stride_token + head * p.q_stride_head + chunk * 8;
-        cp_async_16(s_q + tile_offset<C::kBlockM>(r, chunk), src, valid ? 16 : 0);
-      }
+      load_q_rows<T, C::kBlockM, kD>(p, s_q, row0, num_rows, q_begin, kv_head);
       mbarrier_arrive_cp_async(bar_q);
       const T* k_base = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
       const T* v_base = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
@@ -182,11 +168,6 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-
-  const float scale_log2 = p.sm_scale * kLog2e;
-  const bool soft_cap = p.logits_soft_cap > 0.0f;
-  const float cap_inv = soft_cap ? p.sm_scale / p.logits_soft_cap : 0.0f;
-  const float cap_log2 = p.logits_soft_cap * kLog2e;
 
   const uint32_t q_rows = s_q + mw * 64 * 128;  // 64-row A operand: 8 KiB into each block
 
@@ -232,68 +213,6 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
       if (mw == 0 || t + 1 < num_blocks) named_barrier_arrive(kTurn + (mw ^ 1), 256);
     }
   };
-  // The online softmax of tile t (keys n0 ..) on S in place: P = 2^(S * scale - max) in f32, the
-  // rows' max and sum moved on; returns the factor O must be scaled by (alpha) per row half.
-  auto softmax = [&](int t, float(&sc)[kSRegs], float(&alpha)[2]) -> bool {
-    const int n0 = cta_lo + t * kBlockN;
-    float mul = scale_log2;
-    if (soft_cap) {
-      mul = 1.0f;
-#pragma unroll
-      for (int i = 0; i < kSRegs; ++i) sc[i] = cap_log2 * tanhf(sc[i] * cap_inv);
-    }
-    const bool needs_mask = n0 + kBlockN > cta_hi ||
-                            (p.causal && n0 + kBlockN - 1 > wg_first_pos) ||
-                            (p.window_left >= 0 && n0 < wg_last_pos - p.window_left);
-    if (needs_mask) {
-#pragma unroll
-      for (int i = 0; i < kSRegs; ++i) {
-        const int key = n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
-        const int pos = row_pos[(i >> 1) & 1];
-        const bool visible = key < key_end && (!p.causal || key <= pos) &&
-                             (p.window_left < 0 || key >= pos - p.window_left);
-        if (!visible) sc[i] = -INFINITY;
-      }
-    }
-    bool moved = false;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float m = sc[2 * h];
-#pragma unroll
-      for (int j = 0; j < kSRegs / 4; ++j) {
-        m = fmaxf(m, fmaxf(sc[4 * j + 2 * h], sc[4 * j + 2 * h + 1]));
-      }
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      m = fmaxf(row_max[h], m * mul);
-      const float m_use = m == -INFINITY ? 0.0f : m;
-      alpha[h] = fast_exp2(row_max[h] - m_use);
-      moved |= m != row_max[h];
-      row_max[h] = m;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kSRegs / 4; ++j) {
-        sc[4 * j + 2 * h] = fast_exp2(fmaf(sc[4 * j + 2 * h], mul, -m_use));
-        sc[4 * j + 2 * h + 1] = fast_exp2(fmaf(sc[4 * j + 2 * h + 1], mul, -m_use));
-        sum += sc[4 * j + 2 * h] + sc[4 * j + 2 * h + 1];
-      }
-      row_sum[h] = row_sum[h] * alpha[h] + sum;
-    }
-    return __any_sync(0xffffffffu, moved);
-  };
-  auto rescale = [&](const float(&alpha)[2]) {
-#pragma unroll
-    for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
-  };
-  auto pack = [&](const float(&sc)[kSRegs], uint32_t(&pa)[kBlockN / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        pa[kk][r] = Mma<T>::pack(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
-    }
-  };
-
   if (num_blocks > 0) {
     mbarrier_wait(bar_q, 0);
     if (kPingPong && mw == 1) named_barrier_arrive(kTurn, 256);  // warpgroup 0 goes first
@@ -311,9 +230,13 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     fence_registers(sc);
     mbarrier_arrive(bar(2, stage(t)));  // this warpgroup is done with K of tile t
     float alpha[2];
-    if (softmax(t, sc, alpha)) rescale(alpha);
+    if (softmax_tile<kBlockN>(p, sc, cta_lo + t * kBlockN, cta_hi, key_end, wg_first_pos,
+                              wg_last_pos, row_pos, row_max, row_sum, alpha)) {
+#pragma unroll
+      for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
+    }
     uint32_t pa[kBlockN / 16][4];
-    pack(sc, pa);
+    pack_p<T, kBlockN>(sc, pa);
     wait_v(t);
     wgmma_fence();
     issue_pv(t, pa);
@@ -326,49 +249,7 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
 
   // A page id outside the pool: the rows get 0 / -inf (a poisoned partial when split).
   const bool bad_page = cta_met_bad_page();
-  if (bad_page) {
-#pragma unroll
-    for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
-    row_sum[0] = row_sum[1] = 0.0f;
-  }
-  T* out = static_cast<T*>(p.out);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = wg_row0 + warp * 16 + (lane >> 2) + h * 8;
-    if (row >= num_rows) continue;
-    const int token = row / g;
-    const int head = kv_head * g + (row - token * g);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    if (p.num_kv_chunks > 1) {
-      const int64_t index = partial_index(p, q_begin + token, head);
-      float* part = p.partial_out + index * kD + 2 * (lane & 3);
-#pragma unroll
-      for (int j = 0; j < kORegs / 4; ++j) {
-        *reinterpret_cast<float2*>(part + j * 8) =
-            make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      }
-      if ((lane & 3) == 0) {
-        p.partial_lse[index] = bad_page   ? poisoned_partial()
-                               : l > 0.0f ? row_max[h] + __log2f(l)
-                                          : -INFINITY;
-      }
-      continue;
-    }
-    T* dst =
-        out + (q_begin + token) * p.out_stride_token + head * p.out_stride_head + 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < kORegs / 4; ++j) {
-      *reinterpret_cast<uint32_t*>(dst + j * 8) =
-          Mma<T>::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-    }
-    if (p.lse != nullptr && (lane & 3) == 0) {
-      p.lse[(q_begin + token) * p.lse_stride_token + head * p.lse_stride_head] =
-          l > 0.0f ? (row_max[h] + __log2f(l)) / kLog2e : -INFINITY;
-    }
-  }
+  write_rows<T, kD>(p, o, row_sum, row_max, wg_row0, num_rows, q_begin, kv_head, 1.0f, bad_page);
   if (bad_page && tid == 128) report_cta_bad_page(p, request);
 #else
   __trap();  // launched only where the sm_90a code exists (see launch.cuh)
