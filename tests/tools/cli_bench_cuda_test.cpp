@@ -68,6 +68,14 @@ TEST_P(CliBenchCuda, RunsOrSaysWhyNot) {
       EXPECT_GT(row["gpu_us"].get<double>(), 0.0);
     }
   }
+  // bench prefill with a shape of its own (--qo-heads / --kv-heads / --head-dim): the JSON says it,
+  // and no row has a target (the belong to its shape).
+  if (std::string(c.name) == "prefill_shape") {
+    EXPECT_EQ(doc["shape"]["num_qo_heads"], 16) << doc["shape"].dump();
+    EXPECT_EQ(doc["shape"]["num_kv_heads"], 8) << doc["shape"].dump();
+    EXPECT_EQ(doc["shape"]["head_dim"], 64) << doc["shape"].dump();
+    for (const auto& row : doc["rows"]) EXPECT_EQ(row["target_tflops"].get<double>(), 0.0);
+  }
   // bench mla: the wgmma rates (an empty list off sm_90a); no sequence beats the tensor cores'
   // dense rate by more than the clock reading's slack.
   if (doc.contains("wgmma_rates")) {
@@ -99,6 +107,10 @@ INSTANTIATE_TEST_SUITE_P(
                                     "bench prefill --device cuda --rows 2x16/64,1x64,ragged2/64 "
                                     "--page-size 16 --reps 1",
                                     3},
+                      CudaBenchCase{"prefill_shape",
+                                    "bench prefill --device cuda --rows 1x8192,1x64 --qo-heads 16 "
+                                    "--kv-heads 8 --head-dim 64 --page-size 16 --reps 1",
+                                    2},
                       CudaBenchCase{"mla",
                                     "bench mla --device cuda --rows 2x64 --qo-heads 16,128 "
                                     "--page-size 64,1 --reps 1",
@@ -136,6 +148,10 @@ TEST_F(CliCuda, OptionErrorsNameTheValue) {
            Bad{"bench decode --device cuda --rows 2x64/32", "'2x64/32'"},
            Bad{"bench mla --device cuda --qo-heads 256", "--qo-heads 256"},
            Bad{"bench decode --device cuda --head-dim 64", "--host-data"},
+           Bad{"bench prefill --device cuda --qo-heads 30 --kv-heads 8", "--qo-heads 30"},
+           Bad{"bench prefill --device cuda --head-dim 96", "--head-dim 96"},
+           Bad{"bench prefill --device cuda --head-dim 128 --head-dim-vo 64", "--head-dim-vo 64"},
+           Bad{"bench prefill --device cuda --qo-heads 16,32", "one --qo-heads"},
            Bad{"bench prefill --device cuda --kv-dtype f16", "--host-data"},
            Bad{"bench decode --device cuda --kv-dtype fp8_e4m3", "--host-data"},
            Bad{"bench plan --device cuda --page-size 3", "--page-size 3"},

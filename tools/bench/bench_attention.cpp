@@ -216,6 +216,26 @@ void run_cuda_device_rows(const AttentionBenchOptions& o) {
     for (int32_t h : o.qo_heads)
       PA_CHECK(h >= 1 && h <= 128, "--qo-heads {}: expected 1 .. 128", h);
     c.heads = o.qo_heads;
+  } else if (o.op == OpKind::kPrefill) {
+    // Prefill: one shape (default the issue's, 32 / 8 heads, head_dim 128), qk = vo.
+    PA_CHECK(o.qo_heads.size() <= 1, "--device cuda: prefill takes one --qo-heads value");
+    const int32_t hq = o.qo_heads.empty() ? 32 : o.qo_heads[0];
+    const int32_t hkv = o.kv_heads > 0 ? o.kv_heads : 8;
+    const int32_t d = o.head_dim > 0 ? o.head_dim : 128;
+    PA_CHECK(hq >= 1 && hkv >= 1 && hq % hkv == 0,
+             "--qo-heads {} / --kv-heads {}: expected query heads a multiple of the KV heads", hq,
+             hkv);
+    PA_CHECK(
+        d == 64 || d == 128 || d == 256,
+        "--head-dim {}: the device rows take 64, 128 or 256 (other shapes run with --host-data)",
+        d);
+    PA_CHECK(o.head_dim_vo == 0 || o.head_dim_vo == d,
+             "--head-dim-vo {}: the device rows have head_dim_vo = head_dim ({}); other shapes run "
+             "with --host-data",
+             o.head_dim_vo, d);
+    c.qo_heads = hq;
+    c.kv_heads = hkv;
+    c.head_dim = d;
   } else {
     PA_CHECK(o.qo_heads.empty() && o.kv_heads == 0 && o.head_dim == 0 && o.head_dim_vo == 0,
              "--device cuda: the {} rows have the issue's shape (32/8 heads, head_dim 128); "

@@ -23,6 +23,8 @@ struct CudaRowsOptions {
   int32_t reps = 0;                 // timed samples per figure (median)
   bool causal = true;               // prefill
   bool fp8_kv = false;              // prefill: also each row over an fp8 e4m3 cache, beside bf16
+  // prefill: the shape (0: the issue's, 32 / 8 heads, head_dim 128; its targets apply to it only)
+  int32_t qo_heads = 0, kv_heads = 0, head_dim = 0;
   bool graphs = true;               // decode: also the CUDA-graph step timing
   // How the L2 is flushed before each timed sample: "clean" (a 256 MiB streaming read: the L2
   // ends holding clean lines of another buffer), "dirty" (a 256 MiB memset: the L2 ends full of

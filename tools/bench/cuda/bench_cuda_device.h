@@ -92,6 +92,8 @@ struct PrefillRowsConfig {
   bool causal = true;
   bool fp8_kv = false;  // each (row, P) also over an fp8 e4m3 cache, timed right after bf16's
   int32_t reps = 10;
+  // The shape; the targets are printed for the shape (32 / 8, head_dim 128) only.
+  int32_t qo_heads = 32, kv_heads = 8, head_dim = 128;
 };
 PrefillRowsConfig default_prefill_rows();
 nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCeilings& ceilings,

@@ -1,5 +1,6 @@
 // Issue 4's prefill rows on the CUDA backend (see bench_cuda_device.h for the method): Llama-3-8B
-// shape (32 query heads, 8 KV heads, head_dim 128, bf16, NHD), causal (aligned to the end of the
+// shape (32 query heads, 8 KV heads, head_dim 128, bf16, NHD; --qo-heads / --kv-heads / --head-dim
+// pick another, which has no target), causal (aligned to the end of the
 // KV) unless asked otherwise, K/V and queries generated on the device, pages in random order, L2
 // flushed before each sample, median.
 //
@@ -9,7 +10,7 @@
 // seed, so the rows are the same in every run. Extend rows (BxQ/L with Q < L: chunked prefill,
 // new tokens over a cached prefix) get a table of their own after the others, and "section":
 // "extend" in their JSON ("prefill" for the rest); the defaults add issue 18's extend rows.
-// FLOPs count the visible (query, key) pairs only: 2 * pairs * Hq * (128 + 128), pairs = q * L
+// FLOPs count the visible (query, key) pairs only: 2 * pairs * Hq * (D + D), pairs = q * L
 // (non-causal) or q * (L - q) + q * (q + 1) / 2 (causal). TFLOP/s is printed beside the cuBLAS
 // bf16 matmul rate measured in the same run. With --kv-dtype fp8_e4m3 each (row, P) is also run
 // over an fp8 e4m3 cache (values of the same distribution, k_scale = v_scale = 0.5), timed right
@@ -29,7 +30,6 @@
 namespace pagedattn::tools {
 namespace {
 
-constexpr int32_t kQoHeads = 32, kKvHeads = 8, kHeadDim = 128;
 constexpr float kFp8Scale = 0.5f;  // the fp8 cache's k_scale and v_scale
 
 // A device buffer of `elements` fp8 e4m3 values, uniform in [-1, 1) / kFp8Scale, made on the
@@ -95,6 +95,9 @@ nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCei
                                   void* stream) {
   PA_CHECK(!config.page_sizes.empty(), "--page-size: no page sizes");
   for (int32_t p : config.page_sizes) PA_CHECK(p >= 1, "--page-size {}: expected >= 1", p);
+  const int32_t qo_heads = config.qo_heads, kv_heads = config.kv_heads, head_dim = config.head_dim;
+  // The issue's targets belong to its shape.
+  const bool issue_shape = qo_heads == 32 && kv_heads == 8 && head_dim == 128;
   std::vector<Requests> requests;
   int64_t max_tokens = 0, max_rows = 0;
   int32_t max_batch = 1;
@@ -111,27 +114,28 @@ nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCei
       max_tokens = std::max(max_tokens, tokens);
     }
   }
-  const int64_t token_elems = int64_t{kKvHeads} * kHeadDim;
+  const int64_t token_elems = int64_t{kv_heads} * head_dim;
   cuda::DeviceBuffer k = random_bf16(max_tokens * token_elems, 31, stream);
   cuda::DeviceBuffer v = random_bf16(max_tokens * token_elems, 32, stream);
-  cuda::DeviceBuffer q = random_bf16(max_rows * kQoHeads * kHeadDim, 33, stream);
+  cuda::DeviceBuffer q = random_bf16(max_rows * qo_heads * head_dim, 33, stream);
   const int64_t fp8_elems = config.fp8_kv ? max_tokens * token_elems : 0;
   cuda::DeviceBuffer k8 = random_fp8(fp8_elems, 34, stream), v8 = random_fp8(fp8_elems, 35, stream);
-  cuda::DeviceBuffer out(max_rows * kQoHeads * kHeadDim * 2), lse(max_rows * kQoHeads * 4);
+  cuda::DeviceBuffer out(max_rows * qo_heads * head_dim * 2), lse(max_rows * qo_heads * 4);
   const std::unique_ptr<Backend> backend = cuda::make_backend();
   WorkspaceLimits limits;
   limits.max_batch = max_batch;
   limits.max_qo_rows = std::max<int64_t>(max_rows, 1);
-  limits.max_qo_heads = kQoHeads;
-  limits.max_head_dim = kHeadDim;
+  limits.max_qo_heads = qo_heads;
+  limits.max_head_dim = head_dim;
   std::unique_ptr<Workspace> workspace = backend->create_workspace(limits);
   static_cast<cuda::CudaWorkspace&>(*workspace).stream = stream;
 
   fmt::print(
-      "\nprefill: Hq 32 / Hkv 8, head_dim 128, bf16, NHD, {}, pages in random order, L2 flushed, "
-      "median of {}\n  FLOPs = 2 * visible (query, key) pairs * 32 * (128 + 128); ratio to the "
+      "\nprefill: Hq {} / Hkv {}, head_dim {}, bf16, NHD, {}, pages in random order, L2 flushed, "
+      "median of {}\n  FLOPs = 2 * visible (query, key) pairs * {} * ({} + {}); ratio to the "
       "cuBLAS bf16 matmul ({:.0f} TFLOP/s, this run){}\n",
-      config.causal ? "causal" : "non-causal", config.reps, ceilings.matmul_tflops,
+      qo_heads, kv_heads, head_dim, config.causal ? "causal" : "non-causal", config.reps, qo_heads,
+      head_dim, head_dim, ceilings.matmul_tflops,
       config.fp8_kv ? "\n  fp8: the same row over an fp8 e4m3 cache (k/v scale 0.5); fp8/bf16 = "
                       "its speed over the bf16 cache's, same run"
                     : "");
@@ -164,7 +168,7 @@ nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCei
       }
       print_columns();
     }
-    const double flops = 2.0 * visible_pairs(r, config.causal) * kQoHeads * (2 * kHeadDim);
+    const double flops = 2.0 * visible_pairs(r, config.causal) * qo_heads * (2 * head_dim);
     double first = 0;
     for (int32_t page : config.page_sizes) {
       DeviceStep step = make_device_step(r.q_lens, r.kv_lens, page, rng);
@@ -175,26 +179,26 @@ nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCei
         args.meta = step.meta;
         args.kv.k =
             TensorView::contiguous(fp8 ? k8.data() : k.data(), kv_dtype,
-                                   {step.num_pages, page, kKvHeads, kHeadDim}, Device::cuda(0));
+                                   {step.num_pages, page, kv_heads, head_dim}, Device::cuda(0));
         args.kv.v =
             TensorView::contiguous(fp8 ? v8.data() : v.data(), kv_dtype,
-                                   {step.num_pages, page, kKvHeads, kHeadDim}, Device::cuda(0));
+                                   {step.num_pages, page, kv_heads, head_dim}, Device::cuda(0));
         args.kv.layout = KvLayout::kNHD;
         args.kv.page_size = page;
         args.kv.k_scale = args.kv.v_scale = fp8 ? kFp8Scale : 1.0f;
-        args.q = TensorView::contiguous(q.data(), DType::kBF16, {step.num_rows, kQoHeads, kHeadDim},
+        args.q = TensorView::contiguous(q.data(), DType::kBF16, {step.num_rows, qo_heads, head_dim},
                                         Device::cuda(0));
         args.out = TensorView::contiguous(out.data(), DType::kBF16,
-                                          {step.num_rows, kQoHeads, kHeadDim}, Device::cuda(0));
-        args.lse = TensorView::contiguous(lse.data(), DType::kF32, {step.num_rows, kQoHeads},
+                                          {step.num_rows, qo_heads, head_dim}, Device::cuda(0));
+        args.lse = TensorView::contiguous(lse.data(), DType::kF32, {step.num_rows, qo_heads},
                                           Device::cuda(0));
-        args.options.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+        args.options.sm_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
         args.options.causal = config.causal;
         args.stream = stream;
         backend->plan(*workspace, describe_op(args), args.meta);
         const double ns = median_device_ns([&] { backend->run_prefill(*workspace, args); }, 2,
                                            config.reps, true, stream);
-        bad += count_not_finite(lse.data(), step.num_rows * kQoHeads, stream);
+        bad += count_not_finite(lse.data(), step.num_rows * qo_heads, stream);
         return ns;
       };
       int64_t bad = 0;
@@ -202,7 +206,8 @@ nlohmann::json bench_prefill_rows(const PrefillRowsConfig& config, const CudaCei
       const double ns_fp8 = config.fp8_kv ? time_cache(DType::kFP8E4M3, bad) : 0.0;
       const double tflops = flops / ns / 1e3;
       if (page == config.page_sizes[0]) first = tflops;
-      const double target = config.causal ? issue_target("prefill", kQoHeads, row) : 0.0;
+      const double target =
+          config.causal && issue_shape ? issue_target("prefill", qo_heads, row) : 0.0;
       fmt::print("{:>16} {:>4} {:>8} {:>10.1f} {:>9.1f} {:>8.3f} {:>7.2f} {:>7}{}{}\n", row.name(),
                  page, step.num_rows, ns / 1e3, tflops, tflops / ceilings.matmul_tflops,
                  tflops / first, target > 0 ? fmt::format("{:g}", target) : "-",

@@ -89,10 +89,13 @@ CudaRowsStatus run_cuda_rows(const CudaRowsOptions& o) {
       if (o.reps > 0) config.reps = o.reps;
       config.causal = o.causal;
       config.fp8_kv = o.fp8_kv;
+      if (o.qo_heads > 0) config.qo_heads = o.qo_heads;
+      if (o.kv_heads > 0) config.kv_heads = o.kv_heads;
+      if (o.head_dim > 0) config.head_dim = o.head_dim;
       const CudaCeilings ceilings = ceilings_for(int64_t{1} << 30, 8192);
-      document["shape"] = {{"num_qo_heads", 32},
-                           {"num_kv_heads", 8},
-                           {"head_dim", 128},
+      document["shape"] = {{"num_qo_heads", config.qo_heads},
+                           {"num_kv_heads", config.kv_heads},
+                           {"head_dim", config.head_dim},
                            {"dtype", "bf16"},
                            {"kv_dtypes", config.fp8_kv ? nlohmann::json::array({"bf16", "fp8_e4m3"})
                                                        : nlohmann::json::array({"bf16"})},
