@@ -428,9 +428,10 @@ void add_one(CLI::App& bench, OpKind op, const char* name, const char* descripti
       ->capture_default_str();
   cmd->add_option("--json", options->json_path, "Also write the results as JSON to FILE");
   const char* rows_help =
-      op == OpKind::kPrefill  ? "--device cuda: rows BxL (L new tokens), BxQ/L (Q new over L), "
-                                "raggedB/L; default 1x8192,1x32768,ragged16/4096 and the extend "
-                                "rows 1x512/8192,1x512/32768,8x256/8192"
+      op == OpKind::kPrefill
+          ? "--device cuda: rows BxL (L new tokens), BxQ/L (Q new over L), "
+            "raggedB/L; default 1x8192,1x32768,16x2048,ragged16/4096 and the extend "
+            "rows 1x512/8192,1x512/32768,8x256/8192"
       : op == OpKind::kDecode ? "--device cuda: rows BxL; default the issue's six "
                                 "(1x8192 ... 256x32768)"
                               : "--device cuda: rows BxL for every --qo-heads; default per "

@@ -60,7 +60,8 @@ int64_t count_not_finite(const void* device_f32, int64_t count, void* stream);
 // Prints the ceilings measured in this run (one paragraph) and returns them as JSON.
 nlohmann::json print_ceilings(const CudaCeilings& ceilings);
 
-// The target of a row in the issues (0 = none), for the "target" column.
+// The target of a row in the issues (0 = none), for the "target" column: issue 18's, as
+// bench/targets.json holds them (the RESULTS tables read that file).
 double issue_target(std::string_view bench, int32_t heads, const BatchLen& row);
 
 // ---- issue 4: decode, Llama-3-8B shape (Hq 32, Hkv 8, D 128, bf16, NHD) ----

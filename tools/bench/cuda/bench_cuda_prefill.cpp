@@ -83,10 +83,11 @@ bool is_extend(const BatchLen& row) {
 
 PrefillRowsConfig default_prefill_rows() {
   PrefillRowsConfig config;
-  // Issue 4's rows, then issue 18's extend rows: a 512-token chunk over 8k and 32k of prefix, and
-  // 8 chunks of 256 (the engine's default 2048-token step budget) over 8k.
-  config.rows =
-      parse_batch_lens("1x8192,1x32768,ragged16/4096,1x512/8192,1x512/32768,8x256/8192", "--rows");
+  // Issue 4's rows with issue 18's 16 x 2048, then issue 18's extend rows: a 512-token chunk over
+  // 8k and 32k of prefix, and 8 chunks of 256 (the engine's default 2048-token step budget) over
+  // 8k.
+  config.rows = parse_batch_lens(
+      "1x8192,1x32768,16x2048,ragged16/4096,1x512/8192,1x512/32768,8x256/8192", "--rows");
   config.page_sizes = {16, 1};
   return config;
 }
