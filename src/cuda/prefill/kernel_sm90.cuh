@@ -39,6 +39,16 @@ struct Config {
   static_assert(kBlockN % 64 == 0 && kBlockN <= kThreads);
 };
 
+// The dynamic shared memory aligned up to 1024 bytes (the 128-byte swizzle pattern repeats every
+// 1024, and descriptors assume it starts there): its shared-window address and a generic pointer
+// (callers ask for 1024 bytes more than they use).
+__device__ __forceinline__ uint32_t aligned_smem(unsigned char* raw_smem, unsigned char*& smem) {
+  const uint32_t raw = smem_u32(raw_smem);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  smem = raw_smem + (base - raw);
+  return base;
+}
+
 // Byte offset of 16-byte chunk `chunk` of row `row` in a kRows-row swizzled tile.
 template <int kRows>
 __device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
@@ -92,6 +102,9 @@ struct Ops<__nv_bfloat16> {
   __device__ __forceinline__ static void qk(float (&d)[32], uint64_t a, uint64_t b, int acc) {
     ss_m64n64k16_bf16(d, a, b, acc);
   }
+  __device__ __forceinline__ static void qk(float (&d)[64], uint64_t a, uint64_t b, int acc) {
+    ss_m64n128k16_bf16(d, a, b, acc);
+  }
   __device__ __forceinline__ static void pv(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
     rs_m64n64k16_bf16(d, a, b);
   }
@@ -106,6 +119,9 @@ template <>
 struct Ops<__half> {
   __device__ __forceinline__ static void qk(float (&d)[32], uint64_t a, uint64_t b, int acc) {
     ss_m64n64k16_f16(d, a, b, acc);
+  }
+  __device__ __forceinline__ static void qk(float (&d)[64], uint64_t a, uint64_t b, int acc) {
+    ss_m64n128k16_f16(d, a, b, acc);
   }
   __device__ __forceinline__ static void pv(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
     rs_m64n64k16_f16(d, a, b);
@@ -288,10 +304,8 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
   constexpr int kORegs = kHeadDimVo / 2;  // 64 x Dvo
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t aligned = (raw + 1023u) & ~1023u;
-  unsigned char* smem = smem_raw + (aligned - raw);
-  const uint32_t s_q = aligned;
+  unsigned char* smem = nullptr;
+  const uint32_t s_q = aligned_smem(smem_raw, smem);
   const uint32_t s_k = s_q + C::kQBytes;
   const uint32_t s_v = s_k + C::kKBytes;
   int64_t* s_off = reinterpret_cast<int64_t*>(smem + C::kQBytes + C::kKBytes + C::kVBytes);

@@ -70,9 +70,8 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
   constexpr int kORegs = kD / 2;       // 64 x D
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  unsigned char* smem = smem_raw + (base - raw);
+  unsigned char* smem = nullptr;
+  const uint32_t base = aligned_smem(smem_raw, smem);
   const uint32_t s_q = base + C::kQ;
   int64_t* s_off = reinterpret_cast<int64_t*>(smem + C::kOffsets);
   const uint32_t bar_q = base + C::kBars;
@@ -189,11 +188,7 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
       const uint64_t a = descriptor(q_rows + (ks >> 2) * C::kBlockBytes + column, 16, 1024);
       const uint64_t b =
           descriptor(k_tile(stage(t)) + (ks >> 2) * C::kBlockBytes + column, 16, 1024);
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        ss_m64n128k16_bf16(sc, a, b, ks > 0 ? 1 : 0);
-      } else {
-        ss_m64n128k16_f16(sc, a, b, ks > 0 ? 1 : 0);
-      }
+      Ops<T>::qk(sc, a, b, ks > 0 ? 1 : 0);
     }
   };
   auto issue_pv = [&](int t, const uint32_t(&pa)[kBlockN / 16][4]) {  // O += P V_t, uncommitted
