@@ -145,6 +145,30 @@ __device__ __forceinline__ int checked_page(const MlaParams& p, const int32_t* p
   return 0;
 }
 
+// `page` as load_page read it, or page 0 in its place when it is outside the pool; `bad` ORs in
+// whether it was. The check of the H <= 16 kernel, which has no registers for checked_page's note:
+// the CTA that met one rescans its keys' ids at its end for the report (report_first_bad_page).
+__device__ __forceinline__ int page_or_zero(const MlaParams& p, int page, bool& bad) {
+  const bool ok = page_in_pool(p.guard, page);
+  bad |= !ok;
+  return ok ? page : 0;
+}
+
+// Reports the first page id outside the pool among keys [key_begin, key_end) of the request (one
+// thread, at the CTA's end, after page_or_zero met one).
+__device__ __noinline__ inline void report_first_bad_page(const MlaParams& p, int request,
+                                                          const int32_t* pages, int key_begin,
+                                                          int key_end) {
+  if (key_end <= key_begin) return;
+  for (int slot = page_slot(p, key_begin), last = page_slot(p, key_end - 1); slot <= last; ++slot) {
+    const int page = pages[slot];
+    if (!page_in_pool(p.guard, page)) {
+      report_page(p.guard, request, (pages - p.kv_indices) + slot, page);
+      return;
+    }
+  }
+}
+
 // The page of token n0 + index of the request (tokens at or past `end` take token end - 1), as
 // stored (load_page): loaded a tile ahead of its use, checked there (token_offsets).
 __device__ __forceinline__ int token_page(const MlaParams& p, const int32_t* pages, int n0, int end,

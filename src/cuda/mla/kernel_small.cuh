@@ -189,15 +189,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // The pages of this thread's gather rows in tile t (t < num_tiles), and the copies of tile t
     // into the pair's stage from them.
-    // A page id outside the pool (checked_page, kernel.cuh). Checked as it is loaded, unlike the
-    // other MLA kernels (which check at use, a refill later, so the load's latency stays hidden):
-    // held unchecked to its use, the ids cost this kernel's 255 registers a spill.
+    // Page ids are loaded a refill ahead and checked at use (page_or_zero, kernel.cuh), so the
+    // load's latency stays hidden; the CTA that met one outside the pool rescans for the report.
     PageGuard page_guard{false, reinterpret_cast<unsigned long long*>(smem + T::kNote)};
     auto tile_pages = [&](int t, int (&pg)[T::kRowsPerThread]) {
 #pragma unroll
       for (int i = 0; i < T::kRowsPerThread; ++i) {
         const int key = min(chunk_begin + t * kN + gather_row + 8 * i, block_end - 1);
-        pg[i] = checked_page(p, pages, key, load_page(p, pages, key), page_guard);
+        pg[i] = load_page(p, pages, key);  // checked in load_tile
       }
     };
     auto load_tile = [&](int t, const int (&pg)[T::kRowsPerThread]) {
@@ -205,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < T::kRowsPerThread; ++i) {
         const int key = min(chunk_begin + t * kN + gather_row + 8 * i, block_end - 1);
         int64_t ckv_off, kpe_off;
-        latent_offsets(p, pg[i], key, ckv_off, kpe_off);
+        latent_offsets(p, page_or_zero(p, pg[i], page_guard.bad), key, ckv_off, kpe_off);
         const __nv_bfloat16* src = ckv + ckv_off + gather_part * 8;
         const uint32_t dst = gather_dst + i * 8 * kRowBytes;
 #pragma unroll
@@ -506,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cluster_sync();  // the others are done reading this CTA's shared memory
     }
 
-    if (bad_page && tid == 0) report_noted_page(p.guard, request, page_guard.note);
+    if (bad_page && tid == 0) report_first_bad_page(p, request, pages, chunk_begin, block_end);
     __syncthreads();  // shared memory is reused by the next row block
   }
 }
