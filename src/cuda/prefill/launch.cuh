@@ -3,12 +3,12 @@
 // the per-dtype instantiation files (one per (q dtype, cache dtype) keeps each nvcc job small).
 //
 // Kernel choice (the rule, in launch_config), on a compute capability 9.x device when the binary
-// holds its sm_90a code: the warp-specialized kernel (kernel_sm90_ws.cuh) for head dim 128 over a
-// bf16 / f16 cache when a request may have more than 64 query rows (max_q_len * group size, or no
+// holds its sm_90a code: the warp-specialized kernel (kernel_sm90_ws.cuh) for head dims 64 and 128
+// over a bf16 / f16 cache when a request may have more than 64 query rows (max_q_len * group size,
+// or no hint) and the step's KV is more than 1024 tokens a request (num_pages_hint x P / B, or no
 // hint), else the one-warpgroup wgmma kernel (kernel_sm90.cuh: other head dims, an fp8 cache,
-// decode-like steps whose rows fill half a warp-specialized CTA at most; the warp-specialized
-// kernel also takes head dim 64, when forced); elsewhere the mma.sync
-// kernel (kernel.cuh), which serves sm_80. PAGEDATTN_PREFILL_KERNEL forces one where it applies:
+// decode-like steps whose rows fill half a warp-specialized CTA at most, short KV); elsewhere the
+// mma.sync kernel (kernel.cuh), which serves sm_80. PAGEDATTN_PREFILL_KERNEL forces one where it applies:
 // mma (the sm_80 path, tested on the Hopper test machine, tests/cuda/prefill_test.cpp), sm90, and
 // the warp-specialized kernel's two schedules: ws (each math warpgroup on its own) and ws-pingpong
 // (the two take turns at the tensor cores: the default); ARCHITECTURE.md lists every switch. Every
@@ -17,6 +17,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -128,12 +129,16 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
   if (major == 9 && has_sm90 && std::strcmp(forced, "mma") != 0) {
     if constexpr (kHeadDimQk == kHeadDimVo && (kHeadDimQk == 128 || kHeadDimQk == 64) &&
                   std::is_same_v<KV, T>) {
-      // By default at head dim 128 (measured, bench/RESULTS.md); forced only at 64.
+      // By default at head dims 64 and 128 where requests have more than 64 query rows and more
+      // than 1024 keys on average (a CTA's loop over short KV is mostly its prologue and epilogue:
+      // the one-warpgroup kernel's CTAs, half as many rows, win there; bench/RESULTS.md).
       const bool many_rows =
           params.max_q_len <= 0 || int64_t{params.max_q_len} * params.group_size > 64;
+      const bool long_kv = params.kv_tokens_hint <= 0 ||
+                           params.kv_tokens_hint > int64_t{1024} * std::max(1, params.batch_size);
       const bool plain = std::strcmp(forced, "ws") == 0;
       const bool pingpong = std::strcmp(forced, "ws-pingpong") == 0;
-      const bool by_default = kHeadDimQk == 128 && many_rows && std::strcmp(forced, "sm90") != 0;
+      const bool by_default = many_rows && long_kv && std::strcmp(forced, "sm90") != 0;
       if (plain || pingpong || by_default) {
         auto* kernel = plain ? &sm90ws::prefill_kernel_sm90_ws<T, kHeadDimQk, false>
                              : &sm90ws::prefill_kernel_sm90_ws<T, kHeadDimQk, true>;

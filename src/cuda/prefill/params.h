@@ -48,6 +48,8 @@ struct PrefillParams {
   // unknown).
   int64_t num_qo_rows = 0;
   int32_t max_q_len = 0;
+  // meta.num_pages_hint x P: at least the step's KV tokens, all requests together (0 = unknown).
+  int64_t kv_tokens_hint = 0;
   int32_t num_tiles_bound = 0;  // set by the launcher: grid = num_tiles_bound * num_kv_heads CTAs
 
   // Split-KV, chosen by the host launcher when the (tile, KV head) grid alone would leave SMs idle

@@ -26,7 +26,15 @@ namespace pagedattn::tools {
 namespace {
 
 void run(const std::string& rows, const std::vector<int32_t>& page_sizes, int32_t reps, bool graphs,
-         bool planner, const std::string& json_path) {
+         const std::string& graph_rows, bool planner, const std::string& json_path) {
+  std::vector<GraphRow> steps = default_graph_rows();
+  if (!graph_rows.empty()) {
+    steps.clear();
+    for (const BatchLen& row : parse_batch_lens(graph_rows, "--graph-rows")) {
+      PA_CHECK(!row.ragged && row.q_len == 0, "--graph-rows {}: decode steps are BxL", row.name());
+      steps.push_back({row.batch, row.kv_len});
+    }
+  }
   const Support device = cuda::device_available();
   PA_CHECK(device.ok, "no usable CUDA device ({})", device.reason);
   cudaStream_t stream = nullptr;
@@ -45,7 +53,7 @@ void run(const std::string& rows, const std::vector<int32_t>& page_sizes, int32_
   document["reps"] = reps;
   document["rows"] = bench_decode_rows(config, ceilings, stream);
   document["graphs"] =
-      graphs ? bench_decode_graphs(default_graph_rows(), stream) : nlohmann::json::array();
+      graphs ? bench_decode_graphs(steps, stream) : nlohmann::json::array();
   PlannerBenchConfig plan;
   plan.batches = {1, 64, 256, 1024};
   plan.kv_lens = {1024, 32768};
@@ -68,6 +76,7 @@ int main(int argc, char** argv) {
   int32_t reps = 20;
   bool no_graphs = false;
   bool no_planner = false;
+  std::string graph_rows;
   std::string json;
   app.add_option("--rows", rows, "B x kv_len, comma separated")->capture_default_str();
   app.add_option("--page-sizes", page_sizes, "Attention page sizes")
@@ -75,11 +84,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--reps", reps, "Timed samples per row (median)")->capture_default_str();
   app.add_flag("--no-graphs", no_graphs, "Skip the CUDA-graph step timing");
+  app.add_option("--graph-rows", graph_rows,
+                 "CUDA-graph steps B x kv_len, comma separated (default: the issue's four)");
   app.add_flag("--no-planner", no_planner, "Skip the host vs GPU planner timing");
   app.add_option("--json", json, "Write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
   try {
-    pagedattn::tools::run(rows, page_sizes, reps, !no_graphs, !no_planner, json);
+    pagedattn::tools::run(rows, page_sizes, reps, !no_graphs, graph_rows, !no_planner, json);
   } catch (const pagedattn::Error& error) {
     std::fprintf(stderr, "pagedattn_bench_cuda_decode: %s\n", error.what());
     return 1;
