@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_test_util.h"
@@ -496,6 +497,21 @@ TEST(CudaGuardPrefill, SplitKv) {
   fp8.kv_scale = 0.5f;
   check_mutation(fp8, page_id(2, 0, false));
   check_mutation(fp8, kv_indptr_decreasing(2));
+}
+
+// The warp-specialized kernel on 2 persistent CTAs, each taking many units in turn (its page-fault
+// slots reused unit after unit): 16 KV heads, so that the tiles cover the SMs and the KV is not
+// split (a split grid is never persistent).
+TEST(CudaGuardPrefill, PersistentWarpSpecialized) {
+  PA_REQUIRE_GPU();
+  const ScopedEnv force("PAGEDATTN_PREFILL_KERNEL", "ws-persistent-2");
+  CaseSpec spec = prefill_spec();
+  spec.num_qo_heads = 64;
+  spec.num_kv_heads = 16;
+  for (const Mutation& m : {page_id(2, 0, false), page_id(2, 0, true), kv_indptr_decreasing(2),
+                            last_page_len(2, 17), q_len_over_kv_len(1)}) {
+    check_mutation(spec, m);
+  }
 }
 
 TEST(CudaGuardMla, DecodeEveryKernel) {

@@ -145,7 +145,8 @@ struct Result {
 // warp-specialized ones: other head dims, fp8 caches) the launcher falls back to the next.
 // PAGEDATTN_TEST_PREFILL_KERNELS (a comma-separated list of those values) replaces the list.
 std::vector<std::string> kernels_under_test() {
-  std::vector<std::string> list = {"mma", "sm90", "ws", ""};
+  // ws-persistent-3: the warp-specialized kernel on 3 persistent CTAs, each taking many units.
+  std::vector<std::string> list = {"mma", "sm90", "ws", "ws-persistent-3", ""};
   if (const char* env = std::getenv("PAGEDATTN_TEST_PREFILL_KERNELS")) {
     list.clear();
     std::string all = env;

@@ -149,13 +149,13 @@ __device__ __forceinline__ CtaPageFault& cta_page_fault() {
 // read: page 0 (which exists, request_kv) stands in, and cta_page_fault() records it.
 template <class T>
 __device__ __forceinline__ void key_offsets(const PrefillParams& p, const int32_t* pages,
-                                            int kv_len, int n0, int64_t* k_off, int64_t* v_off) {
+                                            int kv_len, int n0, int64_t* k_off, int64_t* v_off,
+                                            CtaPageFault& fault = cta_page_fault()) {
   const int key = min(n0 + static_cast<int>(threadIdx.x), kv_len - 1);
   const int slot = key / p.page_size;
   const int in_page = key - slot * p.page_size;
   int page = __ldg(pages + slot);
   if (!page_in_pool(p.guard, page)) [[unlikely]] {
-    CtaPageFault& fault = cta_page_fault();
     if (atomicCAS(&fault.flag, 0, 1) == 0) {
       fault.page = page;
       fault.index = (pages - p.kv_indices) + slot;
@@ -266,6 +266,45 @@ __device__ __forceinline__ bool find_tile(const PrefillParams& p, int target, in
   }
   request = s_found[0];
   tile = s_found[1];
+  return request >= 0;
+}
+
+// find_tile for one warp, with no barrier (every warp that calls it finds the same tile): the
+// warp-specialized kernel's roles look up each of their work units on their own.
+template <int kBlockM>
+__device__ __forceinline__ bool find_tile_warp(const PrefillParams& p, int target, int& request,
+                                               int& tile) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const bool scan_all = target == p.num_tiles_bound - 1;  // reports every bad range (find_tile)
+  int base = 0, found_request = -1, found_tile = 0;
+  for (int chunk = 0; chunk < p.batch_size; chunk += 32) {
+    const int r = chunk + lane;
+    int count = 0;
+    if (r < p.batch_size) {
+      const int q_begin = __ldg(p.qo_indptr + r), q_end = __ldg(p.qo_indptr + r + 1);
+      if (query_rows_ok(p.guard, r, q_begin, q_end)) {
+        count = ((q_end - q_begin) * p.group_size + kBlockM - 1) / kBlockM;
+      }
+    }
+    int inclusive = count;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int up = __shfl_up_sync(0xffffffffu, inclusive, d);
+      if (lane >= d) inclusive += up;
+    }
+    const int first = base + inclusive - count;
+    const unsigned mine =
+        __ballot_sync(0xffffffffu, count > 0 && target >= first && target < first + count);
+    if (mine != 0) {
+      const int src = __ffs(mine) - 1;
+      found_request = __shfl_sync(0xffffffffu, r, src);
+      found_tile = __shfl_sync(0xffffffffu, count - 1 - (target - first), src);  // last first
+    }
+    base += __shfl_sync(0xffffffffu, inclusive, 31);
+    if ((found_request >= 0 || target < base) && !scan_all) break;
+  }
+  request = found_request;
+  tile = found_tile;
   return request >= 0;
 }
 

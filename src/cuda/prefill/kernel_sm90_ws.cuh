@@ -4,26 +4,30 @@
 //
 // Three warpgroups with their own jobs, meeting only at mbarriers:
 //   WG 0 (gather)    translates each tile's key positions into pool offsets (key_offsets: one key a
-//                    thread, the page table read and checked there) and gathers Q once and then K
-//                    and V tile by tile with cp.async into two stages each, running up to two
+//                    thread, the page table read and checked there) and gathers a unit's Q and then
+//                    K and V tile by tile with cp.async into two stages each, running up to two
 //                    tiles ahead of the math; it keeps 40 registers (setmaxnreg);
-//   WG 1, WG 2       own query rows 0..63 and 64..127 of the CTA: S = Q K^T (m64n128k16, both
-//   (math)           operands in shared memory), the online softmax in registers, O += P V
+//   WG 1, WG 2       own query rows 0..63 and 64..127 of each unit's tile: S = Q K^T (m64n128k16,
+//   (math)           both operands in shared memory), the online softmax in registers, O += P V
 //                    (m64n128k16, P from registers), and the epilogue of kernel_sm90.cuh; 232
 //                    registers each. With kPingPong the two take turns at the tensor cores: a
 //                    warpgroup issues a tile's products only after the other has issued its own,
 //                    so one's softmax runs beside the other's products (FlashAttention-3's
 //                    ping-pong schedule).
+// Work units (prefill_kernel_sm90_ws): a query tile of a request and a KV head, one a CTA or, in a
+// persistent grid of one CTA per SM, many a CTA in turn, the gather of the next unit running
+// under the last products and the epilogue of the one before.
 // Barriers (shared::cta mbarriers): q_full (128 arrivals: the gatherers' cp.async), k_full[s],
 // v_full[s] (128, cp.async.mbarrier.arrive as each gatherer's copies land), k_empty[s],
-// v_empty[s] (256: every math thread once its product that read the stage has completed).
-// Named barriers: 1 (the gatherers, 128: a tile's offsets written), 2 and 3 (the turns, 256), 4
-// (every thread, after the key loop).
+// v_empty[s] (256: every math thread once its product that read the stage has completed), q_empty
+// (256: every math thread once the unit's last S has completed), unit[2] (128: the gatherers are
+// done with a unit's page ids, so its page-fault slot is final). Named barriers: 1 (the gatherers,
+// 128: a tile's offsets written), 2 and 3 (the turns, 256).
 // Shared memory: Q [128 x D], K and V [2 stages][128 x D] (wgmma's 128-byte swizzle, as in
 // kernel_sm90.cuh), the offsets of two tiles, the barriers: 165 KiB at D = 128; one CTA per SM
 // (the registers: 384 threads x 168).
-// A page id outside the pool (key_offsets) sets the CTA's flag; after the closing CTA barrier the
-// math warpgroups write their rows as 0 / -inf (a poisoned partial when split), as kernel.cuh.
+// A page id outside the pool (key_offsets) sets the unit's page-fault slot; the math warpgroups
+// then write the unit's rows as 0 / -inf (a poisoned partial when split), as kernel.cuh.
 #pragma once
 
 #include "cuda/prefill/kernel_sm90.cuh"
@@ -47,7 +51,8 @@ struct WsConfig {
   static constexpr int kV = kK + kStages * kTileBytes;
   static constexpr int kOffsets = kV + kStages * kTileBytes;  // int64 [stage][K | V][kBlockN]
   static constexpr int kBars = kOffsets + kStages * 2 * kBlockN * 8;
-  static constexpr int kNumBars = 1 + 4 * kStages;  // q_full, k_full, v_full, k_empty, v_empty
+  // q_full, k_full, v_full, k_empty, v_empty, q_empty, a unit's page-fault slot (2)
+  static constexpr int kNumBars = 1 + 4 * kStages + 1 + 2;
   static constexpr int kBytes = kBars + kNumBars * 8;
   static constexpr int kSmemBytes = kBytes + 1024;  // aligned up to 1024 inside the kernel
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
@@ -57,6 +62,46 @@ struct WsConfig {
   static_assert(kGatherRegs + 2 * kMathRegs <= 3 * (65536 / kThreads / 8 * 8));
 };
 
+// One work unit of the kernel (a query tile of a request and a KV head: a CTA's whole work when the
+// grid has a CTA per unit), as each role finds it on its own (find_tile_warp, request_kv,
+// split_range: the same values in every thread).
+struct WsUnit {
+  int kv_head, request, row0, q_begin, num_rows, kv_len, pos_shift, lo, hi, end, num_blocks;
+  const int32_t* pages;
+};
+
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ bool ws_unit(const PrefillParams& p, int unit, WsUnit& u) {
+  u.kv_head = unit % p.num_kv_heads;
+  int tile = 0;
+  if (!find_tile_warp<kBlockM>(p, unit / p.num_kv_heads, u.request, tile)) return false;
+  const int g = p.group_size;
+  u.q_begin = p.qo_indptr[u.request];
+  const int q_len = p.qo_indptr[u.request + 1] - u.q_begin;
+  u.num_rows = q_len * g;
+  u.row0 = tile * kBlockM;
+  const RequestKv request_keys = request_kv(p, u.request, q_len);  // checked (kernel.cuh)
+  u.kv_len = request_keys.kv_len;
+  u.pages = request_keys.pages;
+  u.pos_shift = u.kv_len - q_len;
+  const int first_pos = u.pos_shift + u.row0 / g;
+  const int last_pos = u.pos_shift + (min(u.row0 + kBlockM, u.num_rows) - 1) / g;
+  const KeyRange range =
+      split_range(p, p.window_left >= 0 ? max(0, first_pos - p.window_left) / kBlockN * kBlockN : 0,
+                  p.causal ? min(u.kv_len, last_pos + 1) : u.kv_len, u.kv_len);
+  u.lo = range.lo;
+  u.hi = range.hi;
+  u.end = range.end;
+  u.num_blocks = u.hi > u.lo ? (u.hi - u.lo + kBlockN - 1) / kBlockN : 0;
+  return true;
+}
+
+// Units: num_tiles_bound x num_kv_heads (x the KV chunks in grid.y); CTA b takes units b,
+// b + gridDim.x, ... in order: one unit a CTA when the grid has a CTA per unit, a persistent CTA
+// per SM otherwise (the launcher's choice: launch.cuh). Within a CTA the roles run unit after unit
+// without meeting: the gatherer loads the next unit's Q once both math warpgroups have issued the
+// last S of the unit before (q_empty) and its first K / V tiles as the stages free, while the math
+// warpgroups still run that unit's last P V and write its rows.
 template <class T, int kHeadDim, bool kPingPong>
 __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     prefill_kernel_sm90_ws(const __grid_constant__ PrefillParams p) {
@@ -79,37 +124,21 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
                  int stage) -> uint32_t {  // kind 0 k_full, 1 v_full, 2 k_empty, 3 v_empty
     return bar_q + 8 * (1 + kind * C::kStages + stage);
   };
+  const uint32_t bar_q_empty = bar_q + 8 * (1 + 4 * C::kStages);
+  auto bar_unit = [&](int slot) -> uint32_t { return bar_q_empty + 8 * (1 + slot); };
   auto k_tile = [&](int stage) -> uint32_t { return base + C::kK + stage * C::kTileBytes; };
   auto v_tile = [&](int stage) -> uint32_t { return base + C::kV + stage * C::kTileBytes; };
+  // A page id outside the pool met by the gatherers in a unit (key_offsets), per unit slot.
+  __shared__ CtaPageFault faults[2];
 
-  const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
-  int request, tile;
-  if (!find_tile<C::kBlockM, C::kThreads>(p, static_cast<int>(blockIdx.x / p.num_kv_heads), request,
-                                          tile)) {
-    return;
-  }
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid >> 7;
   const int g = p.group_size;
-  const int q_begin = p.qo_indptr[request];
-  const int q_len = p.qo_indptr[request + 1] - q_begin;
-  const int num_rows = q_len * g;
-  const int row0 = tile * C::kBlockM;
-  const RequestKv request_keys = request_kv(p, request, q_len);  // checked (kernel.cuh)
-  const int kv_len = request_keys.kv_len;
-  const int32_t* pages = request_keys.pages;
-  const int pos_shift = kv_len - q_len;
-  const int first_pos = pos_shift + row0 / g;
-  const int last_pos = pos_shift + (min(row0 + C::kBlockM, num_rows) - 1) / g;
-  const KeyRange range =
-      split_range(p, p.window_left >= 0 ? max(0, first_pos - p.window_left) / kBlockN * kBlockN : 0,
-                  p.causal ? min(kv_len, last_pos + 1) : kv_len, kv_len);
-  const int cta_lo = range.lo, cta_hi = range.hi, key_end = range.end;
-  const int num_blocks = cta_hi > cta_lo ? (cta_hi - cta_lo + kBlockN - 1) / kBlockN : 0;
+  const int units = p.num_tiles_bound * p.num_kv_heads;
+  const int stride = static_cast<int>(gridDim.x);
 
-  // Named barriers: 1 the gatherers' offsets, kTurn + w warpgroup w's turn, kClose all threads at
-  // the end (barrier.sync, not __syncthreads: the roles reach it at different instructions).
-  constexpr int kTurn = 2, kClose = 4;
+  // Named barriers: 1 the gatherers' offsets, kTurn + w warpgroup w's turn.
+  constexpr int kTurn = 2;
   if (tid == 0) {
     mbarrier_init(bar_q, 128);
     for (int s = 0; s < C::kStages; ++s) {
@@ -118,134 +147,154 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
       mbarrier_init(bar(2, s), 256);
       mbarrier_init(bar(3, s), 256);
     }
+    mbarrier_init(bar_q_empty, 256);
+    mbarrier_init(bar_unit(0), 128);
+    mbarrier_init(bar_unit(1), 128);
   }
   __syncthreads();  // the barriers are initialised
 
+  // The K / V stages run over the CTA's tiles of all its units in order (tile n: stage n % 2,
+  // phase n / 2); q_full, q_empty and the unit slots over its units with tiles (the k-th: Q
+  // phase k % 2, slot k % 2 of phase k / 2).
   if (wg == 0) {
     // ---- gather ----
     regs_decrease<C::kGatherRegs>();
-    if (num_blocks > 0) {
-      load_q_rows<T, C::kBlockM, kD>(p, s_q, row0, num_rows, q_begin, kv_head);
+    int n = 0, k = 0;
+    for (int unit = static_cast<int>(blockIdx.x); unit < units; unit += stride) {
+      WsUnit u;
+      if (!ws_unit<C::kBlockM, kBlockN>(p, unit, u) || u.num_blocks == 0) continue;
+      // Both math warpgroups are done with the previous unit's Q, and so with the unit before's
+      // fault slot (they read it before they start the next unit).
+      if (k > 0) mbarrier_wait(bar_q_empty, static_cast<uint32_t>((k - 1) & 1));
+      CtaPageFault& fault = faults[k & 1];
+      if (tid == 0) fault.flag = 0;
+      named_barrier_sync(1, 128);  // cleared before any gatherer's key_offsets
+      load_q_rows<T, C::kBlockM, kD>(p, s_q, u.row0, u.num_rows, u.q_begin, u.kv_head);
       mbarrier_arrive_cp_async(bar_q);
-      const T* k_base = static_cast<const T*>(p.k) + kv_head * p.k_stride_head;
-      const T* v_base = static_cast<const T*>(p.v) + kv_head * p.v_stride_head;
-      for (int t = 0; t < num_blocks; ++t) {
-        const int s = t % C::kStages;
-        const uint32_t parity = ((t / C::kStages) & 1) ^ 1;  // a fresh barrier passes parity 1
+      const T* k_base = static_cast<const T*>(p.k) + u.kv_head * p.k_stride_head;
+      const T* v_base = static_cast<const T*>(p.v) + u.kv_head * p.v_stride_head;
+      for (int t = 0; t < u.num_blocks; ++t, ++n) {
+        const int s = n % C::kStages;
+        const uint32_t parity = ((n / C::kStages) & 1) ^ 1;  // a fresh barrier passes parity 1
         int64_t* offsets = s_off + s * 2 * kBlockN;
-        // Tile t - 2's copies, which read these offsets, were issued before barrier 1 of t - 1.
-        key_offsets<T>(p, pages, kv_len, cta_lo + t * kBlockN, offsets, offsets + kBlockN);
+        // Tile n - 2's copies, which read these offsets, were issued before barrier 1 of n - 1.
+        key_offsets<T>(p, u.pages, u.kv_len, u.lo + t * kBlockN, offsets, offsets + kBlockN,
+                       fault);
         named_barrier_sync(1, 128);
-        mbarrier_wait(bar(2, s), parity);  // both math warpgroups are done with K of tile t - 2
+        mbarrier_wait(bar(2, s), parity);  // both math warpgroups are done with K of tile n - 2
         load_tile<kD / 8, kBlockN>(k_tile(s), k_base, offsets);
         mbarrier_arrive_cp_async(bar(0, s));
-        mbarrier_wait(bar(3, s), parity);  // ... and with V of tile t - 2
+        mbarrier_wait(bar(3, s), parity);  // ... and with V of tile n - 2
         load_tile<kD / 8, kBlockN>(v_tile(s), v_base, offsets + kBlockN);
         mbarrier_arrive_cp_async(bar(1, s));
       }
+      mbarrier_arrive(bar_unit(k & 1));  // this thread's page-fault writes for the unit are done
+      ++k;
     }
-    named_barrier_sync(kClose, C::kThreads);  // every gatherer's page-fault flag, for the epilogue
+    // The last copies land (and arrive on their barriers) before the thread exits.
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
 
-  // ---- math: warpgroup mw owns rows 64 mw .. 64 mw + 63 of the CTA ----
+  // ---- math: warpgroup mw owns rows 64 mw .. 64 mw + 63 of each unit's tile ----
   regs_increase<C::kMathRegs>();
   const int mw = wg - 1;
   const int t_in_wg = tid & 127;
   const int lane = tid & 31, warp = t_in_wg >> 5;
-  const int wg_row0 = row0 + 64 * mw;
-  int row_pos[2];  // this thread's rows: 16 * warp + lane / 4 (+ 8) of the warpgroup
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = wg_row0 + warp * 16 + (lane >> 2) + h * 8;
-    row_pos[h] = pos_shift + min(row, num_rows - 1) / g;
-  }
-  const int wg_first_pos = pos_shift + min(wg_row0, num_rows - 1) / g;
-  const int wg_last_pos = pos_shift + (min(wg_row0 + 64, num_rows) - 1) / g;
-
-  float o[kORegs];
-#pragma unroll
-  for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-
   const uint32_t q_rows = s_q + mw * 64 * 128;  // 64-row A operand: 8 KiB into each block
 
-  // The steps of one tile t (stage t % 2, phase t / 2).
-  auto stage = [](int t) { return t % C::kStages; };
-  auto phase = [](int t) { return static_cast<uint32_t>((t / C::kStages) & 1); };
-  auto wait_k = [&](int t) {
-    mbarrier_wait(bar(0, stage(t)), phase(t));  // K of tile t landed
+  // The steps of the CTA's tile n (stage n % 2, phase n / 2).
+  auto stage = [](int n) { return n % C::kStages; };
+  auto phase = [](int n) { return static_cast<uint32_t>((n / C::kStages) & 1); };
+  auto wait_k = [&](int n) {
+    mbarrier_wait(bar(0, stage(n)), phase(n));  // K of tile n landed
     fence_proxy_async();                        // ... visible to the tensor cores' reads
   };
-  auto wait_v = [&](int t) {
-    mbarrier_wait(bar(1, stage(t)), phase(t));
+  auto wait_v = [&](int n) {
+    mbarrier_wait(bar(1, stage(n)), phase(n));
     fence_proxy_async();
   };
-  auto issue_s = [&](int t, float(&sc)[kSRegs]) {  // S = Q K_t^T, uncommitted
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      const uint32_t column = (ks & 3) * 32;
-      const uint64_t a = descriptor(q_rows + (ks >> 2) * C::kBlockBytes + column, 16, 1024);
-      const uint64_t b =
-          descriptor(k_tile(stage(t)) + (ks >> 2) * C::kBlockBytes + column, 16, 1024);
-      Ops<T>::qk(sc, a, b, ks > 0 ? 1 : 0);
-    }
-  };
-  auto issue_pv = [&](int t, const uint32_t(&pa)[kBlockN / 16][4]) {  // O += P V_t, uncommitted
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      Ops<T>::pv(o, pa[kk], descriptor(v_tile(stage(t)) + kk * 16 * 128, C::kBlockBytes, 1024));
-    }
-  };
   // The turns (kPingPong): warpgroup mw waits for its turn before it issues a tile's products and
-  // hands the turn over once they are issued; warpgroup 1 hands it over once before its first
-  // tile, so it skips its last hand-over and every wait meets exactly one arrival.
-  auto take_turn = [&]() {
-    if constexpr (kPingPong) named_barrier_sync(kTurn + mw, 256);
-  };
-  auto pass_turn = [&](int t) {
-    if constexpr (kPingPong) {
-      if (mw == 0 || t + 1 < num_blocks) named_barrier_arrive(kTurn + (mw ^ 1), 256);
-    }
-  };
-  if (num_blocks > 0) {
-    mbarrier_wait(bar_q, 0);
-    if (kPingPong && mw == 1) named_barrier_arrive(kTurn, 256);  // warpgroup 0 goes first
-  }
-  // Each tile in order: S, softmax, P V.
-  for (int t = 0; t < num_blocks; ++t) {
-    float sc[kSRegs];
-    wait_k(t);
-    take_turn();
-    wgmma_fence();
-    issue_s(t, sc);
-    wgmma_commit();
-    pass_turn(t);
-    wgmma_wait_all();
-    fence_registers(sc);
-    mbarrier_arrive(bar(2, stage(t)));  // this warpgroup is done with K of tile t
-    float alpha[2];
-    if (softmax_tile<kBlockN>(p, sc, cta_lo + t * kBlockN, cta_hi, key_end, wg_first_pos,
-                              wg_last_pos, row_pos, row_max, row_sum, alpha)) {
+  // hands the turn over once they are issued. Warpgroup 1 hands it over once before its first tile
+  // and warpgroup 0 takes one more after its last, so every wait meets exactly one arrival.
+  bool started = false;
+  int n = 0, k = 0;
+  for (int unit = static_cast<int>(blockIdx.x); unit < units; unit += stride) {
+    WsUnit u;
+    if (!ws_unit<C::kBlockM, kBlockN>(p, unit, u)) continue;
+    const int wg_row0 = u.row0 + 64 * mw;
+    int row_pos[2];  // this thread's rows: 16 * warp + lane / 4 (+ 8) of the warpgroup
 #pragma unroll
-      for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
+    for (int h = 0; h < 2; ++h) {
+      const int row = wg_row0 + warp * 16 + (lane >> 2) + h * 8;
+      row_pos[h] = u.pos_shift + min(row, u.num_rows - 1) / g;
     }
-    uint32_t pa[kBlockN / 16][4];
-    pack_p<T, kBlockN>(sc, pa);
-    wait_v(t);
-    wgmma_fence();
-    issue_pv(t, pa);
-    wgmma_commit();
-    wgmma_wait_all();
-    fence_registers(o);
-    mbarrier_arrive(bar(3, stage(t)));  // ... and with V of tile t
-  }
-  named_barrier_sync(kClose, C::kThreads);  // the gatherers' page-fault flag (key_offsets)
+    const int wg_first_pos = u.pos_shift + min(wg_row0, u.num_rows - 1) / g;
+    const int wg_last_pos = u.pos_shift + (min(wg_row0 + 64, u.num_rows) - 1) / g;
 
-  // A page id outside the pool: the rows get 0 / -inf (a poisoned partial when split).
-  const bool bad_page = cta_met_bad_page();
-  write_rows<T, kD>(p, o, row_sum, row_max, wg_row0, num_rows, q_begin, kv_head, 1.0f, bad_page);
-  if (bad_page && tid == 128) report_cta_bad_page(p, request);
+    float o[kORegs];
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+    if (u.num_blocks > 0) {
+      mbarrier_wait(bar_q, static_cast<uint32_t>(k & 1));
+      if (kPingPong && mw == 1 && !started) named_barrier_arrive(kTurn, 256);  // 0 goes first
+      started = true;
+    }
+    // Each tile in order: S, softmax, P V.
+    for (int t = 0; t < u.num_blocks; ++t, ++n) {
+      float sc[kSRegs];
+      wait_k(n);
+      if constexpr (kPingPong) named_barrier_sync(kTurn + mw, 256);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {  // S = Q K_n^T
+        const uint32_t column = (ks & 3) * 32;
+        const uint64_t a = descriptor(q_rows + (ks >> 2) * C::kBlockBytes + column, 16, 1024);
+        const uint64_t b =
+            descriptor(k_tile(stage(n)) + (ks >> 2) * C::kBlockBytes + column, 16, 1024);
+        Ops<T>::qk(sc, a, b, ks > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      if constexpr (kPingPong) named_barrier_arrive(kTurn + (mw ^ 1), 256);
+      wgmma_wait_all();
+      fence_registers(sc);
+      mbarrier_arrive(bar(2, stage(n)));  // this warpgroup is done with K of tile n
+      if (t + 1 == u.num_blocks) mbarrier_arrive(bar_q_empty);  // ... and with the unit's Q
+      float alpha[2];
+      if (softmax_tile<kBlockN>(p, sc, u.lo + t * kBlockN, u.hi, u.end, wg_first_pos,
+                                wg_last_pos, row_pos, row_max, row_sum, alpha)) {
+#pragma unroll
+        for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
+      }
+      uint32_t pa[kBlockN / 16][4];
+      pack_p<T, kBlockN>(sc, pa);
+      wait_v(n);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {  // O += P V_n
+        Ops<T>::pv(o, pa[kk], descriptor(v_tile(stage(n)) + kk * 16 * 128, C::kBlockBytes, 1024));
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_registers(o);
+      mbarrier_arrive(bar(3, stage(n)));  // ... and with V of tile n
+    }
+
+    // A page id outside the pool: the rows get 0 / -inf (a poisoned partial when split).
+    bool bad_page = false;
+    const CtaPageFault& fault = faults[k & 1];
+    if (u.num_blocks > 0) {
+      mbarrier_wait(bar_unit(k & 1), static_cast<uint32_t>((k >> 1) & 1));
+      bad_page = fault.flag != 0;
+      ++k;
+    }
+    write_rows<T, kD>(p, o, row_sum, row_max, wg_row0, u.num_rows, u.q_begin, u.kv_head, 1.0f,
+                      bad_page);
+    if (bad_page && tid == 128) report_page(p.guard, u.request, fault.index, fault.page);
+  }
+  if (kPingPong && mw == 0 && started) named_barrier_sync(kTurn, 256);  // the last hand-over
 #else
   __trap();  // launched only where the sm_90a code exists (see launch.cuh)
 #endif

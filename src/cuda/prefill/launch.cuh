@@ -8,11 +8,14 @@
 // or no hint) and the step's KV is more than 1024 tokens a request (num_pages_hint x P / B, or no
 // hint), else the one-warpgroup wgmma kernel (kernel_sm90.cuh: other head dims, an fp8 cache,
 // decode-like steps whose rows fill half a warp-specialized CTA at most, short KV); elsewhere the
-// mma.sync kernel (kernel.cuh), which serves sm_80. PAGEDATTN_PREFILL_KERNEL forces one where it applies:
-// mma (the sm_80 path, tested on the Hopper test machine, tests/cuda/prefill_test.cpp), sm90, and
-// the warp-specialized kernel's two schedules: ws (each math warpgroup on its own) and ws-pingpong
-// (the two take turns at the tensor cores: the default); ARCHITECTURE.md lists every switch. Every
-// kernel goes through cuda/launch.h's launch_kernel (programmatic dependent launch on 9.x devices).
+// mma.sync kernel (kernel.cuh), which serves sm_80. The warp-specialized kernel runs a CTA per SM
+// over its units in turn where they make 24 waves or more (launch_tiles), else a CTA per unit.
+// PAGEDATTN_PREFILL_KERNEL forces one where it applies: mma (the sm_80 path, tested on the Hopper
+// test machine, tests/cuda/prefill_test.cpp), sm90, and the warp-specialized kernel's schedules:
+// ws (each math warpgroup on its own, a CTA per unit), ws-pingpong (the two take turns at the
+// tensor cores, a CTA per unit), ws-persistent (turns, a CTA per SM; ws-persistent-N: N CTAs);
+// ARCHITECTURE.md lists every switch. Every kernel goes through cuda/launch.h's launch_kernel
+// (programmatic dependent launch on 9.x devices).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -92,12 +95,28 @@ __global__ void __launch_bounds__(128)
   }
 }
 
+// The warp-specialized kernel's persistent grid (kernel_sm90_ws.cuh: CTA b takes the units (query
+// tile, KV head) b, b + grid, ...): kPersistentAuto takes a CTA per SM where the units make at
+// least kPersistentWaves waves of them (many short units, e.g. 16 x 2048: there the next unit's
+// loads run under the last one's epilogue; with fewer, the hardware's dynamic order of one CTA
+// per unit balances the causal tiles better: bench/RESULTS.md); n > 0 takes n CTAs; 0 a CTA per
+// unit.
+inline constexpr int64_t kPersistentAuto = -1;
+inline constexpr int64_t kPersistentWaves = 24;
+
 template <class T, class Kernel>
 void launch_tiles(Kernel* kernel, PrefillParams params, int block_rows, int threads, int smem,
-                  int head_dim_vo, cudaStream_t stream) {
+                  int head_dim_vo, cudaStream_t stream, int64_t max_ctas = 0) {
   params.num_tiles_bound = static_cast<int32_t>(tile_bound(params, block_rows));
-  const int64_t blocks = int64_t{params.num_tiles_bound} * params.num_kv_heads;
-  if (blocks == 0) return;
+  const int64_t units = int64_t{params.num_tiles_bound} * params.num_kv_heads;
+  if (units == 0) return;
+  if (max_ctas == kPersistentAuto) {
+    int device = 0, sms = 0;
+    PA_CUDA_CHECK(cudaGetDevice(&device));
+    PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    max_ctas = units >= kPersistentWaves * sms ? sms : 0;
+  }
+  const int64_t blocks = max_ctas > 0 ? std::min(units, max_ctas) : units;
   PA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.num_kv_chunks));
   launch_kernel(kernel, grid, threads, static_cast<size_t>(smem), stream, params);
@@ -138,13 +157,25 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
                            params.kv_tokens_hint > int64_t{1024} * std::max(1, params.batch_size);
       const bool plain = std::strcmp(forced, "ws") == 0;
       const bool pingpong = std::strcmp(forced, "ws-pingpong") == 0;
+      // ws-persistent: a CTA per SM; ws-persistent-N: N CTAs (the tests' many units a CTA).
+      const bool persistent = std::strncmp(forced, "ws-persistent", 13) == 0;
       const bool by_default = many_rows && long_kv && std::strcmp(forced, "sm90") != 0;
-      if (plain || pingpong || by_default) {
+      if (plain || pingpong || persistent || by_default) {
         auto* kernel = plain ? &sm90ws::prefill_kernel_sm90_ws<T, kHeadDimQk, false>
                              : &sm90ws::prefill_kernel_sm90_ws<T, kHeadDimQk, true>;
         using W = sm90ws::WsConfig<kHeadDimQk>;
+        // Persistent (launch_tiles): the default's rule, or forced; ws and ws-pingpong forced
+        // take a CTA per unit, and so does a KV split (chosen for grids that leave SMs idle).
+        int64_t max_ctas = 0;
+        if (params.num_kv_chunks <= 1 && persistent) {
+          int sms = 0;
+          PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+          max_ctas = forced[13] == '-' ? std::max(1, std::atoi(forced + 14)) : sms;
+        } else if (params.num_kv_chunks <= 1 && !plain && !pingpong) {
+          max_ctas = kPersistentAuto;
+        }
         return launch_tiles<T>(kernel, params, W::kBlockM, W::kThreads, W::kSmemBytes, kHeadDimVo,
-                               stream);
+                               stream, max_ctas);
       }
     }
     using C = sm90::Config<kHeadDimQk, kHeadDimVo>;
