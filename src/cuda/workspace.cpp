@@ -77,6 +77,8 @@ CudaWorkspace::CudaWorkspace(const WorkspaceLimits& limits) : limits_(limits) {
   merge_counters_capacity_ = int64_t{limits.max_batch} * limits.max_qo_heads;
   merge_counters_ = DeviceBuffer(sizeof(int32_t) * merge_counters_capacity_);
   PA_CUDA_CHECK(cudaMemset(merge_counters_.data(), 0, merge_counters_.bytes()));
+  prefill_unit_counters_ = DeviceBuffer(sizeof(int32_t) * 2);
+  PA_CUDA_CHECK(cudaMemset(prefill_unit_counters_.data(), 0, prefill_unit_counters_.bytes()));
   faults_ = std::make_unique<FaultLog>();
 }
 

@@ -115,6 +115,9 @@ class CudaWorkspace final : public Workspace {
   int32_t* merge_counters() const { return merge_counters_.as<int32_t>(); }
   int64_t merge_counters_capacity() const { return merge_counters_capacity_; }
 
+  // ---- the persistent prefill grid's unit counters: [next unit, CTAs done], zero between calls ----
+  int32_t* prefill_unit_counters() const { return prefill_unit_counters_.as<int32_t>(); }
+
   // ---- raw scratch for prefill / MLA ----
   void* scratch() const { return scratch_.data(); }
   size_t scratch_bytes() const { return scratch_.bytes(); }
@@ -152,6 +155,7 @@ class CudaWorkspace final : public Workspace {
   int64_t partial_lse_capacity_ = 0;
   int64_t merge_counters_capacity_ = 0;
   DeviceBuffer merge_counters_;
+  DeviceBuffer prefill_unit_counters_;
   DeviceBuffer work_request_, work_chunk_, merge_indptr_, info_;
   DeviceBuffer partial_out_, partial_lse_, scratch_;
   std::unique_ptr<FaultLog> faults_;

@@ -214,6 +214,27 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// The query tiles of request r (`count`: 0 past the batch or for a bad query range, which
+// common/guard.h reports and which then has nothing read or written) and their inclusive prefix
+// sum over the warp's lanes (lane l holding request r - (lane - l)).
+template <int kBlockM>
+__device__ __forceinline__ int warp_tile_scan(const PrefillParams& p, int r, int lane, int& count) {
+  count = 0;
+  if (r < p.batch_size) {
+    const int q_begin = __ldg(p.qo_indptr + r), q_end = __ldg(p.qo_indptr + r + 1);
+    if (query_rows_ok(p.guard, r, q_begin, q_end)) {
+      count = ((q_end - q_begin) * p.group_size + kBlockM - 1) / kBlockM;
+    }
+  }
+  int inclusive = count;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, inclusive, d);
+    if (lane >= d) inclusive += up;
+  }
+  return inclusive;
+}
+
 // Finds this CTA's (request, tile) from the per-request tile counts ceil(q_len * g / kBlockM).
 // Returns false when the CTA is past the last tile.
 template <int kBlockM, int kThreads>
@@ -232,20 +253,8 @@ __device__ __forceinline__ bool find_tile(const PrefillParams& p, int target, in
   int base = 0;
   for (int chunk = 0; chunk < p.batch_size; chunk += kThreads) {
     const int r = chunk + static_cast<int>(threadIdx.x);
-    int count = 0;
-    if (r < p.batch_size) {
-      // A bad query range (common/guard.h) gets no tiles: nothing is read or written for it.
-      const int q_begin = __ldg(p.qo_indptr + r), q_end = __ldg(p.qo_indptr + r + 1);
-      if (query_rows_ok(p.guard, r, q_begin, q_end)) {
-        count = ((q_end - q_begin) * p.group_size + kBlockM - 1) / kBlockM;
-      }
-    }
-    int inclusive = count;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int up = __shfl_up_sync(0xffffffffu, inclusive, d);
-      if (lane >= d) inclusive += up;
-    }
+    int count;
+    const int inclusive = warp_tile_scan<kBlockM>(p, r, lane, count);
     if (lane == 31) s_warp_sums[warp] = inclusive;
     __syncthreads();
     int before = base, total = base;
@@ -279,19 +288,8 @@ __device__ __forceinline__ bool find_tile_warp(const PrefillParams& p, int targe
   int base = 0, found_request = -1, found_tile = 0;
   for (int chunk = 0; chunk < p.batch_size; chunk += 32) {
     const int r = chunk + lane;
-    int count = 0;
-    if (r < p.batch_size) {
-      const int q_begin = __ldg(p.qo_indptr + r), q_end = __ldg(p.qo_indptr + r + 1);
-      if (query_rows_ok(p.guard, r, q_begin, q_end)) {
-        count = ((q_end - q_begin) * p.group_size + kBlockM - 1) / kBlockM;
-      }
-    }
-    int inclusive = count;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int up = __shfl_up_sync(0xffffffffu, inclusive, d);
-      if (lane >= d) inclusive += up;
-    }
+    int count;
+    const int inclusive = warp_tile_scan<kBlockM>(p, r, lane, count);
     const int first = base + inclusive - count;
     const unsigned mine =
         __ballot_sync(0xffffffffu, count > 0 && target >= first && target < first + count);

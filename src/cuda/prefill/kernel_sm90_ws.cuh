@@ -6,10 +6,10 @@
 //   WG 0 (gather)    translates each tile's key positions into pool offsets (key_offsets: one key a
 //                    thread, the page table read and checked there) and gathers a unit's Q and then
 //                    K and V tile by tile with cp.async into two stages each, running up to two
-//                    tiles ahead of the math; it keeps 40 registers (setmaxnreg);
+//                    tiles ahead of the math; it keeps 56 registers (setmaxnreg);
 //   WG 1, WG 2       own query rows 0..63 and 64..127 of each unit's tile: S = Q K^T (m64n128k16,
 //   (math)           both operands in shared memory), the online softmax in registers, O += P V
-//                    (m64n128k16, P from registers), and the epilogue of kernel_sm90.cuh; 232
+//                    (m64n128k16, P from registers), and the epilogue of kernel_sm90.cuh; 224
 //                    registers each. With kPingPong the two take turns at the tensor cores: a
 //                    warpgroup issues a tile's products only after the other has issued its own,
 //                    so one's softmax runs beside the other's products (FlashAttention-3's
@@ -51,14 +51,15 @@ struct WsConfig {
   static constexpr int kV = kK + kStages * kTileBytes;
   static constexpr int kOffsets = kV + kStages * kTileBytes;  // int64 [stage][K | V][kBlockN]
   static constexpr int kBars = kOffsets + kStages * 2 * kBlockN * 8;
-  // q_full, k_full, v_full, k_empty, v_empty, q_empty, a unit's page-fault slot (2)
-  static constexpr int kNumBars = 1 + 4 * kStages + 1 + 2;
+  // q_full, k_full, v_full, k_empty, v_empty, q_empty, a unit's page-fault slot (2), the fetched
+  // unit's slot full (2) and empty (2)
+  static constexpr int kNumBars = 1 + 4 * kStages + 1 + 2 + 4;
   static constexpr int kBytes = kBars + kNumBars * 8;
   static constexpr int kSmemBytes = kBytes + 1024;  // aligned up to 1024 inside the kernel
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
   // setmaxnreg: the launch's 65536 / 384 = 168 registers a thread, moved to the math warpgroups
   // (.inc takes only what .dec released: the sum must stay within 3 x 168).
-  static constexpr int kGatherRegs = 40, kMathRegs = 232;
+  static constexpr int kGatherRegs = 56, kMathRegs = 224;
   static_assert(kGatherRegs + 2 * kMathRegs <= 3 * (65536 / kThreads / 8 * 8));
 };
 
@@ -96,12 +97,16 @@ __device__ __forceinline__ bool ws_unit(const PrefillParams& p, int unit, WsUnit
   return true;
 }
 
-// Units: num_tiles_bound x num_kv_heads (x the KV chunks in grid.y); CTA b takes units b,
-// b + gridDim.x, ... in order: one unit a CTA when the grid has a CTA per unit, a persistent CTA
-// per SM otherwise (the launcher's choice: launch.cuh). Within a CTA the roles run unit after unit
-// without meeting: the gatherer loads the next unit's Q once both math warpgroups have issued the
-// last S of the unit before (q_empty) and its first K / V tiles as the stages free, while the math
-// warpgroups still run that unit's last P V and write its rows.
+// Units: num_tiles_bound x num_kv_heads (x the KV chunks in grid.y), in the order of find_tile
+// (requests in turn, each one's last, longest tiles first). With a CTA per unit (unit_counters
+// null) CTA b takes unit b (b, b + grid, ... in a smaller grid without counters). A persistent grid (a CTA per SM: the launcher's choice, launch.cuh)
+// takes them in that order as its CTAs come free: thread 0 fetches the next from the counter and
+// hands it to every thread through a slot of shared memory (unit_full / unit_empty, two slots);
+// the CTA that fetches past the end and finishes last zeroes the counters for the next launch.
+// Within a CTA the roles run unit after unit without meeting: the gatherer loads the next unit's
+// Q once both math warpgroups have issued the last S of the unit before (q_empty) and its first
+// K / V tiles as the stages free, while the math warpgroups still run that unit's last P V and
+// write its rows.
 template <class T, int kHeadDim, bool kPingPong>
 __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     prefill_kernel_sm90_ws(const __grid_constant__ PrefillParams p) {
@@ -126,16 +131,42 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
   };
   const uint32_t bar_q_empty = bar_q + 8 * (1 + 4 * C::kStages);
   auto bar_unit = [&](int slot) -> uint32_t { return bar_q_empty + 8 * (1 + slot); };
+  auto bar_fetch_full = [&](int slot) -> uint32_t { return bar_q_empty + 8 * (3 + slot); };
+  auto bar_fetch_empty = [&](int slot) -> uint32_t { return bar_q_empty + 8 * (5 + slot); };
   auto k_tile = [&](int stage) -> uint32_t { return base + C::kK + stage * C::kTileBytes; };
   auto v_tile = [&](int stage) -> uint32_t { return base + C::kV + stage * C::kTileBytes; };
   // A page id outside the pool met by the gatherers in a unit (key_offsets), per unit slot.
   __shared__ CtaPageFault faults[2];
+  __shared__ int fetched[2];  // the persistent grid's units, as thread 0 fetched them
 
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid >> 7;
   const int g = p.group_size;
   const int units = p.num_tiles_bound * p.num_kv_heads;
-  const int stride = static_cast<int>(gridDim.x);
+  // The CTA's f-th unit, or -1 past its last; every thread calls it for f = 0, 1, ... in turn.
+  auto next_unit = [&](int f) -> int {
+    if (p.unit_counters == nullptr) {  // units b, b + grid, ... (a CTA per unit: b alone)
+      const int64_t unit = blockIdx.x + int64_t{f} * gridDim.x;
+      return unit < units ? static_cast<int>(unit) : -1;
+    }
+    const int slot = f & 1;
+    const uint32_t round = static_cast<uint32_t>((f >> 1) & 1);
+    if (tid == 0) {
+      mbarrier_wait(bar_fetch_empty(slot), round ^ 1);  // fetch f - 2 read by every thread
+      const int unit = atomicAdd(p.unit_counters, 1);
+      fetched[slot] = unit < units ? unit : -1;
+      if (unit >= units && atomicAdd(p.unit_counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+        // The last CTA past the end: every CTA has fetched its last, so the counters are free.
+        atomicExch(p.unit_counters, 0);
+        atomicExch(p.unit_counters + 1, 0);
+      }
+      mbarrier_arrive(bar_fetch_full(slot));
+    }
+    mbarrier_wait(bar_fetch_full(slot), round);
+    const int unit = fetched[slot];
+    mbarrier_arrive(bar_fetch_empty(slot));
+    return unit;
+  };
 
   // Named barriers: 1 the gatherers' offsets, kTurn + w warpgroup w's turn.
   constexpr int kTurn = 2;
@@ -150,6 +181,10 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     mbarrier_init(bar_q_empty, 256);
     mbarrier_init(bar_unit(0), 128);
     mbarrier_init(bar_unit(1), 128);
+    for (int slot = 0; slot < 2; ++slot) {
+      mbarrier_init(bar_fetch_full(slot), 1);
+      mbarrier_init(bar_fetch_empty(slot), C::kThreads);
+    }
   }
   __syncthreads();  // the barriers are initialised
 
@@ -160,7 +195,9 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     // ---- gather ----
     regs_decrease<C::kGatherRegs>();
     int n = 0, k = 0;
-    for (int unit = static_cast<int>(blockIdx.x); unit < units; unit += stride) {
+    for (int f = 0;; ++f) {
+      const int unit = next_unit(f);
+      if (unit < 0) break;
       WsUnit u;
       if (!ws_unit<C::kBlockM, kBlockN>(p, unit, u) || u.num_blocks == 0) continue;
       // Both math warpgroups are done with the previous unit's Q, and so with the unit before's
@@ -178,8 +215,7 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
         const uint32_t parity = ((n / C::kStages) & 1) ^ 1;  // a fresh barrier passes parity 1
         int64_t* offsets = s_off + s * 2 * kBlockN;
         // Tile n - 2's copies, which read these offsets, were issued before barrier 1 of n - 1.
-        key_offsets<T>(p, u.pages, u.kv_len, u.lo + t * kBlockN, offsets, offsets + kBlockN,
-                       fault);
+        key_offsets<T>(p, u.pages, u.kv_len, u.lo + t * kBlockN, offsets, offsets + kBlockN, fault);
         named_barrier_sync(1, 128);
         mbarrier_wait(bar(2, s), parity);  // both math warpgroups are done with K of tile n - 2
         load_tile<kD / 8, kBlockN>(k_tile(s), k_base, offsets);
@@ -219,7 +255,9 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
   // and warpgroup 0 takes one more after its last, so every wait meets exactly one arrival.
   bool started = false;
   int n = 0, k = 0;
-  for (int unit = static_cast<int>(blockIdx.x); unit < units; unit += stride) {
+  for (int f = 0;; ++f) {
+    const int unit = next_unit(f);
+    if (unit < 0) break;
     WsUnit u;
     if (!ws_unit<C::kBlockM, kBlockN>(p, unit, u)) continue;
     const int wg_row0 = u.row0 + 64 * mw;
@@ -263,8 +301,8 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
       mbarrier_arrive(bar(2, stage(n)));  // this warpgroup is done with K of tile n
       if (t + 1 == u.num_blocks) mbarrier_arrive(bar_q_empty);  // ... and with the unit's Q
       float alpha[2];
-      if (softmax_tile<kBlockN>(p, sc, u.lo + t * kBlockN, u.hi, u.end, wg_first_pos,
-                                wg_last_pos, row_pos, row_max, row_sum, alpha)) {
+      if (softmax_tile<kBlockN>(p, sc, u.lo + t * kBlockN, u.hi, u.end, wg_first_pos, wg_last_pos,
+                                row_pos, row_max, row_sum, alpha)) {
 #pragma unroll
         for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
       }

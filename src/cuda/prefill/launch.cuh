@@ -9,7 +9,7 @@
 // hint), else the one-warpgroup wgmma kernel (kernel_sm90.cuh: other head dims, an fp8 cache,
 // decode-like steps whose rows fill half a warp-specialized CTA at most, short KV); elsewhere the
 // mma.sync kernel (kernel.cuh), which serves sm_80. The warp-specialized kernel runs a CTA per SM
-// over its units in turn where they make 24 waves or more (launch_tiles), else a CTA per unit.
+// over its units in turn where they are many and short (launch_tiles), else a CTA per unit.
 // PAGEDATTN_PREFILL_KERNEL forces one where it applies: mma (the sm_80 path, tested on the Hopper
 // test machine, tests/cuda/prefill_test.cpp), sm90, and the warp-specialized kernel's schedules:
 // ws (each math warpgroup on its own, a CTA per unit), ws-pingpong (the two take turns at the
@@ -96,13 +96,15 @@ __global__ void __launch_bounds__(128)
 }
 
 // The warp-specialized kernel's persistent grid (kernel_sm90_ws.cuh: CTA b takes the units (query
-// tile, KV head) b, b + grid, ...): kPersistentAuto takes a CTA per SM where the units make at
-// least kPersistentWaves waves of them (many short units, e.g. 16 x 2048: there the next unit's
-// loads run under the last one's epilogue; with fewer, the hardware's dynamic order of one CTA
-// per unit balances the causal tiles better: bench/RESULTS.md); n > 0 takes n CTAs; 0 a CTA per
-// unit.
+// tile, KV head) b, b + grid, ...): kPersistentAuto takes a CTA per SM where the units are many
+// and short: at least kPersistentWaves waves of them, over at most kPersistentMaxKv keys a request
+// on average (kv_tokens_hint / B; e.g. 16 x 2048: there the next unit's loads under the last one's
+// epilogue pay). Elsewhere the hardware's dynamic order of a CTA per unit balances the causal
+// tiles better than the fixed order (1 x 32768, 4 x 2048 and 1 x 2048 lose 3-16%:
+// bench/RESULTS.md). n > 0 takes n CTAs; 0 a CTA per unit.
 inline constexpr int64_t kPersistentAuto = -1;
 inline constexpr int64_t kPersistentWaves = 24;
+inline constexpr int64_t kPersistentMaxKv = 4096;
 
 template <class T, class Kernel>
 void launch_tiles(Kernel* kernel, PrefillParams params, int block_rows, int threads, int smem,
@@ -114,9 +116,12 @@ void launch_tiles(Kernel* kernel, PrefillParams params, int block_rows, int thre
     int device = 0, sms = 0;
     PA_CUDA_CHECK(cudaGetDevice(&device));
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    max_ctas = units >= kPersistentWaves * sms ? sms : 0;
+    const bool short_kv = params.kv_tokens_hint > 0 &&
+                          params.kv_tokens_hint <= kPersistentMaxKv * std::max(1, params.batch_size);
+    max_ctas = short_kv && units >= kPersistentWaves * sms ? sms : 0;
   }
   const int64_t blocks = max_ctas > 0 ? std::min(units, max_ctas) : units;
+  if (blocks == units) params.unit_counters = nullptr;  // a CTA per unit: no counter
   PA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.num_kv_chunks));
   launch_kernel(kernel, grid, threads, static_cast<size_t>(smem), stream, params);

@@ -51,6 +51,9 @@ struct PrefillParams {
   // meta.num_pages_hint x P: at least the step's KV tokens, all requests together (0 = unknown).
   int64_t kv_tokens_hint = 0;
   int32_t num_tiles_bound = 0;  // set by the launcher: grid = num_tiles_bound * num_kv_heads CTAs
+  // The warp-specialized kernel's persistent grid (launch.cuh): [next unit, CTAs done], zero on
+  // entry and on exit (its last CTA resets them); null (set by the launcher) for a CTA per unit.
+  int32_t* unit_counters = nullptr;
 
   // Split-KV, chosen by the host launcher when the (tile, KV head) grid alone would leave SMs idle
   // (few short query tiles over long KV: chunked prefill, speculative steps). CTA (x, y) then takes

@@ -52,8 +52,7 @@ void run(const std::string& rows, const std::vector<int32_t>& page_sizes, int32_
                        {"layout", "NHD"}};
   document["reps"] = reps;
   document["rows"] = bench_decode_rows(config, ceilings, stream);
-  document["graphs"] =
-      graphs ? bench_decode_graphs(steps, stream) : nlohmann::json::array();
+  document["graphs"] = graphs ? bench_decode_graphs(steps, stream) : nlohmann::json::array();
   PlannerBenchConfig plan;
   plan.batches = {1, 64, 256, 1024};
   plan.kv_lens = {1024, 32768};
