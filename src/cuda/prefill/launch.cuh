@@ -9,13 +9,13 @@
 // hint), else the one-warpgroup wgmma kernel (kernel_sm90.cuh: other head dims, an fp8 cache,
 // decode-like steps whose rows fill half a warp-specialized CTA at most, short KV); elsewhere the
 // mma.sync kernel (kernel.cuh), which serves sm_80. The warp-specialized kernel runs a CTA per SM
-// over its units in turn where they are many and short (launch_tiles), else a CTA per unit.
+// that takes its units as it comes free (launch_tiles), or a CTA per unit where the KV is split.
 // PAGEDATTN_PREFILL_KERNEL forces one where it applies: mma (the sm_80 path, tested on the Hopper
 // test machine, tests/cuda/prefill_test.cpp), sm90, and the warp-specialized kernel's schedules:
 // ws (each math warpgroup on its own, a CTA per unit), ws-pingpong (the two take turns at the
-// tensor cores, a CTA per unit), ws-persistent (turns, a CTA per SM; ws-persistent-N: N CTAs);
-// ARCHITECTURE.md lists every switch. Every kernel goes through cuda/launch.h's launch_kernel
-// (programmatic dependent launch on 9.x devices).
+// tensor cores, a CTA per unit), ws-persistent (turns, a CTA per SM: the default; ws-persistent-N:
+// N CTAs); ARCHITECTURE.md lists every switch. Every kernel goes through cuda/launch.h's
+// launch_kernel (programmatic dependent launch on 9.x devices).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -95,16 +95,12 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-// The warp-specialized kernel's persistent grid (kernel_sm90_ws.cuh: CTA b takes the units (query
-// tile, KV head) b, b + grid, ...): kPersistentAuto takes a CTA per SM where the units are many
-// and short: at least kPersistentWaves waves of them, over at most kPersistentMaxKv keys a request
-// on average (kv_tokens_hint / B; e.g. 16 x 2048: there the next unit's loads under the last one's
-// epilogue pay). Elsewhere the hardware's dynamic order of a CTA per unit balances the causal
-// tiles better than the fixed order (1 x 32768, 4 x 2048 and 1 x 2048 lose 3-16%:
-// bench/RESULTS.md). n > 0 takes n CTAs; 0 a CTA per unit.
+// The warp-specialized kernel's persistent grid (kernel_sm90_ws.cuh: its CTAs take the units
+// (query tile, KV head) from a counter as they come free, the next unit's loads running under the
+// last one's epilogue): kPersistentAuto takes a CTA per SM (H100, forced side by side against a
+// CTA per unit: 1 x 8192 +6%, 16 x 2048 +11%, 4 x 2048 +10%, at 16 / 8 heads 1 x 2048 +5% and
+// 16 x 2048 +14%: bench/RESULTS.md); n > 0 takes n CTAs; 0 a CTA per unit.
 inline constexpr int64_t kPersistentAuto = -1;
-inline constexpr int64_t kPersistentWaves = 24;
-inline constexpr int64_t kPersistentMaxKv = 4096;
 
 template <class T, class Kernel>
 void launch_tiles(Kernel* kernel, PrefillParams params, int block_rows, int threads, int smem,
@@ -116,9 +112,7 @@ void launch_tiles(Kernel* kernel, PrefillParams params, int block_rows, int thre
     int device = 0, sms = 0;
     PA_CUDA_CHECK(cudaGetDevice(&device));
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const bool short_kv = params.kv_tokens_hint > 0 &&
-                          params.kv_tokens_hint <= kPersistentMaxKv * std::max(1, params.batch_size);
-    max_ctas = short_kv && units >= kPersistentWaves * sms ? sms : 0;
+    max_ctas = sms;
   }
   const int64_t blocks = max_ctas > 0 ? std::min(units, max_ctas) : units;
   if (blocks == units) params.unit_counters = nullptr;  // a CTA per unit: no counter
@@ -169,15 +163,12 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
         auto* kernel = plain ? &sm90ws::prefill_kernel_sm90_ws<T, kHeadDimQk, false>
                              : &sm90ws::prefill_kernel_sm90_ws<T, kHeadDimQk, true>;
         using W = sm90ws::WsConfig<kHeadDimQk>;
-        // Persistent (launch_tiles): the default's rule, or forced; ws and ws-pingpong forced
-        // take a CTA per unit, and so does a KV split (chosen for grids that leave SMs idle).
+        // Persistent (launch_tiles) by default; ws and ws-pingpong forced take a CTA per unit,
+        // and so does a KV split (chosen for grids that leave SMs idle).
         int64_t max_ctas = 0;
-        if (params.num_kv_chunks <= 1 && persistent) {
-          int sms = 0;
-          PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-          max_ctas = forced[13] == '-' ? std::max(1, std::atoi(forced + 14)) : sms;
-        } else if (params.num_kv_chunks <= 1 && !plain && !pingpong) {
-          max_ctas = kPersistentAuto;
+        if (params.num_kv_chunks <= 1 && (persistent || (!plain && !pingpong))) {
+          max_ctas = persistent && forced[13] == '-' ? std::max(1, std::atoi(forced + 14))
+                                                     : kPersistentAuto;
         }
         return launch_tiles<T>(kernel, params, W::kBlockM, W::kThreads, W::kSmemBytes, kHeadDimVo,
                                stream, max_ctas);
