@@ -21,8 +21,9 @@
 // v_full[s] (128, cp.async.mbarrier.arrive as each gatherer's copies land), k_empty[s],
 // v_empty[s] (256: every math thread once its product that read the stage has completed), q_empty
 // (256: every math thread once the unit's last S has completed), unit[2] (128: the gatherers are
-// done with a unit's page ids, so its page-fault slot is final). Named barriers: 1 (the gatherers,
-// 128: a tile's offsets written), 2 and 3 (the turns, 256).
+// done with a unit's page ids, so its page-fault slot is final), fetch_full[2] (1: thread 0 wrote
+// the next unit) and fetch_empty[2] (384: every thread read it). Named barriers: 1 (the
+// gatherers, 128: a tile's offsets written), 2 and 3 (the turns, 256).
 // Shared memory: Q [128 x D], K and V [2 stages][128 x D] (wgmma's 128-byte swizzle, as in
 // kernel_sm90.cuh), the offsets of two tiles, the barriers: 165 KiB at D = 128; one CTA per SM
 // (the registers: 384 threads x 168).
@@ -98,15 +99,15 @@ __device__ __forceinline__ bool ws_unit(const PrefillParams& p, int unit, WsUnit
 }
 
 // Units: num_tiles_bound x num_kv_heads (x the KV chunks in grid.y), in the order of find_tile
-// (requests in turn, each one's last, longest tiles first). With a CTA per unit (unit_counters
-// null) CTA b takes unit b (b, b + grid, ... in a smaller grid without counters). A persistent grid (a CTA per SM: the launcher's choice, launch.cuh)
-// takes them in that order as its CTAs come free: thread 0 fetches the next from the counter and
-// hands it to every thread through a slot of shared memory (unit_full / unit_empty, two slots);
-// the CTA that fetches past the end and finishes last zeroes the counters for the next launch.
-// Within a CTA the roles run unit after unit without meeting: the gatherer loads the next unit's
-// Q once both math warpgroups have issued the last S of the unit before (q_empty) and its first
-// K / V tiles as the stages free, while the math warpgroups still run that unit's last P V and
-// write its rows.
+// (requests in turn, each one's last, longest tiles first). Without counters (unit_counters null:
+// a CTA per unit) CTA b takes unit b (b, b + grid, ... in a smaller grid). A persistent grid (a
+// CTA per SM: the launcher's choice, launch.cuh) takes them in that order as its CTAs come free:
+// thread 0 fetches the next from the counter and hands it to every thread through a slot of
+// shared memory (fetch_full / fetch_empty, two slots); the CTA that fetches past the end last
+// zeroes the counters for the next launch. Within a CTA the roles run unit after unit without
+// meeting: the gatherer loads the next unit's Q once both math warpgroups have issued the last S
+// of the unit before (q_empty) and its first K / V tiles as the stages free, while the math
+// warpgroups still run that unit's last P V and write its rows.
 template <class T, int kHeadDim, bool kPingPong>
 __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     prefill_kernel_sm90_ws(const __grid_constant__ PrefillParams p) {
