@@ -349,6 +349,43 @@ __device__ __forceinline__ KeyRange split_range(const PrefillParams& p, int lo, 
   return {max(lo, begin), min(hi, end), end};
 }
 
+// The work of a query tile (request `request`'s tile `tile`, KV head `kv_head`), as every prefill
+// kernel sets it up: its rows, its KV (request_kv: checked) and its keys [lo, hi) of the rows'
+// causal / window range, cut to the CTA's KV chunk (split_range), in kBlockN-key blocks. Query
+// token t sits at KV position pos_shift + t; first_pos / last_pos are the tile's first and last
+// rows' positions.
+struct TileWork {
+  int kv_head, request, row0, q_begin, num_rows, kv_len, pos_shift, first_pos, last_pos;
+  int lo, hi, end, num_blocks;
+  const int32_t* pages;
+};
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ TileWork tile_work(const PrefillParams& p, int request, int tile,
+                                              int kv_head) {
+  TileWork w;
+  w.kv_head = kv_head;
+  w.request = request;
+  const int g = p.group_size;
+  w.q_begin = p.qo_indptr[request];
+  const int q_len = p.qo_indptr[request + 1] - w.q_begin;
+  w.num_rows = q_len * g;
+  w.row0 = tile * kBlockM;
+  const RequestKv request_keys = request_kv(p, request, q_len);
+  w.kv_len = request_keys.kv_len;
+  w.pages = request_keys.pages;
+  w.pos_shift = w.kv_len - q_len;
+  w.first_pos = w.pos_shift + w.row0 / g;
+  w.last_pos = w.pos_shift + (min(w.row0 + kBlockM, w.num_rows) - 1) / g;
+  const KeyRange range = split_range(
+      p, p.window_left >= 0 ? max(0, w.first_pos - p.window_left) / kBlockN * kBlockN : 0,
+      p.causal ? min(w.kv_len, w.last_pos + 1) : w.kv_len, w.kv_len);
+  w.lo = range.lo;
+  w.hi = range.hi;
+  w.end = range.end;
+  w.num_blocks = w.hi > w.lo ? (w.hi - w.lo + kBlockN - 1) / kBlockN : 0;
+  return w;
+}
+
 // Split-KV epilogue of one (row, head): where its partials live (params.h).
 __device__ __forceinline__ int64_t partial_index(const PrefillParams& p, int64_t token, int head) {
   return (int64_t{blockIdx.y} * p.num_qo_rows + token) * p.num_qo_heads + head;
@@ -388,14 +425,10 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = p.group_size;
-  const int q_begin = p.qo_indptr[request];
-  const int q_len = p.qo_indptr[request + 1] - q_begin;
-  const int num_rows = q_len * g;
-  const int row0 = tile * kBlockM;
-  const RequestKv request_keys = request_kv(p, request, q_len);
-  const int kv_len = request_keys.kv_len;
-  const int32_t* pages = request_keys.pages;
-  const int pos_shift = kv_len - q_len;  // query token t sits at KV position pos_shift + t
+  const TileWork w = tile_work<kBlockM, kBlockN>(p, request, tile, kv_head);
+  const int q_begin = w.q_begin, num_rows = w.num_rows, row0 = w.row0;
+  const int kv_len = w.kv_len, pos_shift = w.pos_shift;
+  const int32_t* pages = w.pages;
 
   // The KV position of each of this thread's rows (2 per m16 tile; rows past the end repeat the
   // last one).
@@ -409,13 +442,8 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimQk, kHeadDimVo>::kThreads, 
     }
   }
   // The CTA's key range: from the first row's window start to the last row's causal end.
-  const int first_pos = pos_shift + row0 / g;
-  const int last_pos = pos_shift + (min(row0 + kBlockM, num_rows) - 1) / g;
-  const KeyRange range =
-      split_range(p, p.window_left >= 0 ? max(0, first_pos - p.window_left) / kBlockN * kBlockN : 0,
-                  p.causal ? min(kv_len, last_pos + 1) : kv_len, kv_len);
-  const int cta_lo = range.lo, cta_hi = range.hi, key_end = range.end;
-  const int num_blocks = cta_hi > cta_lo ? (cta_hi - cta_lo + kBlockN - 1) / kBlockN : 0;
+  const int first_pos = w.first_pos, last_pos = w.last_pos;
+  const int cta_lo = w.lo, cta_hi = w.hi, key_end = w.end, num_blocks = w.num_blocks;
 
   const KV* k_base = static_cast<const KV*>(p.k) + kv_head * p.k_stride_head;
   const KV* v_base = static_cast<const KV*>(p.v) + kv_head * p.v_stride_head;

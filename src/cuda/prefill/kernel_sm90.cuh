@@ -317,14 +317,10 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = p.group_size;
-  const int q_begin = p.qo_indptr[request];
-  const int q_len = p.qo_indptr[request + 1] - q_begin;
-  const int num_rows = q_len * g;
-  const int row0 = tile * kBlockM;
-  const RequestKv request_keys = request_kv(p, request, q_len);  // checked (kernel.cuh)
-  const int kv_len = request_keys.kv_len;
-  const int32_t* pages = request_keys.pages;
-  const int pos_shift = kv_len - q_len;
+  const TileWork w = tile_work<kBlockM, kBlockN>(p, request, tile, kv_head);  // kernel.cuh
+  const int q_begin = w.q_begin, num_rows = w.num_rows, row0 = w.row0;
+  const int kv_len = w.kv_len, pos_shift = w.pos_shift;
+  const int32_t* pages = w.pages;
 
   int row_pos[2];  // this thread's rows: 16 * warp + lane / 4 (+ 8)
 #pragma unroll
@@ -332,13 +328,8 @@ __global__ void __launch_bounds__(128, Config<kHeadDimQk, kHeadDimVo, kBlockKeys
     const int row = row0 + warp * 16 + (lane >> 2) + h * 8;
     row_pos[h] = pos_shift + min(row, num_rows - 1) / g;
   }
-  const int first_pos = pos_shift + row0 / g;
-  const int last_pos = pos_shift + (min(row0 + kBlockM, num_rows) - 1) / g;
-  const KeyRange range =
-      split_range(p, p.window_left >= 0 ? max(0, first_pos - p.window_left) / kBlockN * kBlockN : 0,
-                  p.causal ? min(kv_len, last_pos + 1) : kv_len, kv_len);
-  const int cta_lo = range.lo, cta_hi = range.hi, key_end = range.end;
-  const int num_blocks = cta_hi > cta_lo ? (cta_hi - cta_lo + kBlockN - 1) / kBlockN : 0;
+  const int first_pos = w.first_pos, last_pos = w.last_pos;
+  const int cta_lo = w.lo, cta_hi = w.hi, key_end = w.end, num_blocks = w.num_blocks;
 
   const KV* k_base = static_cast<const KV*>(p.k) + kv_head * p.k_stride_head;
   const KV* v_base = static_cast<const KV*>(p.v) + kv_head * p.v_stride_head;

@@ -64,37 +64,14 @@ struct WsConfig {
   static_assert(kGatherRegs + 2 * kMathRegs <= 3 * (65536 / kThreads / 8 * 8));
 };
 
-// One work unit of the kernel (a query tile of a request and a KV head: a CTA's whole work when the
-// grid has a CTA per unit), as each role finds it on its own (find_tile_warp, request_kv,
-// split_range: the same values in every thread).
-struct WsUnit {
-  int kv_head, request, row0, q_begin, num_rows, kv_len, pos_shift, lo, hi, end, num_blocks;
-  const int32_t* pages;
-};
-
+// Work unit `unit` (a query tile of a request and a KV head: a CTA's whole work when the grid
+// has a CTA per unit), as each role finds it on its own (find_tile_warp, then tile_work: the same
+// values in every thread); false past the last tile.
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ bool ws_unit(const PrefillParams& p, int unit, WsUnit& u) {
-  u.kv_head = unit % p.num_kv_heads;
-  int tile = 0;
-  if (!find_tile_warp<kBlockM>(p, unit / p.num_kv_heads, u.request, tile)) return false;
-  const int g = p.group_size;
-  u.q_begin = p.qo_indptr[u.request];
-  const int q_len = p.qo_indptr[u.request + 1] - u.q_begin;
-  u.num_rows = q_len * g;
-  u.row0 = tile * kBlockM;
-  const RequestKv request_keys = request_kv(p, u.request, q_len);  // checked (kernel.cuh)
-  u.kv_len = request_keys.kv_len;
-  u.pages = request_keys.pages;
-  u.pos_shift = u.kv_len - q_len;
-  const int first_pos = u.pos_shift + u.row0 / g;
-  const int last_pos = u.pos_shift + (min(u.row0 + kBlockM, u.num_rows) - 1) / g;
-  const KeyRange range =
-      split_range(p, p.window_left >= 0 ? max(0, first_pos - p.window_left) / kBlockN * kBlockN : 0,
-                  p.causal ? min(u.kv_len, last_pos + 1) : u.kv_len, u.kv_len);
-  u.lo = range.lo;
-  u.hi = range.hi;
-  u.end = range.end;
-  u.num_blocks = u.hi > u.lo ? (u.hi - u.lo + kBlockN - 1) / kBlockN : 0;
+__device__ __forceinline__ bool ws_unit(const PrefillParams& p, int unit, TileWork& u) {
+  int request = 0, tile = 0;
+  if (!find_tile_warp<kBlockM>(p, unit / p.num_kv_heads, request, tile)) return false;
+  u = tile_work<kBlockM, kBlockN>(p, request, tile, unit % p.num_kv_heads);
   return true;
 }
 
@@ -199,7 +176,7 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     for (int f = 0;; ++f) {
       const int unit = next_unit(f);
       if (unit < 0) break;
-      WsUnit u;
+      TileWork u;
       if (!ws_unit<C::kBlockM, kBlockN>(p, unit, u) || u.num_blocks == 0) continue;
       // Both math warpgroups are done with the previous unit's Q, and so with the unit before's
       // fault slot (they read it before they start the next unit).
@@ -259,7 +236,7 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
   for (int f = 0;; ++f) {
     const int unit = next_unit(f);
     if (unit < 0) break;
-    WsUnit u;
+    TileWork u;
     if (!ws_unit<C::kBlockM, kBlockN>(p, unit, u)) continue;
     const int wg_row0 = u.row0 + 64 * mw;
     int row_pos[2];  // this thread's rows: 16 * warp + lane / 4 (+ 8) of the warpgroup

@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "cuda/cuda_check.h"
 #include "cuda/launch.h"
@@ -95,25 +96,15 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-// The warp-specialized kernel's persistent grid (kernel_sm90_ws.cuh: its CTAs take the units
-// (query tile, KV head) from a counter as they come free, the next unit's loads running under the
-// last one's epilogue): kPersistentAuto takes a CTA per SM (H100, forced side by side against a
-// CTA per unit: 1 x 8192 +6%, 16 x 2048 +11%, 4 x 2048 +10%, at 16 / 8 heads 1 x 2048 +5% and
-// 16 x 2048 +14%: bench/RESULTS.md); n > 0 takes n CTAs; 0 a CTA per unit.
-inline constexpr int64_t kPersistentAuto = -1;
-
+// max_ctas > 0: at most that many CTAs, the warp-specialized kernel's persistent grid
+// (kernel_sm90_ws.cuh: its CTAs take the units (query tile, KV head) from a counter as they come
+// free); 0: a CTA per unit.
 template <class T, class Kernel>
 void launch_tiles(Kernel* kernel, PrefillParams params, int block_rows, int threads, int smem,
                   int head_dim_vo, cudaStream_t stream, int64_t max_ctas = 0) {
   params.num_tiles_bound = static_cast<int32_t>(tile_bound(params, block_rows));
   const int64_t units = int64_t{params.num_tiles_bound} * params.num_kv_heads;
   if (units == 0) return;
-  if (max_ctas == kPersistentAuto) {
-    int device = 0, sms = 0;
-    PA_CUDA_CHECK(cudaGetDevice(&device));
-    PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    max_ctas = sms;
-  }
   const int64_t blocks = max_ctas > 0 ? std::min(units, max_ctas) : units;
   if (blocks == units) params.unit_counters = nullptr;  // a CTA per unit: no counter
   PA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -156,19 +147,25 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
                            params.kv_tokens_hint > int64_t{1024} * std::max(1, params.batch_size);
       const bool plain = std::strcmp(forced, "ws") == 0;
       const bool pingpong = std::strcmp(forced, "ws-pingpong") == 0;
-      // ws-persistent: a CTA per SM; ws-persistent-N: N CTAs (the tests' many units a CTA).
-      const bool persistent = std::strncmp(forced, "ws-persistent", 13) == 0;
+      const bool persistent = std::string_view(forced).starts_with("ws-persistent");
       const bool by_default = many_rows && long_kv && std::strcmp(forced, "sm90") != 0;
       if (plain || pingpong || persistent || by_default) {
         auto* kernel = plain ? &sm90ws::prefill_kernel_sm90_ws<T, kHeadDimQk, false>
                              : &sm90ws::prefill_kernel_sm90_ws<T, kHeadDimQk, true>;
         using W = sm90ws::WsConfig<kHeadDimQk>;
-        // Persistent (launch_tiles) by default; ws and ws-pingpong forced take a CTA per unit,
-        // and so does a KV split (chosen for grids that leave SMs idle).
+        // The persistent grid by default and with ws-persistent: a CTA per SM (H100, forced side
+        // by side against a CTA per unit: 1 x 8192 +6%, 16 x 2048 +11%, 4 x 2048 +10%, at 16 / 8
+        // heads 1 x 2048 +5% and 16 x 2048 +14%: bench/RESULTS.md), N with ws-persistent-N (the
+        // tests' many units a CTA). A CTA per unit with ws / ws-pingpong forced, and with a KV
+        // split (chosen for grids that leave SMs idle).
         int64_t max_ctas = 0;
-        if (params.num_kv_chunks <= 1 && (persistent || (!plain && !pingpong))) {
-          max_ctas = persistent && forced[13] == '-' ? std::max(1, std::atoi(forced + 14))
-                                                     : kPersistentAuto;
+        if (params.num_kv_chunks <= 1 && !plain && !pingpong) {
+          constexpr std::string_view kCtas = "ws-persistent-";
+          int sms = 0;
+          PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+          max_ctas = std::string_view(forced).starts_with(kCtas)
+                         ? std::max(1, std::atoi(forced + kCtas.size()))
+                         : sms;
         }
         return launch_tiles<T>(kernel, params, W::kBlockM, W::kThreads, W::kSmemBytes, kHeadDimVo,
                                stream, max_ctas);
