@@ -17,6 +17,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_test_util.h"
+#include "cuda/launch_test_kernels.h"
 #include "cuda/workspace.h"
 
 namespace pagedattn::testing {
@@ -316,6 +317,85 @@ TEST(CudaDecode, LaterRunsOfOnePlanEqualTheFirst) {
         << "out of run " << run + 1 << " differs from run 1 (seed " << seed << ")";
     EXPECT_EQ(differ(lse_runs[static_cast<size_t>(run)], lse_runs[0]), 0)
         << "lse of run " << run + 1 << " differs from run 1 (seed " << seed << ")";
+  }
+}
+
+// A later run reads the first K / V rows before it waits for the kernel before it
+// (DecodeParams::early_metadata), all but the row of each request's newest token, which the
+// step's store may still be writing. Here the newest tokens' rows are NaN until a kernel that
+// lets its dependents start at once rewrites them after 200 us; the run after it must see the
+// rewritten rows (out and lse equal the float64 reference; a row read early would be NaN).
+// Requests of one item and split ones, the newest token first, inside or last in its step.
+TEST(CudaDecode, LaterRunsReadTheNewestTokenAfterTheStore) {
+  PA_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  for (const KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
+    CaseSpec spec = base_decode();
+    spec.layout = layout;
+    spec.kv_lens = {700, 1, 0, 129, 3000, 64, 17};
+    const AttentionCase c(spec, seed);
+    const DeviceDecodeCase device_case(c);
+    // Byte offsets of the newest token's rows (each KV head) in the K and V pools.
+    const TensorView& k = device_case.k.view();
+    const TensorView& v = device_case.v.view();
+    ASSERT_EQ(k.strides, v.strides);
+    const int64_t pages_per_alloc = k.shape[layout == KvLayout::kNHD ? 1 : 2] / spec.page_size;
+    std::vector<int64_t> offsets;
+    for (size_t r = 0; r < c.kv_lens().size(); ++r) {
+      const int32_t kv_len = c.kv_lens()[r];
+      if (kv_len == 0) continue;
+      const int32_t pos = kv_len - 1;
+      const int32_t page =
+          c.kv_indices()[static_cast<size_t>(c.kv_indptr()[r] + pos / spec.page_size)];
+      const int64_t alloc = page / pages_per_alloc;
+      const int64_t token = (page % pages_per_alloc) * spec.page_size + pos % spec.page_size;
+      for (int64_t h = 0; h < spec.num_kv_heads; ++h) {
+        const int64_t element =
+            alloc * k.strides[0] + (layout == KvLayout::kNHD
+                                        ? token * k.strides[1] + h * k.strides[2]
+                                        : h * k.strides[1] + token * k.strides[2]);
+        offsets.push_back(element * dtype_size(k.dtype));
+      }
+    }
+    const DeviceTensor device_offsets = DeviceTensor(TensorView::contiguous(
+        offsets.data(), DType::kI64, {static_cast<int64_t>(offsets.size())}));
+    const DeviceTensor good_k(c.k_tensor().view()), good_v(c.v_tensor().view());
+    const DeviceTensor nan_k = DeviceTensor::poisoned_like(c.k_tensor().view());
+    const DeviceTensor nan_v = DeviceTensor::poisoned_like(c.v_tensor().view());
+    const int row_bytes = static_cast<int>(spec.head_dim_qk * dtype_size(k.dtype));
+    const int count = static_cast<int>(offsets.size());
+    const auto* rows = static_cast<const int64_t*>(device_offsets.view().data);
+
+    const std::unique_ptr<Backend> backend = cuda::make_backend();
+    WorkspaceLimits limits;
+    limits.max_batch = 64;
+    const std::unique_ptr<Workspace> workspace = backend->create_workspace(limits);
+    cudaStream_t stream = nullptr;
+    PA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    static_cast<cuda::CudaWorkspace&>(*workspace).stream = stream;
+    DecodeArgs args = device_case.args(stream);
+    backend->plan(*workspace, describe_op(args), args.meta);
+    backend->run_decode(*workspace, args);  // the step's first run: it waits before any read
+    launch_slow_rows_copy(nan_k.view().data, k.data, nan_v.view().data, v.data, rows, count,
+                          row_bytes, 0, stream);
+    launch_slow_rows_copy(good_k.view().data, k.data, good_v.view().data, v.data, rows, count,
+                          row_bytes, 200'000, stream);
+    const DeviceTensor out = DeviceTensor::poisoned_like(c.out());
+    const DeviceTensor lse = DeviceTensor::poisoned_like(c.lse());
+    args.out = out.view();
+    args.lse = lse.view();
+    backend->run_decode(*workspace, args);
+    PA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_NO_THROW(workspace->check_device_errors());
+    PA_CUDA_CHECK(cudaStreamDestroy(stream));
+    out.copy_to(c.out());
+    lse.copy_to(c.lse());
+    std::vector<double> expected_lse;
+    const std::vector<double> expected = c.reference(&expected_lse);
+    std::string report = compare_rows(to_doubles(c.out()), expected, spec.head_dim_vo,
+                                      gpu_row_tolerance(spec.q_dtype), "out vs reference");
+    report += compare(to_doubles(c.lse()), expected_lse, kGpuLseTolerance, "lse vs reference");
+    EXPECT_EQ(report, "") << layout_name(layout) << ", seed " << seed;
   }
 }
 

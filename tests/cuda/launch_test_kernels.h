@@ -18,4 +18,11 @@ void launch_idle(cudaStream_t stream);
 // *out = *slot.
 void launch_copy(const int32_t* slot, int32_t* out, cudaStream_t stream);
 
+// Spins `nanoseconds`, then copies rows of `row_bytes` (a multiple of 4) from src_a to dst_a and
+// from src_b to dst_b at each of the `count` byte offsets: a store of a step's new K / V rows that
+// lets the kernels after it start at once, as the library's own store does.
+void launch_slow_rows_copy(const void* src_a, void* dst_a, const void* src_b, void* dst_b,
+                           const int64_t* offsets, int count, int row_bytes, int64_t nanoseconds,
+                           cudaStream_t stream);
+
 }  // namespace pagedattn::testing

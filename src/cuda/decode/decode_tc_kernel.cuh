@@ -33,9 +33,9 @@
 // Launched with programmatic dependent launch (cuda/launch.h): pdl_wait() is the kernel's first
 // statement, before the partition is read and before a CTA past the item count returns, except
 // where the launcher sets DecodeParams::early_metadata: then the partition, the request's
-// metadata and its first page ids are read before the wait (their round trips overlap the
-// previous kernel's tail), and q, K / V and every write come after it (decode_params.h says why
-// that is safe).
+// metadata, its first page ids and the first steps' K / V rows but the newest token's are read
+// before the wait (their round trips overlap the previous kernel's tail), and q, the newest
+// token's K / V row and every write come after it (decode_params.h says why that is safe).
 #pragma once
 
 #include <cmath>
@@ -216,7 +216,8 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     }
     return page;
   };
-  auto load_step = [&](int j, int stage, int page) {
+  // Rows `skip_row` (none: -1) left out, or only row `only_row` (-1: every row) copied.
+  auto load_step = [&](int j, int stage, int page, int skip_row = -1, int only_row = -1) {
     const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
     const int alloc = page >= 0 ? page / p.pages_per_alloc : -1;
     const int token_in_alloc =
@@ -229,6 +230,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
       const int row = i * C::kRowsPerCopy + lane / C::kChunksPerRow;
       const int row_alloc = __shfl_sync(0xffffffffu, alloc, row);
       const int row_token = __shfl_sync(0xffffffffu, token_in_alloc, row);
+      if (row == skip_row || (only_row >= 0 && row != only_row)) continue;
       const bool valid = row_alloc >= 0;
       const T* k_src = k_cache;
       const T* v_src = v_cache;
@@ -246,12 +248,34 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     int pages[C::kStages];  // all issued before the first is used
 #pragma unroll
     for (int s = 0; s < C::kStages; ++s) pages[s] = fetch_page(s);
-    if (early) pdl_wait();  // K / V (the new token's row), q and every write come after it
-    pdl_trigger();          // after the wait: the next kernel's early reads rely on it
+    if (early) {
+      // The first steps' K / V go out before the wait too, all but the row of the request's
+      // newest token (kv_len - 1: the step's store, the kernel before this one, may be writing
+      // it), which follows the wait; q and every write come after it as well. One cp.async group
+      // holds those steps (the rest of the prologue's groups are empty).
+      const int newest = work.kv_len - 1;
+      auto newest_row = [&](int j) {
+        const int row = newest - (tok_begin + (warp + j * C::kWarps) * kStep);
+        return row >= 0 && row < kStep ? row : -1;
+      };
 #pragma unroll
-    for (int s = 0; s < C::kStages - 1; ++s) {
-      if (s < my_steps) load_step(s, s, pages[s]);
-      cp_async_commit();
+      for (int s = 0; s < C::kStages - 1; ++s) {
+        if (s < my_steps) load_step(s, s, pages[s], newest_row(s));
+      }
+      pdl_wait();
+      pdl_trigger();  // after the wait: the next kernel's early reads rely on it
+#pragma unroll
+      for (int s = 0; s < C::kStages - 1; ++s) {
+        if (s < my_steps && newest_row(s) >= 0) load_step(s, s, pages[s], -1, newest_row(s));
+        cp_async_commit();
+      }
+    } else {
+      pdl_trigger();  // after the wait (the kernel's first statement)
+#pragma unroll
+      for (int s = 0; s < C::kStages - 1; ++s) {
+        if (s < my_steps) load_step(s, s, pages[s]);
+        cp_async_commit();
+      }
     }
     next_page = pages[C::kStages - 1];
   }
