@@ -6,11 +6,9 @@
 // allocation); run_*() executes one layer. A workspace belongs to one backend and one stream.
 // The step's metadata stays as plan() saw it until the step's last run_*(). On CUDA, the kernels
 // start before the previous kernel of the stream ends (programmatic dependent launch), and a
-// decode run after the step's first may read the metadata and the K / V rows of every request
-// but its newest token's (position kv_len - 1) then: a kernel of the caller's that writes the
-// metadata, or other K / V rows than the newest tokens' (a store of the step's new tokens is
-// fine), must not call griddepcontrol.launch_dependents (cudaTriggerProgrammaticLaunchCompletion)
-// before its writes; kernels that do not use PDL are safe as they are.
+// decode run after the step's first may read the metadata then: a kernel of the caller's that
+// writes the metadata must not call griddepcontrol.launch_dependents (cudaTriggerProgrammatic-
+// LaunchCompletion) before its writes; kernels that do not use PDL are safe as they are.
 //
 // Shapes (T = total query rows = qo_indptr[B]; decode has T = B):
 //   decode:   q [B, Hq, D]            out [B, Hq, D]        lse [B, Hq] (optional, f32, natural log)

@@ -320,11 +320,11 @@ TEST(CudaDecode, LaterRunsOfOnePlanEqualTheFirst) {
   }
 }
 
-// A later run reads the first K / V rows before it waits for the kernel before it
-// (DecodeParams::early_metadata), all but the row of each request's newest token, which the
-// step's store may still be writing. Here the newest tokens' rows are NaN until a kernel that
-// lets its dependents start at once rewrites them after 200 us; the run after it must see the
-// rewritten rows (out and lse equal the float64 reference; a row read early would be NaN).
+// A later run of a step starts while the kernel before it still runs (DecodeParams::
+// early_metadata: it reads the metadata then), so its K / V reads must wait for that kernel: the
+// step's store may still be writing the newest tokens' rows. Here those rows are NaN until a
+// kernel that lets its dependents start at once rewrites them after 200 us; the run after it must
+// see the rewritten rows (out and lse equal the float64 reference; a row read early would be NaN).
 // Requests of one item and split ones, the newest token first, inside or last in its step.
 TEST(CudaDecode, LaterRunsReadTheNewestTokenAfterTheStore) {
   PA_REQUIRE_GPU();
@@ -396,6 +396,51 @@ TEST(CudaDecode, LaterRunsReadTheNewestTokenAfterTheStore) {
                                       gpu_row_tolerance(spec.q_dtype), "out vs reference");
     report += compare(to_doubles(c.lse()), expected_lse, kGpuLseTolerance, "lse vs reference");
     EXPECT_EQ(report, "") << layout_name(layout) << ", seed " << seed;
+  }
+}
+
+// q need not be 16-byte aligned (only K / V are): the kernel loads q in 16-byte pieces where its
+// rows are aligned and element by element where not. Here q starts one element past an aligned
+// address (then with a head stride of D + 1 elements): out and lse equal the float64 reference.
+TEST(CudaDecode, UnalignedQ) {
+  PA_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  for (const int64_t extra_stride : {0, 1}) {
+    CaseSpec spec = base_decode();
+    spec.kv_lens = {700, 1, 129, 3000};
+    const AttentionCase c(spec, seed);
+    DeviceDecodeCase device_case(c);
+    DecodeArgs args = device_case.args();
+    const TensorView& q = device_case.q.view();
+    const int64_t batch = q.shape[0], heads = q.shape[1], dim = q.shape[2];
+    const int64_t head_stride = dim + extra_stride;
+    const int64_t element = dtype_size(q.dtype);
+    cuda::DeviceBuffer shifted(static_cast<size_t>((batch * heads * head_stride + 1) * element));
+    auto* base = static_cast<unsigned char*>(shifted.data()) + element;  // one element in
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const auto* src = static_cast<const unsigned char*>(q.data) +
+                          (b * q.strides[0] + h * q.strides[1]) * element;
+        PA_CUDA_CHECK(cudaMemcpy(base + (b * heads + h) * head_stride * element, src,
+                                 static_cast<size_t>(dim * element), cudaMemcpyDeviceToDevice));
+      }
+    }
+    args.q.data = base;
+    args.q.strides = {heads * head_stride, head_stride, 1};
+    const std::unique_ptr<Backend> backend = cuda::make_backend();
+    const std::unique_ptr<Workspace> workspace = backend->create_workspace({});
+    backend->plan(*workspace, describe_op(args), args.meta);
+    backend->run_decode(*workspace, args);
+    PA_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_NO_THROW(workspace->check_device_errors());
+    device_case.out.copy_to(c.out());
+    device_case.lse.copy_to(c.lse());
+    std::vector<double> expected_lse;
+    const std::vector<double> expected = c.reference(&expected_lse);
+    std::string report = compare_rows(to_doubles(c.out()), expected, spec.head_dim_vo,
+                                      gpu_row_tolerance(spec.q_dtype), "out vs reference");
+    report += compare(to_doubles(c.lse()), expected_lse, kGpuLseTolerance, "lse vs reference");
+    EXPECT_EQ(report, "") << "head stride D + " << extra_stride << ", seed " << seed;
   }
 }
 

@@ -48,17 +48,15 @@ struct DecodeParams {
   int32_t* merge_counters;
   // The metadata taken on trust is checked against these (common/guard.h).
   MetadataGuard guard;
-  // Tensor-core kernel: read the partition, kv_indptr, kv_last_page_len, kv_indices and the first
-  // K / V rows of each CTA, all but the row of a request's newest token (position kv_len - 1),
-  // before pdl_wait(). Safe when the kernel just before this one in the stream wrote none of them
-  // (the step's K / V store writes only the newest tokens' rows):
+  // Tensor-core kernel: read the partition, kv_indptr, kv_last_page_len and kv_indices before
+  // pdl_wait(). Safe when the kernel just before this one in the stream did not write them:
   // every kernel of this library calls pdl_trigger() only after its own pdl_wait(), so when this
   // kernel starts, everything before its predecessor has completed and is visible (in L2, hence
   // the ld.cg loads); a kernel that never calls pdl_trigger() lets this one start only when it
   // ends. The launcher sets it for every run_decode after the first since the workspace's last
   // plan() (whose partition kernel may be the predecessor of that first run). A caller's own
-  // kernel that writes the metadata, or K / V rows other than the newest tokens', must not trigger
-  // its dependents early (the API's contract, include/pagedattn/backend.h).
+  // kernel that writes the metadata must not trigger its dependents early (the API's contract,
+  // include/pagedattn/backend.h).
   bool early_metadata;
 };
 

@@ -33,9 +33,11 @@
 // Launched with programmatic dependent launch (cuda/launch.h): pdl_wait() is the kernel's first
 // statement, before the partition is read and before a CTA past the item count returns, except
 // where the launcher sets DecodeParams::early_metadata: then the partition, the request's
-// metadata, its first page ids and the first steps' K / V rows but the newest token's are read
-// before the wait (their round trips overlap the previous kernel's tail), and q, the newest
-// token's K / V row and every write come after it (decode_params.h says why that is safe).
+// metadata and its first page ids are read before the wait (their round trips overlap the
+// previous kernel's tail), and q, K / V and every write come after it (decode_params.h says why
+// that is safe). (K / V before the wait too, all but the newest token's row, made the CUDA-graph
+// step of attention alone 10-16% faster but Qwen3-0.6B's decode step 3-7% slower: bench/RESULTS.md,
+// "Tried and retired".)
 #pragma once
 
 #include <cmath>
@@ -216,8 +218,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     }
     return page;
   };
-  // Rows `skip_row` (none: -1) left out, or only row `only_row` (-1: every row) copied.
-  auto load_step = [&](int j, int stage, int page, int skip_row = -1, int only_row = -1) {
+  auto load_step = [&](int j, int stage, int page) {
     const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
     const int alloc = page >= 0 ? page / p.pages_per_alloc : -1;
     const int token_in_alloc =
@@ -230,7 +231,6 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
       const int row = i * C::kRowsPerCopy + lane / C::kChunksPerRow;
       const int row_alloc = __shfl_sync(0xffffffffu, alloc, row);
       const int row_token = __shfl_sync(0xffffffffu, token_in_alloc, row);
-      if (row == skip_row || (only_row >= 0 && row != only_row)) continue;
       const bool valid = row_alloc >= 0;
       const T* k_src = k_cache;
       const T* v_src = v_cache;
@@ -248,47 +248,51 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     int pages[C::kStages];  // all issued before the first is used
 #pragma unroll
     for (int s = 0; s < C::kStages; ++s) pages[s] = fetch_page(s);
-    if (early) {
-      // The first steps' K / V go out before the wait too, all but the row of the request's
-      // newest token (kv_len - 1: the step's store, the kernel before this one, may be writing
-      // it), which follows the wait; q and every write come after it as well. One cp.async group
-      // holds those steps (the rest of the prologue's groups are empty).
-      const int newest = work.kv_len - 1;
-      auto newest_row = [&](int j) {
-        const int row = newest - (tok_begin + (warp + j * C::kWarps) * kStep);
-        return row >= 0 && row < kStep ? row : -1;
-      };
+    if (early) pdl_wait();  // K / V, q and every write come after it
+    pdl_trigger();          // after the wait: the next kernel's early reads rely on it
 #pragma unroll
-      for (int s = 0; s < C::kStages - 1; ++s) {
-        if (s < my_steps) load_step(s, s, pages[s], newest_row(s));
-      }
-      pdl_wait();
-      pdl_trigger();  // after the wait: the next kernel's early reads rely on it
-#pragma unroll
-      for (int s = 0; s < C::kStages - 1; ++s) {
-        if (s < my_steps && newest_row(s) >= 0) load_step(s, s, pages[s], -1, newest_row(s));
-        cp_async_commit();
-      }
-    } else {
-      pdl_trigger();  // after the wait (the kernel's first statement)
-#pragma unroll
-      for (int s = 0; s < C::kStages - 1; ++s) {
-        if (s < my_steps) load_step(s, s, pages[s]);
-        cp_async_commit();
-      }
+    for (int s = 0; s < C::kStages - 1; ++s) {
+      if (s < my_steps) load_step(s, s, pages[s]);
+      cp_async_commit();
     }
     next_page = pages[C::kStages - 1];
   }
 
   // ---- q of this CTA's heads: [16][D] in shared memory, rows past `heads` zero ----
+  // 16-byte pieces where q's rows are 16-byte aligned (the usual case), each thread's loads all
+  // issued before its first store: one round trip after the wait, where element by element took
+  // several. Through L2 (ld.global.cg): q is the previous kernel's output.
   {
-    const T* q = static_cast<const T*>(p.q) + request * p.q_stride_batch;
-    const T zero = from_float<T>(0.0f);
-    for (int idx = tid; idx < C::kRows * kHeadDim; idx += C::kThreads) {
-      const int row = idx / kHeadDim;
-      const int d = idx % kHeadDim;
-      q_smem[C::offset(row, d / 8) + d % 8] =
-          row < heads ? q[(qo_head0 + row) * p.q_stride_head + d] : zero;
+    const T* q =
+        static_cast<const T*>(p.q) + request * p.q_stride_batch + qo_head0 * p.q_stride_head;
+    constexpr int kChunks = kHeadDim / 8;  // 16-byte pieces of a row
+    constexpr int kPerThread = C::kRows * kChunks / C::kThreads;
+    static_assert(kPerThread * C::kThreads == C::kRows * kChunks);
+    const uintptr_t alignment =
+        reinterpret_cast<uintptr_t>(q) | static_cast<uintptr_t>(p.q_stride_head * sizeof(T));
+    if (alignment % 16 == 0) {
+      uint4 piece[kPerThread];
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i) {
+        const int idx = tid + i * C::kThreads;
+        const int row = idx / kChunks;
+        piece[i] =
+            row < heads
+                ? __ldcg(reinterpret_cast<const uint4*>(q + row * p.q_stride_head) + idx % kChunks)
+                : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i) {
+        const int idx = tid + i * C::kThreads;
+        *reinterpret_cast<uint4*>(q_smem + C::offset(idx / kChunks, idx % kChunks)) = piece[i];
+      }
+    } else {
+      const T zero = from_float<T>(0.0f);
+      for (int idx = tid; idx < C::kRows * kHeadDim; idx += C::kThreads) {
+        const int row = idx / kHeadDim;
+        const int d = idx % kHeadDim;
+        q_smem[C::offset(row, d / 8) + d % 8] = row < heads ? q[row * p.q_stride_head + d] : zero;
+      }
     }
   }
   __syncthreads();
