@@ -5,7 +5,7 @@
 // Kernel choice (the rule, in launch_config), on a compute capability 9.x device when the binary
 // holds its sm_90a code: the warp-specialized kernel (kernel_sm90_ws.cuh) for head dims 64 and 128
 // over a bf16 / f16 cache when a request may have more than 64 query rows (max_q_len * group size,
-// or no hint) and the step's KV is more than 1024 tokens a request (num_pages_hint x P / B, or no
+// or no hint) and the step's KV is more than 256 tokens a request (num_pages_hint x P / B, or no
 // hint), else the one-warpgroup wgmma kernel (kernel_sm90.cuh: other head dims, an fp8 cache,
 // decode-like steps whose rows fill half a warp-specialized CTA at most, short KV); elsewhere the
 // mma.sync kernel (kernel.cuh), which serves sm_80. The warp-specialized kernel runs a CTA per SM
@@ -139,12 +139,16 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
     if constexpr (kHeadDimQk == kHeadDimVo && (kHeadDimQk == 128 || kHeadDimQk == 64) &&
                   std::is_same_v<KV, T>) {
       // By default at head dims 64 and 128 where requests have more than 64 query rows and more
-      // than 1024 keys on average (a CTA's loop over short KV is mostly its prologue and epilogue:
-      // the one-warpgroup kernel's CTAs, half as many rows, win there; bench/RESULTS.md).
+      // than 256 keys on average (a CTA's loop over short KV is mostly its prologue and epilogue:
+      // the one-warpgroup kernel's CTAs, half as many rows, win there). H100, the persistent grid
+      // against the one-warpgroup kernel, TFLOP/s, two rounds: at 16 / 8 heads 16 x 256 95.5 /
+      // 95.8 against 91.0 / 97.8, 16 x 512 184 / 185 against 161 / 174, 8 x 1024 280 / 278
+      // against 223 / 235; at 32 / 8 16 x 256 102 / 112 against 118 / 118, 16 x 512 182 / 200
+      // against 192 / 193 (bench/RESULTS.md).
       const bool many_rows =
           params.max_q_len <= 0 || int64_t{params.max_q_len} * params.group_size > 64;
       const bool long_kv = params.kv_tokens_hint <= 0 ||
-                           params.kv_tokens_hint > int64_t{1024} * std::max(1, params.batch_size);
+                           params.kv_tokens_hint > int64_t{256} * std::max(1, params.batch_size);
       const bool plain = std::strcmp(forced, "ws") == 0;
       const bool pingpong = std::strcmp(forced, "ws-pingpong") == 0;
       const bool persistent = std::string_view(forced).starts_with("ws-persistent");
