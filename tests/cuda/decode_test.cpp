@@ -260,6 +260,28 @@ TEST(CudaDecode, PageSizeInvariance) {
   }
 }
 
+// A cuda backend and a workspace on a non-blocking stream of their own, planned for the step of
+// `device_case` (args: its arguments on that stream).
+struct StepOnStream {
+  explicit StepOnStream(const DeviceDecodeCase& device_case) : backend(cuda::make_backend()) {
+    WorkspaceLimits limits;
+    limits.max_batch = 64;
+    workspace = backend->create_workspace(limits);
+    PA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    static_cast<cuda::CudaWorkspace&>(*workspace).stream = stream;
+    args = device_case.args(stream);
+    backend->plan(*workspace, describe_op(args), args.meta);
+  }
+  ~StepOnStream() { cudaStreamDestroy(stream); }
+  StepOnStream(const StepOnStream&) = delete;
+  StepOnStream& operator=(const StepOnStream&) = delete;
+
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Workspace> workspace;
+  cudaStream_t stream = nullptr;
+  DecodeArgs args;
+};
+
 // A step's later layers: every run_decode after the first since plan() reads the partition and
 // the metadata before it waits for the previous kernel (DecodeParams::early_metadata), the first
 // one after that wait. Four runs on one plan, back to back on a stream (each run's predecessor
@@ -272,15 +294,11 @@ TEST(CudaDecode, LaterRunsOfOnePlanEqualTheFirst) {
   spec.kv_lens = {700, 3, 0, 129, 3000, 64};
   const AttentionCase c(spec, seed);
   const DeviceDecodeCase device_case(c);
-  const std::unique_ptr<Backend> backend = cuda::make_backend();
-  WorkspaceLimits limits;
-  limits.max_batch = 64;
-  const std::unique_ptr<Workspace> workspace = backend->create_workspace(limits);
-  cudaStream_t stream = nullptr;
-  PA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  static_cast<cuda::CudaWorkspace&>(*workspace).stream = stream;
-  DecodeArgs args = device_case.args(stream);
-  backend->plan(*workspace, describe_op(args), args.meta);
+  StepOnStream step(device_case);
+  Backend* backend = step.backend.get();
+  Workspace* workspace = step.workspace.get();
+  cudaStream_t stream = step.stream;
+  DecodeArgs args = step.args;
   std::vector<DeviceTensor> outs, lses;
   for (int run = 0; run < 4; ++run) {
     outs.push_back(DeviceTensor::poisoned_like(c.out()));
@@ -300,7 +318,6 @@ TEST(CudaDecode, LaterRunsOfOnePlanEqualTheFirst) {
     out_runs.push_back(to_doubles(c.out()));
     lse_runs.push_back(to_doubles(c.lse()));
   }
-  PA_CUDA_CHECK(cudaStreamDestroy(stream));
   std::vector<double> expected_lse;
   const std::vector<double> expected = c.reference(&expected_lse);
   std::string report = compare_rows(out_runs[0], expected, spec.head_dim_vo,
@@ -366,15 +383,11 @@ TEST(CudaDecode, LaterRunsReadTheNewestTokenAfterTheStore) {
     const int count = static_cast<int>(offsets.size());
     const auto* rows = static_cast<const int64_t*>(device_offsets.view().data);
 
-    const std::unique_ptr<Backend> backend = cuda::make_backend();
-    WorkspaceLimits limits;
-    limits.max_batch = 64;
-    const std::unique_ptr<Workspace> workspace = backend->create_workspace(limits);
-    cudaStream_t stream = nullptr;
-    PA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    static_cast<cuda::CudaWorkspace&>(*workspace).stream = stream;
-    DecodeArgs args = device_case.args(stream);
-    backend->plan(*workspace, describe_op(args), args.meta);
+    StepOnStream step(device_case);
+    Backend* backend = step.backend.get();
+    Workspace* workspace = step.workspace.get();
+    cudaStream_t stream = step.stream;
+    DecodeArgs args = step.args;
     backend->run_decode(*workspace, args);  // the step's first run: it waits before any read
     launch_slow_rows_copy(nan_k.view().data, k.data, nan_v.view().data, v.data, rows, count,
                           row_bytes, 0, stream);
@@ -387,7 +400,6 @@ TEST(CudaDecode, LaterRunsReadTheNewestTokenAfterTheStore) {
     backend->run_decode(*workspace, args);
     PA_CUDA_CHECK(cudaStreamSynchronize(stream));
     EXPECT_NO_THROW(workspace->check_device_errors());
-    PA_CUDA_CHECK(cudaStreamDestroy(stream));
     out.copy_to(c.out());
     lse.copy_to(c.lse());
     std::vector<double> expected_lse;
