@@ -240,6 +240,7 @@ void run_prefill(CudaWorkspace& workspace, const PrefillArgs& args) {
   p.max_q_len = meta.max_q_len;
   p.kv_tokens_hint = meta.num_pages_hint * kv.page_size;
   p.unit_counters = workspace.prefill_unit_counters();
+  p.num_sms = workspace.num_sms();
   p.guard = workspace.guard(OpKind::kPrefill);
   p.guard.pool_pages = pool_pages_bound(kv.num_attention_pages());
   p.guard.num_indices = meta.kv_indices.shape[0];

@@ -40,7 +40,12 @@ DeviceTensor DeviceTensor::poisoned_like(const TensorView& host) {
   tensor.view_ = host;
   tensor.view_.data = tensor.buffer_.data();
   tensor.view_.device = Device::cuda(0);
-  if (tensor.bytes_ > 0) PA_CUDA_CHECK(cudaMemset(tensor.buffer_.data(), 0xff, tensor.bytes_));
+  if (tensor.bytes_ > 0) {
+    PA_CUDA_CHECK(cudaMemset(tensor.buffer_.data(), 0xff, tensor.bytes_));
+    // Poisoned before any stream's later work, non-blocking streams included (cudaMemset is
+    // ordered on the legacy stream only).
+    PA_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   return tensor;
 }
 

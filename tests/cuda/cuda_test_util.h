@@ -62,7 +62,7 @@ class DeviceTensor {
   DeviceTensor() = default;
   // Copies `host` (its whole extent) to the device.
   explicit DeviceTensor(const TensorView& host);
-  // Same shape/strides as `host`, every byte 0xFF (NaN in every float dtype).
+  // Same shape/strides as `host`, every byte 0xFF (NaN in every float dtype), filled on return.
   static DeviceTensor poisoned_like(const TensorView& host);
   // A contiguous device tensor with these contents.
   static DeviceTensor from_vector(const std::vector<int32_t>& values);

@@ -282,6 +282,20 @@ struct StepOnStream {
   DecodeArgs args;
 };
 
+// `out` and `lse` of a run of `c` (copied into the case's host buffers) against the float64
+// reference: "" when both match.
+std::string against_reference(const AttentionCase& c, const DeviceTensor& out,
+                              const DeviceTensor& lse) {
+  out.copy_to(c.out());
+  lse.copy_to(c.lse());
+  std::vector<double> expected_lse;
+  const std::vector<double> expected = c.reference(&expected_lse);
+  std::string report = compare_rows(to_doubles(c.out()), expected, c.spec().head_dim_vo,
+                                    gpu_row_tolerance(c.spec().q_dtype), "out vs reference");
+  report += compare(to_doubles(c.lse()), expected_lse, kGpuLseTolerance, "lse vs reference");
+  return report;
+}
+
 // A step's later layers: every run_decode after the first since plan() reads the partition and
 // the metadata before it waits for the previous kernel (DecodeParams::early_metadata), the first
 // one after that wait. Four runs on one plan, back to back on a stream (each run's predecessor
@@ -400,14 +414,7 @@ TEST(CudaDecode, LaterRunsReadTheNewestTokenAfterTheStore) {
     backend->run_decode(*workspace, args);
     PA_CUDA_CHECK(cudaStreamSynchronize(stream));
     EXPECT_NO_THROW(workspace->check_device_errors());
-    out.copy_to(c.out());
-    lse.copy_to(c.lse());
-    std::vector<double> expected_lse;
-    const std::vector<double> expected = c.reference(&expected_lse);
-    std::string report = compare_rows(to_doubles(c.out()), expected, spec.head_dim_vo,
-                                      gpu_row_tolerance(spec.q_dtype), "out vs reference");
-    report += compare(to_doubles(c.lse()), expected_lse, kGpuLseTolerance, "lse vs reference");
-    EXPECT_EQ(report, "") << layout_name(layout) << ", seed " << seed;
+    EXPECT_EQ(against_reference(c, out, lse), "") << layout_name(layout) << ", seed " << seed;
   }
 }
 
@@ -421,8 +428,9 @@ TEST(CudaDecode, UnalignedQ) {
     CaseSpec spec = base_decode();
     spec.kv_lens = {700, 1, 129, 3000};
     const AttentionCase c(spec, seed);
-    DeviceDecodeCase device_case(c);
-    DecodeArgs args = device_case.args();
+    const DeviceDecodeCase device_case(c);
+    StepOnStream step(device_case);
+    DecodeArgs args = step.args;
     const TensorView& q = device_case.q.view();
     const int64_t batch = q.shape[0], heads = q.shape[1], dim = q.shape[2];
     const int64_t head_stride = dim + extra_stride;
@@ -433,26 +441,18 @@ TEST(CudaDecode, UnalignedQ) {
       for (int64_t h = 0; h < heads; ++h) {
         const auto* src = static_cast<const unsigned char*>(q.data) +
                           (b * q.strides[0] + h * q.strides[1]) * element;
-        PA_CUDA_CHECK(cudaMemcpy(base + (b * heads + h) * head_stride * element, src,
-                                 static_cast<size_t>(dim * element), cudaMemcpyDeviceToDevice));
+        PA_CUDA_CHECK(cudaMemcpyAsync(base + (b * heads + h) * head_stride * element, src,
+                                      static_cast<size_t>(dim * element), cudaMemcpyDeviceToDevice,
+                                      step.stream));
       }
     }
     args.q.data = base;
     args.q.strides = {heads * head_stride, head_stride, 1};
-    const std::unique_ptr<Backend> backend = cuda::make_backend();
-    const std::unique_ptr<Workspace> workspace = backend->create_workspace({});
-    backend->plan(*workspace, describe_op(args), args.meta);
-    backend->run_decode(*workspace, args);
-    PA_CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_NO_THROW(workspace->check_device_errors());
-    device_case.out.copy_to(c.out());
-    device_case.lse.copy_to(c.lse());
-    std::vector<double> expected_lse;
-    const std::vector<double> expected = c.reference(&expected_lse);
-    std::string report = compare_rows(to_doubles(c.out()), expected, spec.head_dim_vo,
-                                      gpu_row_tolerance(spec.q_dtype), "out vs reference");
-    report += compare(to_doubles(c.lse()), expected_lse, kGpuLseTolerance, "lse vs reference");
-    EXPECT_EQ(report, "") << "head stride D + " << extra_stride << ", seed " << seed;
+    step.backend->run_decode(*step.workspace, args);
+    PA_CUDA_CHECK(cudaStreamSynchronize(step.stream));
+    EXPECT_NO_THROW(step.workspace->check_device_errors());
+    EXPECT_EQ(against_reference(c, device_case.out, device_case.lse), "")
+        << "head stride D + " << extra_stride << ", seed " << seed;
   }
 }
 

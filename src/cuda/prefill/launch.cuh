@@ -165,11 +165,9 @@ void launch_config(const PrefillParams& params, cudaStream_t stream) {
         int64_t max_ctas = 0;
         if (params.num_kv_chunks <= 1 && !plain && !pingpong) {
           constexpr std::string_view kCtas = "ws-persistent-";
-          int sms = 0;
-          PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
           max_ctas = std::string_view(forced).starts_with(kCtas)
                          ? std::max(1, std::atoi(forced + kCtas.size()))
-                         : sms;
+                         : std::max(1, params.num_sms);
         }
         return launch_tiles<T>(kernel, params, W::kBlockM, W::kThreads, W::kSmemBytes, kHeadDimVo,
                                stream, max_ctas);

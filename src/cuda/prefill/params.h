@@ -54,6 +54,7 @@ struct PrefillParams {
   // The warp-specialized kernel's persistent grid (launch.cuh): [next unit, CTAs done], zero on
   // entry and on exit (its last CTA resets them); null (set by the launcher) for a CTA per unit.
   int32_t* unit_counters = nullptr;
+  int32_t num_sms = 1;  // the device's SMs (the workspace's count): the persistent grid's CTAs
 
   // Split-KV, chosen by the host launcher when the (tile, KV head) grid alone would leave SMs idle
   // (few short query tiles over long KV: chunked prefill, speculative steps). CTA (x, y) then takes
