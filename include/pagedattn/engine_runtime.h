@@ -72,6 +72,7 @@ class ModelRuntime final : public ModelRunner {
 
   const model::ModelConfig& config() const;
   const model::Model& model() const;
+  model::Model& model();  // its diagnostics (Model::set_timeline)
   const model::KvPool& pool() const;
   Device device() const;            // the model's (and the pool's)
   int64_t max_step_tokens() const;  // Model::max_step_tokens (0: no bound)

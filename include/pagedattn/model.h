@@ -245,6 +245,21 @@ class Model {
   };
   std::optional<DeviceTiming> last_device_timing() const;
 
+  // Where a step's device time goes (cuda; a diagnostic, off by default). With set_timeline(true)
+  // each step stamps the device's clock after every stretch of its work: the embedding, each
+  // layer's linear layers, head transform, attention, MLP, then the final norm, lm_head and
+  // sampling (a probe kernel of one thread between the stretches, CUDA graphs captured again with
+  // the probes in them). last_timeline() waits for the device and returns the last step's
+  // stretches in order, each with the time from the end of the one before it to its own end; their
+  // sum is the step's device time from its first kernel to its last. A probe adds about a
+  // microsecond to the step (compare with the timeline off). On the CPU: nothing (empty).
+  struct TimelineSpan {
+    std::string label;
+    double seconds = 0;
+  };
+  void set_timeline(bool on);
+  std::vector<TimelineSpan> last_timeline() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -145,6 +145,7 @@ std::unique_ptr<ModelRuntime> ModelRuntime::random(const model::ModelConfig& con
 int32_t ModelRuntime::vocab_size() const { return static_cast<int32_t>(config().vocab_size); }
 const model::ModelConfig& ModelRuntime::config() const { return state_->model.config(); }
 const model::Model& ModelRuntime::model() const { return state_->model; }
+model::Model& ModelRuntime::model() { return state_->model; }
 const model::KvPool& ModelRuntime::pool() const { return state_->pool; }
 int64_t ModelRuntime::weight_bytes() const { return state_->weight_bytes; }
 Device ModelRuntime::device() const { return state_->model.device(); }

@@ -184,6 +184,20 @@ std::optional<Model::DeviceTiming> Model::last_device_timing() const {
   return std::nullopt;
 }
 
+void Model::set_timeline(bool on) {
+#ifdef PAGEDATTN_WITH_CUDA
+  if (impl_->cuda) impl_->cuda->set_timeline(on);
+#endif
+  (void)on;
+}
+
+std::vector<Model::TimelineSpan> Model::last_timeline() const {
+#ifdef PAGEDATTN_WITH_CUDA
+  if (impl_->cuda) return impl_->cuda->last_timeline();
+#endif
+  return {};
+}
+
 bool Model::can_launch() const {
 #ifdef PAGEDATTN_WITH_CUDA
   return impl_->cuda != nullptr;

@@ -422,6 +422,46 @@ DType CudaModel::compute_dtype() const { return state_->compute; }
 
 std::optional<Model::DeviceTiming> CudaModel::last_timing() const { return state_->timing; }
 
+void timeline_mark(State& s, const char* label) {
+  if (!s.timeline) return;
+  const auto index = static_cast<int64_t>(s.timeline_labels.size());
+  if (index >= State::kTimelineCapacity) return;
+  s.timeline_labels.push_back(label);
+  timeline_stamp(ptr<uint64_t>(s.timeline_stamps), index, s.stream);
+}
+
+void CudaModel::set_timeline(bool on) {
+  State& s = *state_;
+  if (on == s.timeline) return;
+  PA_CUDA_CHECK(cudaSetDevice(s.device.index));
+  if (on && s.timeline_stamps.data() == nullptr) {
+    s.timeline_stamps = s.allocate(State::kTimelineCapacity * int64_t{sizeof(uint64_t)});
+  }
+  s.timeline = on;
+  s.timeline_labels.clear();
+  ++s.buffers_generation;  // the graphs are captured again, with or without the probes
+}
+
+std::vector<Model::TimelineSpan> CudaModel::last_timeline() const {
+  const State& s = *state_;
+  const size_t n = s.timeline_labels.size();
+  if (!s.timeline || n < 2) return {};
+  PA_CUDA_CHECK(cudaSetDevice(s.device.index));
+  PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  std::vector<uint64_t> stamps(n);
+  PA_CUDA_CHECK(cudaMemcpy(stamps.data(), s.timeline_stamps.data(), n * sizeof(uint64_t),
+                           cudaMemcpyDeviceToHost));
+  std::vector<Model::TimelineSpan> spans;
+  spans.reserve(n - 1);
+  for (size_t i = 1; i < n; ++i) {
+    // The clock never runs back; a difference below 0 would be a probe that did not run.
+    const double ns = stamps[i] >= stamps[i - 1] ? static_cast<double>(stamps[i] - stamps[i - 1])
+                                                 : 0.0;
+    spans.push_back({s.timeline_labels[i], ns * 1e-9});
+  }
+  return spans;
+}
+
 int64_t CudaModel::free_device_bytes() const {
   PA_CUDA_CHECK(cudaSetDevice(state_->device.index));
   size_t free = 0, total = 0;
@@ -481,12 +521,15 @@ void enqueue_head_chunk(State& s, int64_t start, int64_t count, bool sample) {
   norm.dim = hidden;
   norm.eps = s.eps;
   add_rms_norm(norm, s.stream);
+  timeline_mark(s, "final norm");
   s.blas->linear(count, vocab, hidden, s.head_x.data(), hidden, s.lm_head->data(), hidden,
                  s.compute, s.logits.data(), vocab, DType::kF32);
+  timeline_mark(s, "lm_head");
   if (sample) {
     sample_rows(ptr<float>(s.logits), count, vocab, ptr<DeviceRowSampling>(s.sample_spec) + start,
                 ptr<ops::SampledToken>(s.sampled) + start, s.stream,
                 sample_cluster_size(count, vocab, s.blas->sm_count()));
+    timeline_mark(s, "sampling");
   }
 }
 
@@ -495,8 +538,10 @@ void enqueue_head_chunk(State& s, int64_t start, int64_t count, bool sample) {
 void enqueue_layers(State& s) {
   const int64_t t = s.tokens, hidden = s.config.hidden_size;
   prepare_fused_step(s);
+  timeline_mark(s, "(start)");
   embedding(s.embed.data(), s.compute, hidden, ptr<int32_t>(s.token_ids), t,
             ptr<ops::SampledToken>(s.sampled), ptr<float>(s.residual), s.stream);
+  timeline_mark(s, "embedding");
   for (size_t i = 0; i < s.layers.size(); ++i) {
     DecoderLayer& layer = s.layers[i];
     if (s.fused) {
@@ -514,6 +559,7 @@ void enqueue_layers(State& s) {
     norm.dim = hidden;
     norm.eps = s.eps;
     add_rms_norm(norm, s.stream);
+    timeline_mark(s, "add + input norm");
     if (s.config.is_mla()) {
       mla_attention(s, layer, static_cast<int64_t>(i));
     } else {
@@ -523,6 +569,7 @@ void enqueue_layers(State& s) {
     norm.weight = ptr<float>(layer.post_norm);
     norm.out_f32 = layer.moe ? ptr<float>(s.x_f32) : nullptr;  // the router's f32 input
     add_rms_norm(norm, s.stream);
+    timeline_mark(s, "add + post norm");
     if (layer.moe) {
       moe_mlp(s, *layer.moe);
     } else {
@@ -569,12 +616,17 @@ void capture_graph(State& s, size_t index, int64_t rows) {
   }
   cudaGraph_t captured = nullptr;
   std::string failure;
+  // The labels of the step that just ran stay the model's (last_timeline); the graph's own are
+  // the capture's (the same sequence).
+  std::vector<const char*> ran = std::move(s.timeline_labels);
+  s.timeline_labels.clear();
   PA_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
   try {
     enqueue_graph_body(s, rows);
   } catch (const std::exception& error) {
     failure = error.what();
   }
+  graph.timeline_labels = std::exchange(s.timeline_labels, std::move(ran));
   cudaError_t status = cudaStreamEndCapture(s.stream, &captured);
   if (failure.empty() && status != cudaSuccess) failure = cudaGetErrorString(status);
   if (failure.empty()) {
@@ -755,11 +807,13 @@ Logits CudaModel::run(const Step& step, KvPool& pool, bool launch) {
       r = end;
     }
   };
+  s.timeline_labels.clear();
   if (padded > 0) {
     // One head pass over the padded rows (graph_batch: one chunk, or every row sampled), then the
     // step's rows out.
     if (replay) {
       PA_CUDA_CHECK(cudaGraphLaunch(s.graphs[graph_index].exec, s.stream));
+      s.timeline_labels = s.graphs[graph_index].timeline_labels;
     } else {
       enqueue_graph_body(s, head_rows);
     }

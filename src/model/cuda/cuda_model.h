@@ -60,6 +60,9 @@ class CudaModel {
   int64_t free_device_bytes() const;  // cudaMemGetInfo on the model's device
   // Model::last_device_timing (model.h): events around the last forward.
   std::optional<Model::DeviceTiming> last_timing() const;
+  // Model::set_timeline / last_timeline (model.h).
+  void set_timeline(bool on);
+  std::vector<Model::TimelineSpan> last_timeline() const;
 
   struct State;
 

@@ -565,4 +565,26 @@ void moe_combine(const float* expert_out, const int32_t* position, const float* 
   check_launch("moe_combine_kernel");
 }
 
+namespace {
+
+// Trigger first, then wait: the next kernel may launch (and issue what it may before its own
+// wait: prefetches, the decode kernel's early metadata reads) while this probe still waits for its
+// predecessor, as it would without the probe. That keeps pdl.cuh's rule: the predecessor triggered
+// only after its own wait, so everything before it is complete when the successor starts.
+__global__ void timeline_stamp_kernel(uint64_t* stamps, int64_t index) {
+  pdl_trigger();
+  pdl_wait();
+  uint64_t now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  stamps[index] = now;
+}
+
+}  // namespace
+
+void timeline_stamp(uint64_t* stamps, int64_t index, void* stream) {
+  launch_kernel(timeline_stamp_kernel, 1, 1, 0, static_cast<cudaStream_t>(stream), stamps, index);
+  check_launch("timeline_stamp_kernel");
+}
+
 }  // namespace pagedattn::model::cuda
+

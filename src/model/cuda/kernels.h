@@ -110,4 +110,11 @@ void moe_combine(const float* expert_out, const int32_t* position, const float* 
                  const float* shared, int64_t tokens, int32_t top_k, int64_t hidden, float* out,
                  void* stream);
 
+// The timeline's probe (Model::set_timeline): stamps[index] = the device's global nanosecond
+// clock once the kernel before it in the stream has completed. One thread; launched with
+// programmatic dependent launch like every kernel here, but it lets its successor launch before it
+// waits (see kernels.cu), so a probe between two kernels delays the second by about the probe's
+// own completion, not by a second launch.
+void timeline_stamp(uint64_t* stamps, int64_t index, void* stream);
+
 }  // namespace pagedattn::model::cuda

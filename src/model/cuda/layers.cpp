@@ -176,6 +176,7 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
     s.blas->linear(t, width, w.qkv.in(), s.x.data(), w.qkv.in(), w.qkv.weight.data(), w.qkv.in(),
                    s.compute, qkv, width, qkv_dtype);
   }
+  timeline_mark(s, "qkv");
   // One launch for the head groups: q (bias, norm, RoPE, then converted into the attention's q
   // buffer), k (bias, norm, RoPE, in place: stored from f32 below) and, with a bias, v (the bias
   // only).
@@ -228,6 +229,7 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
     }
   }
   transform_heads(std::span<const HeadTransformArgs>(groups, num_groups), s.stream);
+  timeline_mark(s, "head transform");
   if (!fused_store) {
     const TensorView slots = TensorView::contiguous(s.slots.data(), DType::kI64, {t}, s.device);
     float* qkv_f32 = ptr<float>(s.qkv);
@@ -235,6 +237,7 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
         kv, device_f32(s, qkv_f32 + heads * dim, {t, kv_heads, dim}, {width, dim, 1}),
         device_f32(s, qkv_f32 + (heads + kv_heads) * dim, {t, kv_heads, dim}, {width, dim, 1}),
         slots, s.stream);
+    timeline_mark(s, "K / V store");
   }
 
   const StepContext& step = *s.step;
@@ -250,17 +253,20 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
     PrefillArgs args{q_view, kv, step.meta, out_view, {}, options, s.stream};
     step.backend->run_prefill(*step.workspace, args);
   }
+  timeline_mark(s, "attention");
   const void* attn = s.attn.data();
   if (s.attention != s.compute) {
     convert_rows(s.attn.data(), s.attention, heads * dim, s.attn_c.data(), s.compute, heads * dim,
                  t, heads * dim, s.stream);
     attn = s.attn_c.data();
+    timeline_mark(s, "convert");
   }
   if (s.fused) {
     gemv(s.fused_layers[static_cast<size_t>(index)].o);  // residual += o_proj(attn)
-    return;
+  } else {
+    linear_f32(s, w.o, attn, t, ptr<float>(s.branch), s.config.hidden_size);
   }
-  linear_f32(s, w.o, attn, t, ptr<float>(s.branch), s.config.hidden_size);
+  timeline_mark(s, "o_proj");
 }
 
 void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
@@ -286,6 +292,7 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
   const int64_t kv_width = rank + rope;
   float* kv_a = ptr<float>(s.kv_a);
   linear_f32(s, w.kv_a, s.x.data(), t, kv_a, kv_width);
+  timeline_mark(s, "q, kv_a projections");
   // One launch for three head groups: the latent's RMSNorm over its rank values and k_pe's RoPE,
   // both in place in kv_a (stored below), and q_pe's RoPE into the attention's q_pe [T, H, rope].
   HeadTransformArgs groups[3];
@@ -309,11 +316,13 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
   q_pe.out_stride_head = rope;
   q_pe.write_x = false;  // the attention reads s.q_pe; q's f32 rope part is not read again
   transform_heads(groups, s.stream);
+  timeline_mark(s, "latent norm, RoPE");
   const PagedLatent cache = s.pool->layer_latent(index);
   const TensorView slots = TensorView::contiguous(s.slots.data(), DType::kI64, {t}, s.device);
   ::pagedattn::cuda::store_latent(cache, device_f32(s, kv_a, {t, rank}, {kv_width, 1}),
                                   device_f32(s, kv_a + rank, {t, rope}, {kv_width, 1}), slots,
                                   s.stream);
+  timeline_mark(s, "latent store");
   // q_nope into the compute dtype [T, H, nope], the batched GEMM's input.
   convert_rows(q, DType::kF32, qk, s.q_nope_c.data(), s.compute, nope, t * heads, nope, s.stream);
   // q_latent[t, h] = q_nope[t, h] · W_UK_h, W_UK_h = kv_b rows [h (nope + v), + nope).
@@ -327,6 +336,7 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
                  t * heads, rank, s.stream);
     q_latent = s.q_latent_a.data();
   }
+  timeline_mark(s, "q absorb (W_UK)");
   const StepContext& step = *s.step;
   MlaArgs args;
   args.q_nope = device_view(s, q_latent, s.attention, {t, heads, rank});
@@ -338,6 +348,7 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
   args.causal = true;
   args.stream = s.stream;
   step.backend->run_mla(*step.workspace, args);
+  timeline_mark(s, "attention");
   const void* o_latent = s.o_latent.data();
   if (s.attention != s.compute) {
     convert_rows(s.o_latent.data(), s.attention, rank, s.o_latent_c.data(), s.compute, rank,
@@ -349,7 +360,9 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
       heads, t, v, rank, {o_latent, heads * rank, rank},
       {static_cast<const char*>(w.kv_b.data()) + nope * rank * c, rank, head_rows * rank},
       /*transpose_w=*/true, s.compute, s.o.data(), heads * v, v, s.compute);
+  timeline_mark(s, "o absorb (W_UV)");
   linear_f32(s, w.o, s.o.data(), t, ptr<float>(s.branch), s.config.hidden_size);
+  timeline_mark(s, "o_proj");
 }
 
 namespace {
@@ -364,6 +377,7 @@ void moe_mlp_on_device(State& s, MoeLayer& moe) {
                    ptr<int32_t>(s.expert_ids), ptr<float>(s.route_weight), s.stream);
   moe_sort_device(ptr<int32_t>(s.expert_ids), pairs, k, experts, ptr<int32_t>(s.position),
                   ptr<int32_t>(s.source_row), ptr<int32_t>(s.moe_tiles), tiles, s.stream);
+  timeline_mark(s, "routing");
   const int64_t c = s.compute_size(), width = moe.experts.front().down.in();
   gather_rows(s.x.data(), ptr<int32_t>(s.source_row), s.expert_x.data(), pairs, hidden * c,
               s.stream);
@@ -375,6 +389,7 @@ void moe_mlp_on_device(State& s, MoeLayer& moe) {
   moe_grouped_gemm(s.expert_act.data(), width, moe.down_weights.as<const void* const>(), s.compute,
                    hidden, width, ptr<int32_t>(s.moe_tiles), tiles, ptr<float>(s.expert_out),
                    hidden, s.stream);
+  timeline_mark(s, "routed experts");
   const float* shared = nullptr;
   if (moe.shared.defined()) {
     dense_mlp(s, moe.shared, s.x.data(), t, ptr<float>(s.shared_out));
@@ -382,6 +397,7 @@ void moe_mlp_on_device(State& s, MoeLayer& moe) {
   }
   moe_combine(ptr<float>(s.expert_out), ptr<int32_t>(s.position), ptr<float>(s.route_weight),
               shared, t, k, hidden, ptr<float>(s.branch), s.stream);
+  timeline_mark(s, "MoE combine");
 }
 
 }  // namespace
@@ -397,14 +413,19 @@ void dense_mlp(State& s, const MlpLayer& mlp, const void* x, int64_t rows, float
                    mlp.gate_up.weight.data(), mlp.gate_up.in(), mlp.gate_up.weight.dtype,
                    s.gate_up.data(), 2 * width, gate_up_dtype);
   }
+  timeline_mark(s, "gate_up");
   silu_mul(s.gate_up.data(), gate_up_dtype, rows, width, s.act.data(), s.compute, width, s.stream);
+  timeline_mark(s, "SiLU * mul");
   linear_f32(s, mlp.down, s.act.data(), rows, out, s.config.hidden_size);
+  timeline_mark(s, "down");
 }
 
 void fused_mlp(State& s, int64_t index) {
   const FusedLinears& f = s.fused_layers[static_cast<size_t>(index)];
   gemv(f.gate_up);  // act = silu(gate) * up of the post-attention norm
-  gemv(f.down);     // residual += down(act)
+  timeline_mark(s, "gate_up");
+  gemv(f.down);  // residual += down(act)
+  timeline_mark(s, "down");
 }
 
 void prepare_fused_step(State& s) {
@@ -426,6 +447,7 @@ void moe_mlp(State& s, MoeLayer& moe) {
   const int32_t experts = moe.routing.num_experts, k = moe.routing.top_k;
   s.blas->linear(t, experts, hidden, s.x_f32.data(), hidden, moe.router.data(), hidden, DType::kF32,
                  s.router_logits.data(), experts, DType::kF32);
+  timeline_mark(s, "router");
   if (moe_on_device(moe, t)) {
     moe_mlp_on_device(s, moe);
     return;
@@ -459,6 +481,7 @@ void moe_mlp(State& s, MoeLayer& moe) {
   copy_to_device(s, s.source_row.data(), moe.source_row.data(), pairs);
   copy_to_device(s, s.position.data(), moe.position.data(), pairs);
   copy_to_device(s, s.route_weight.data(), moe.assignment.weights.data(), pairs);
+  timeline_mark(s, "routing (host)");
 
   const int64_t c = s.compute_size();
   gather_rows(s.x.data(), ptr<int32_t>(s.source_row), s.expert_x.data(), pairs, hidden * c,
@@ -481,6 +504,7 @@ void moe_mlp(State& s, MoeLayer& moe) {
     linear_f32(s, moe.experts[static_cast<size_t>(e)].down, bytes(s.expert_act) + begin * width * c,
                rows, ptr<float>(s.expert_out) + begin * hidden, hidden);
   }
+  timeline_mark(s, "routed experts");
   const float* shared = nullptr;
   if (moe.shared.defined()) {
     dense_mlp(s, moe.shared, s.x.data(), t, ptr<float>(s.shared_out));
@@ -488,6 +512,7 @@ void moe_mlp(State& s, MoeLayer& moe) {
   }
   moe_combine(ptr<float>(s.expert_out), ptr<int32_t>(s.position), ptr<float>(s.route_weight),
               shared, t, k, hidden, ptr<float>(s.branch), s.stream);
+  timeline_mark(s, "MoE combine");
 }
 
 }  // namespace pagedattn::model::cuda

@@ -162,12 +162,22 @@ struct CudaModel::State final : DeviceStep {
   struct Graph {
     cudaGraphExec_t exec = nullptr;
     int64_t workspace_generation = -1, buffers_generation = -1;
-    uint64_t pool = 0;  // KvPool::id
+    uint64_t pool = 0;                        // KvPool::id
+    std::vector<const char*> timeline_labels;  // of its probes (the timeline on at capture)
   };
   std::vector<int32_t> graph_sizes;
   std::vector<Graph> graphs;
   int64_t buffers_generation = 0;
   int64_t graph_replays = 0, graph_captures = 0;
+
+  // The timeline (Model::set_timeline): while on, timeline_mark() enqueues a probe
+  // (kernels.h: timeline_stamp) that writes timeline_stamps[i] once the work before it is done,
+  // labelled timeline_labels[i] (string literals: what ran since the probe before). The labels
+  // are those of the step last enqueued or replayed (a graph keeps its capture's).
+  static constexpr int64_t kTimelineCapacity = 4096;  // probes per step; later marks are dropped
+  bool timeline = false;
+  DeviceBuffer timeline_stamps;  // [kTimelineCapacity] uint64
+  std::vector<const char*> timeline_labels;
 
   // The step being run. fused: its dense layers run through the GEMV's fused forms (gemv.h), so
   // no norm, add or silu_mul kernel, and the residual stream (s.residual) already holds each
@@ -199,6 +209,8 @@ void prepare_fused_step(CudaModel::State& s);
 // epilogue, then down_proj added into the residual stream.
 void fused_mlp(CudaModel::State& s, int64_t index);
 void moe_mlp(CudaModel::State& s, MoeLayer& moe);
+// The timeline's probe after the work enqueued since the last one (no-op while it is off).
+void timeline_mark(CudaModel::State& s, const char* label);
 // Whether moe_mlp routes a step of `tokens` tokens on the device (no host synchronisation).
 inline bool moe_on_device(const MoeLayer& moe, int64_t tokens) {
   return moe.device_routing && tokens <= kDeviceMoeMaxTokens;

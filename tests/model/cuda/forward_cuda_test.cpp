@@ -52,6 +52,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -633,6 +634,89 @@ TEST(CudaGraphsMoe, F32MoeLayersRunEagerly) {
   ASSERT_TRUE(model.last_device_timing().has_value());
   EXPECT_FALSE(model.last_device_timing()->graph);
 }
+
+// ---- 3c. the timeline (Model::set_timeline) ----
+
+// The probes change no result: the same steps with the timeline on and off give identical logits
+// (the kernels are the same; only a probe runs between them). Each step's stretches are those of
+// its path (the fused decode layer, or the unfused prefill / MLA / MoE layers), once per layer,
+// none negative, and they lie within the step's own device span (last_device_timing).
+class CudaTimeline : public ::testing::TestWithParam<RealShape> {};
+
+TEST_P(CudaTimeline, ProbesChangeNoLogitsAndCoverEveryLayer) {
+  REQUIRE_GPU();
+  const ModelConfig config = shrink(GetParam().config_file);
+  testing::RandomWeights random(config);
+  ModelOptions options = cuda_options();
+  options.max_positions = 1024;
+  Model plain(config, random.weights, options);
+  Model probed(config, random.weights, options);
+  probed.set_timeline(true);
+  const std::vector<int32_t> prompt = {5, 9, 2, 7, 7, 1, 3, 8, 4, 6, 2, 11};
+  const std::vector<int32_t> decodes = {3, 1, 4, 1, 5};  // eager, capture, then replays
+  const auto run = [&](Model& model) {
+    KvPool pool = model.make_kv_pool(pool_config(DType::kBF16, 16));
+    testing::PageSource pages(pool.num_pages(), 7);
+    return testing::run_sequence(model, pool, pages, prompt, decodes);
+  };
+  const Rows expected = run(plain);
+  const Rows got = run(probed);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t r = 0; r < got.size(); ++r) {
+    ASSERT_EQ(got[r], expected[r]) << "logits row " << r << " changed with the timeline on";
+  }
+  EXPECT_TRUE(plain.last_timeline().empty());
+
+  // The last step replayed a decode graph with the probes captured in it.
+  ASSERT_TRUE(probed.last_device_timing().has_value());
+  EXPECT_TRUE(probed.last_device_timing()->graph);
+  const auto check = [&](const std::vector<Model::TimelineSpan>& spans, const char* step) {
+    SCOPED_TRACE(step);
+    std::map<std::string, int64_t> count;
+    EXPECT_FALSE(spans.empty());
+    double total = 0;
+    for (const Model::TimelineSpan& span : spans) {
+      EXPECT_GE(span.seconds, 0.0) << span.label;
+      ++count[span.label];
+      total += span.seconds;
+    }
+    EXPECT_EQ(count["embedding"], 1);
+    EXPECT_EQ(count["attention"], config.num_hidden_layers);
+    EXPECT_EQ(count["o_proj"], config.num_hidden_layers);
+    EXPECT_EQ(count["lm_head"], 1);
+    EXPECT_EQ(count["final norm"], 1);
+    EXPECT_GT(total, 0.0);
+    // Two clocks (the global timer, CUDA events): a little slack.
+    EXPECT_LE(total, probed.last_device_timing()->span_seconds * 1.05 + 2e-6);
+    return count;
+  };
+  const auto decode = check(probed.last_timeline(), "decode (graph replay)");
+  if (!config.is_mla() && !config.moe) {
+    // The fused decode layer: no norm kernel; qkv, gate_up and down are GEMVs with it fused in.
+    EXPECT_EQ(decode.count("add + input norm"), 0U);
+    EXPECT_EQ(decode.count("qkv") ? decode.at("qkv") : 0, config.num_hidden_layers);
+    EXPECT_EQ(decode.count("down") ? decode.at("down") : 0, config.num_hidden_layers);
+  }
+  // A prefill: the unfused layer, a norm before each sublayer.
+  KvPool pool = probed.make_kv_pool(pool_config(DType::kBF16, 16));
+  testing::PageSource pages(pool.num_pages(), 9);
+  testing::Sequence seq;
+  seq.reserve(static_cast<int64_t>(prompt.size()), 16, pages);
+  Step step;
+  step.requests.push_back({prompt, 0, {}, seq.block_table});
+  probed.forward(step, pool);
+  const auto prefill = check(probed.last_timeline(), "prefill");
+  for (const char* norm : {"add + input norm", "add + post norm"}) {
+    EXPECT_EQ(prefill.count(norm) ? prefill.at(norm) : 0, config.num_hidden_layers) << norm;
+  }
+  probed.set_timeline(false);
+  EXPECT_TRUE(probed.last_timeline().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, CudaTimeline,
+                         ::testing::Values(RealShape{"qwen3_0_6b", "qwen3_0_6b.json"},
+                                           RealShape{"deepseek_v2_lite", "deepseek_v2_lite.json"}),
+                         [](const auto& info) { return info.param.name; });
 
 // ---- 4. errors ----
 

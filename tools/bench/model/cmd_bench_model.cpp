@@ -16,6 +16,12 @@
 // included: what an engine waits for). The KV the decode rows read was never written (zeros):
 // the time does not depend on its values. Bytes and FLOPs per step are the throughput
 // benchmark's (tools/bench/throughput/roofline.h).
+//
+// --timeline (GPU): after a row's timed calls, the same row again with Model::set_timeline on
+// (a probe stamping the device clock after each stretch of the step: each layer's linear layers,
+// head transform, attention, ...), and a table of where the step's device time goes: per stretch,
+// the median over the calls of its time summed over the step's layers, beside the step's time
+// with the probes (their cost: compare with the row's median above).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +31,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -66,6 +73,7 @@ struct ModelBenchOptions {
   int64_t ceiling_mib = 0;
   std::string json_path;
   std::vector<std::string> metadata;
+  bool timeline = false;
 };
 
 struct Row {
@@ -74,6 +82,70 @@ struct Row {
   int32_t length = 0;  // prefill: new tokens per sequence; decode: context after the step
   engine::StepPlan plan;
 };
+
+// One stretch of a step's timeline (Model::TimelineSpan), aggregated over the calls.
+struct TimelineRow {
+  std::string label;
+  int64_t per_step = 0;                 // occurrences in one step (e.g. one per layer)
+  std::vector<double> seconds_per_step;  // summed over the step, one entry per call
+};
+
+// Runs `call` `reps` times after `warmup` with the model's timeline on and prints where the
+// device time goes. Returns the rows for the JSON.
+template <class Call>
+nlohmann::json run_timeline(model::Model& model, int32_t warmup, int32_t reps, Call&& call) {
+  model.set_timeline(true);
+  std::vector<TimelineRow> rows;
+  std::map<std::string, size_t> index;
+  std::vector<double> totals, walls;
+  for (int32_t r = 0; r < warmup + reps; ++r) {
+    const auto start = Clock::now();
+    call();
+    const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::vector<model::Model::TimelineSpan> spans = model.last_timeline();
+    if (r < warmup) continue;
+    walls.push_back(wall);
+    std::map<std::string, std::pair<int64_t, double>> step;  // label -> count, seconds
+    double total = 0;
+    for (const model::Model::TimelineSpan& span : spans) {
+      if (index.emplace(span.label, rows.size()).second) rows.push_back({span.label, 0, {}});
+      auto& [count, seconds] = step[span.label];
+      ++count;
+      seconds += span.seconds;
+      total += span.seconds;
+    }
+    totals.push_back(total);
+    for (TimelineRow& row : rows) {
+      const auto it = step.find(row.label);
+      row.per_step = it == step.end() ? row.per_step : it->second.first;
+      row.seconds_per_step.push_back(it == step.end() ? 0.0 : it->second.second);
+    }
+  }
+  model.set_timeline(false);
+  if (totals.empty() || rows.empty()) {
+    fmt::print("  timeline: none (the model records none on this device)\n");
+    return nlohmann::json::array();
+  }
+  const double total = median(totals);
+  Table table({"stretch", "per step", "us each", "us per step", "share"});
+  nlohmann::json json = nlohmann::json::array();
+  for (TimelineRow& row : rows) {
+    const double seconds = median(row.seconds_per_step);
+    table.add_row({row.label, std::to_string(row.per_step),
+                   fmt::format("{:.2f}", seconds * 1e6 / static_cast<double>(std::max<int64_t>(
+                                                             1, row.per_step))),
+                   fmt::format("{:.1f}", seconds * 1e6),
+                   fmt::format("{:.1f}%", total > 0 ? 100.0 * seconds / total : 0.0)});
+    json.push_back({{"stretch", row.label}, {"per_step", row.per_step}, {"us", seconds * 1e6}});
+  }
+  fmt::print("{}", table.str());
+  fmt::print(
+      "  each stretch: from the end of the one before it to its own end (a probe kernel stamps "
+      "the device clock between them); the stretches add up to {:.1f} us of device time per "
+      "step (median); the whole call took {:.3f} ms with the probes in (median of {})\n",
+      total * 1e6, median(walls) * 1e3, walls.size());
+  return json;
+}
 
 struct PrefillShape {
   int32_t batch = 0, length = 0;
@@ -271,6 +343,17 @@ void run_bench_model(ModelBenchOptions options) {
       if (r >= options.warmup) samples.push_back(s);
     }
     const double seconds = median(samples);
+    nlohmann::json timeline;
+    if (options.timeline && on_gpu) {
+      fmt::print("{} (--timeline; {:.3f} ms without the probes):\n", name, seconds * 1e3);
+      timeline = run_timeline(runtime->model(), 2, options.reps, [&] {
+        if (model_sampling) {
+          runtime->forward_sampled(row.plan, sampling, logits, sampled);
+        } else {
+          runtime->forward(row.plan, logits);
+        }
+      });
+    }
     const StepShape shape = shape_of(row.plan);
     const StepCost step = step_cost(cost, shape);
     const double memory_s = step.bytes / (read_gbs * 1e9),
@@ -299,6 +382,7 @@ void run_bench_model(ModelBenchOptions options) {
                          {"memory_bound", memory_bound},
                          {"x_floor", seconds / floor_s},
                          {"of_gemm_ceiling", of_gemm}});
+    if (!timeline.is_null()) json_rows.back()["timeline"] = timeline;
   }
   fmt::print("\n{}", table.str());
   fmt::print(
@@ -382,6 +466,9 @@ void add_bench_model_command(CLI::App& bench) {
                   "CPU: the read ceiling's buffer in MiB (0: max(2 GiB, 8 x L3))")
       ->capture_default_str();
   cmd->add_option("--json", options->json_path, "also write the results as JSON to FILE");
+  cmd->add_flag("--timeline", options->timeline,
+                "On a GPU: after each row, where its step's device time goes (a probe between "
+                "the step's stretches of kernels; see Model::set_timeline)");
   cmd->add_option("--metadata", options->metadata,
                   "KEY=VALUE pairs recorded in the JSON (e.g. commit=abc1234)");
   cmd->callback([options] { run_bench_model(*options); });
