@@ -131,6 +131,35 @@ void Blas::linear(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx, c
                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+void Blas::linear_accumulate(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
+                             const void* w, int64_t ldw, DType in_dtype, float* y, int64_t ldy) {
+  if (m == 0 || n == 0) return;
+  if (gemv_supported(m, k, x, ldx, w, ldw, in_dtype)) {
+    GemvArgs a;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.dtype = in_dtype;
+    a.w = w;
+    a.ldw = ldw;
+    a.x = x;
+    a.ldx = ldx;
+    a.output = GemvOutput::kAccumulate;
+    a.y = y;
+    a.ldy = ldy;
+    a.sm_count = state_->sm_count;
+    a.stream = state_->stream;
+    gemv(a);
+    return;
+  }
+  const float alpha = 1.0f, beta = 1.0f;
+  PA_CUBLAS_CHECK(cublasGemmEx(state_->handle, CUBLAS_OP_T, CUBLAS_OP_N, to_int(n, "n"),
+                               to_int(m, "m"), to_int(k, "k"), &alpha, w, data_type(in_dtype),
+                               to_int(ldw, "ldw"), x, data_type(in_dtype), to_int(ldx, "ldx"),
+                               &beta, y, CUDA_R_32F, to_int(ldy, "ldy"), CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+}
+
 void Blas::batched(int64_t batch, int64_t m, int64_t n, int64_t k, Operand x, Operand w,
                    bool transpose_w, DType in_dtype, void* y, int64_t ldy, int64_t y_stride,
                    DType out_dtype) {

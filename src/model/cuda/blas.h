@@ -26,6 +26,11 @@ class Blas {
   // same stream; cuBLAS otherwise.
   void linear(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx, const void* w,
               int64_t ldw, DType in_dtype, void* y, int64_t ldy, DType out_dtype);
+  // y [m, n] f32 (ldy) += x · wᵀ: linear() adding into y (the residual stream) in the GEMM's
+  // epilogue (cuBLAS's beta = 1; the GEMV's kAccumulate) instead of writing a buffer that an add
+  // kernel reads back. y + (x · wᵀ) rounded once in f32, as the add would.
+  void linear_accumulate(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx, const void* w,
+                         int64_t ldw, DType in_dtype, float* y, int64_t ldy);
 
   // For b in [0, batch): y_b [m, n] = x_b [m, k] · op(w_b), op(w) = w [k, n] (transpose_w false)
   // or wᵀ with w [n, k] (true); operand b starts at base + b * stride (elements). MLA's per-head

@@ -512,7 +512,7 @@ void enqueue_head_chunk(State& s, int64_t start, int64_t count, bool sample) {
   const int64_t hidden = s.config.hidden_size, vocab = s.config.vocab_size;
   AddNormArgs norm;
   norm.residual = ptr<float>(s.residual);
-  norm.add = s.fused ? nullptr : ptr<float>(s.branch);  // fused: already in the residual stream
+  norm.add = s.branch_pending ? ptr<float>(s.branch) : nullptr;  // else in the residual already
   norm.weight = ptr<float>(s.final_norm);
   norm.out = s.head_x.data();
   norm.out_dtype = s.compute;
@@ -538,6 +538,7 @@ void enqueue_head_chunk(State& s, int64_t start, int64_t count, bool sample) {
 void enqueue_layers(State& s) {
   const int64_t t = s.tokens, hidden = s.config.hidden_size;
   prepare_fused_step(s);
+  s.branch_pending = false;
   timeline_mark(s, "(start)");
   embedding(s.embed.data(), s.compute, hidden, ptr<int32_t>(s.token_ids), t,
             ptr<ops::SampledToken>(s.sampled), ptr<float>(s.residual), s.stream);
@@ -551,7 +552,9 @@ void enqueue_layers(State& s) {
     }
     AddNormArgs norm;
     norm.residual = ptr<float>(s.residual);
-    norm.add = i == 0 ? nullptr : ptr<float>(s.branch);  // the previous layer's MLP output
+    // The previous layer's MLP output where it was not added in its GEMM (branch_pending).
+    norm.add = s.branch_pending ? ptr<float>(s.branch) : nullptr;
+    s.branch_pending = false;
     norm.weight = ptr<float>(layer.input_norm);
     norm.out = s.x.data();
     norm.out_dtype = s.compute;
@@ -565,7 +568,8 @@ void enqueue_layers(State& s) {
     } else {
       gqa_attention(s, layer, static_cast<int64_t>(i));
     }
-    norm.add = ptr<float>(s.branch);
+    norm.add = s.branch_pending ? ptr<float>(s.branch) : nullptr;
+    s.branch_pending = false;
     norm.weight = ptr<float>(layer.post_norm);
     norm.out_f32 = layer.moe ? ptr<float>(s.x_f32) : nullptr;  // the router's f32 input
     add_rms_norm(norm, s.stream);
@@ -573,7 +577,7 @@ void enqueue_layers(State& s) {
     if (layer.moe) {
       moe_mlp(s, *layer.moe);
     } else {
-      dense_mlp(s, layer.mlp, s.x.data(), t, ptr<float>(s.branch));
+      dense_mlp(s, layer.mlp, s.x.data(), t, nullptr);  // into the residual stream
     }
   }
 }

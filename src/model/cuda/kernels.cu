@@ -111,8 +111,10 @@ __global__ void __launch_bounds__(kBlock) add_rms_norm_kernel(const AddNormArgs 
   float sum = 0.0f;
   for (int64_t d = threadIdx.x; d < a.dim; d += kBlock) {
     float v = residual[d];
-    if (add != nullptr) v += add[d];
-    if (!gather) residual[d] = v;
+    if (add != nullptr) {
+      v += add[d];
+      if (!gather) residual[d] = v;
+    }
     sum += v * v;
   }
   sum = block_sum(sum);

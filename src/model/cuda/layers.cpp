@@ -64,6 +64,21 @@ void linear_f32(State& s, const DeviceLinear& linear, const void* x, int64_t row
     add_bias(y, ldy, linear.bias_data(), rows, linear.out(), s.stream);
 }
 
+// A sublayer's last linear layer (o_proj, down_proj): its output added to the residual stream.
+// Without a bias, in the GEMM's epilogue (Blas::linear_accumulate: no branch buffer written and
+// read back); with one, into s.branch (then the bias), which the next add_rms_norm adds
+// (s.branch_pending), so that the bias is added before the residual as the CPU model does.
+void linear_to_residual(State& s, const DeviceLinear& linear, const void* x, int64_t rows) {
+  const int64_t hidden = s.config.hidden_size;
+  if (linear.bias.data() == nullptr) {
+    s.blas->linear_accumulate(rows, linear.out(), linear.in(), x, linear.in(), linear.weight.data(),
+                              linear.in(), linear.weight.dtype, ptr<float>(s.residual), hidden);
+    return;
+  }
+  linear_f32(s, linear, x, rows, ptr<float>(s.branch), hidden);
+  s.branch_pending = true;
+}
+
 // The output dtype of a GEMM whose consumer is an elementwise pass (the head transform, SiLU ·
 // mul): the compute dtype where cuBLAS runs it anyway (more than kGemvMaxRows rows; the GEMV
 // writes f32 only) and the weights are in that dtype, so the GEMM writes and the pass reads half
@@ -264,7 +279,7 @@ void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   if (s.fused) {
     gemv(s.fused_layers[static_cast<size_t>(index)].o);  // residual += o_proj(attn)
   } else {
-    linear_f32(s, w.o, attn, t, ptr<float>(s.branch), s.config.hidden_size);
+    linear_to_residual(s, w.o, attn, t);
   }
   timeline_mark(s, "o_proj");
 }
@@ -361,7 +376,7 @@ void mla_attention(State& s, const DecoderLayer& layer, int64_t index) {
       {static_cast<const char*>(w.kv_b.data()) + nope * rank * c, rank, head_rows * rank},
       /*transpose_w=*/true, s.compute, s.o.data(), heads * v, v, s.compute);
   timeline_mark(s, "o absorb (W_UV)");
-  linear_f32(s, w.o, s.o.data(), t, ptr<float>(s.branch), s.config.hidden_size);
+  linear_to_residual(s, w.o, s.o.data(), t);
   timeline_mark(s, "o_proj");
 }
 
@@ -397,6 +412,7 @@ void moe_mlp_on_device(State& s, MoeLayer& moe) {
   }
   moe_combine(ptr<float>(s.expert_out), ptr<int32_t>(s.position), ptr<float>(s.route_weight),
               shared, t, k, hidden, ptr<float>(s.branch), s.stream);
+  s.branch_pending = true;
   timeline_mark(s, "MoE combine");
 }
 
@@ -416,7 +432,11 @@ void dense_mlp(State& s, const MlpLayer& mlp, const void* x, int64_t rows, float
   timeline_mark(s, "gate_up");
   silu_mul(s.gate_up.data(), gate_up_dtype, rows, width, s.act.data(), s.compute, width, s.stream);
   timeline_mark(s, "SiLU * mul");
-  linear_f32(s, mlp.down, s.act.data(), rows, out, s.config.hidden_size);
+  if (out != nullptr) {
+    linear_f32(s, mlp.down, s.act.data(), rows, out, s.config.hidden_size);
+  } else {
+    linear_to_residual(s, mlp.down, s.act.data(), rows);
+  }
   timeline_mark(s, "down");
 }
 
@@ -512,6 +532,7 @@ void moe_mlp(State& s, MoeLayer& moe) {
   }
   moe_combine(ptr<float>(s.expert_out), ptr<int32_t>(s.position), ptr<float>(s.route_weight),
               shared, t, k, hidden, ptr<float>(s.branch), s.stream);
+  s.branch_pending = true;
   timeline_mark(s, "MoE combine");
 }
 

@@ -184,6 +184,7 @@ struct CudaModel::State final : DeviceStep {
   // layer's branch; fused_layers holds their operands, one per layer (see prepare_fused_step()).
   int64_t tokens = 0;
   bool fused = false;
+  bool branch_pending = false;  // s.branch holds a sublayer's output not yet in s.residual
   std::vector<FusedLinears> fused_layers;
   const StepContext* step = nullptr;
   KvPool* pool = nullptr;
@@ -197,7 +198,10 @@ struct CudaModel::State final : DeviceStep {
   int64_t compute_size() const { return dtype_size(compute); }
 };
 
-// One decoder layer's sublayers (layers.cpp): read s.x (and s.x_f32), write s.branch [T, hidden].
+// One decoder layer's sublayers (layers.cpp): read s.x (and s.x_f32); add their output into
+// s.residual [T, hidden] in the last GEMM's epilogue, or (a bias on that layer, MoE's combine)
+// write it to s.branch and set s.branch_pending for the next add_rms_norm. dense_mlp writes `out`
+// when given (MoE's shared experts), else adds into the residual stream likewise.
 void gqa_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index);
 void mla_attention(CudaModel::State& s, const DecoderLayer& layer, int64_t index);
 void dense_mlp(CudaModel::State& s, const MlpLayer& mlp, const void* x, int64_t rows, float* out);

@@ -255,6 +255,57 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Blas::linear captured into a CUDA graph in global capture mode (any launch outside the Blas's
 // stream, any allocation or synchronisation would break the capture) and replayed twice.
+// Blas::linear_accumulate: y += x · wᵀ into an f32 y that holds values of its own (the residual
+// stream), at the GEMV's rows (1..8) and cuBLAS's (9, 64: beta = 1), against float64 y0 + x · wᵀ
+// with the GEMV test's bound plus one rounding of the sum; rows past m and columns past n
+// unchanged.
+TEST(BlasAccumulate, AddsIntoYEqualsFloat64) {
+  REQUIRE_GPU();
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{1024, 2048}, {3072, 1024}}) {
+      const int64_t rows = 64, ldy = n + 3;
+      const Problem p(dtype, rows, n, k, k, k, 0, 41);
+      std::mt19937 rng(5);
+      std::uniform_real_distribution<float> unit(-4.0f, 4.0f);
+      std::vector<float> y0(static_cast<size_t>((rows + 1) * ldy));
+      for (float& v : y0) v = unit(rng);
+      DeviceArray<uint16_t> d_x(p.x_words), d_w(p.w_words);
+      Stream stream;
+      cuda::Blas blas(stream.stream);
+      for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{64}}) {
+        const std::string what = fmt::format("{} n {} k {} m {}", dtype_name(dtype), n, k, m);
+        DeviceArray<float> d_y(y0);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        blas.linear_accumulate(m, n, k, d_x.data, k, d_w.data, k, dtype, d_y.data, ldy);
+        ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess) << what;
+        const std::vector<float> y = d_y.host();
+        int64_t bad = 0;
+        for (int64_t i = 0; i <= m && i < rows + 1; ++i) {
+          for (int64_t j = 0; j < ldy; ++j) {
+            const size_t at = static_cast<size_t>(i * ldy + j);
+            if (i == m || j >= n) {
+              if (std::memcmp(&y[at], &y0[at], 4) != 0 && ++bad <= 3) {
+                ADD_FAILURE() << what << ": y[" << i << ", " << j << "] changed outside [m, n]";
+              }
+              continue;
+            }
+            const size_t e = static_cast<size_t>(i * n + j);
+            const double want = double{y0[at]} + p.product[e];
+            const double bound =
+                4.0 * static_cast<double>(k) * std::ldexp(1.0, -24) * p.magnitude[e] +
+                std::abs(want) * std::ldexp(1.0, -24);
+            if (!(std::abs(double{y[at]} - want) <= bound) && ++bad <= 5) {
+              ADD_FAILURE() << what << ": y[" << i << ", " << j << "] = " << y[at] << ", float64 "
+                            << want << " (bound " << bound << ")";
+            }
+          }
+        }
+        EXPECT_EQ(bad, 0) << what;
+      }
+    }
+  }
+}
+
 TEST(GemvGraph, CapturedLinearReplaysToTheSameBits) {
   REQUIRE_GPU();
   struct Call {
