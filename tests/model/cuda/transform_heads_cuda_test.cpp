@@ -1,9 +1,9 @@
-// transform_heads and silu_mul (src/model/cuda/kernels.h) against a float64 host reference, every
-// element: x in f32 or bf16 (a GEMM's output in the compute dtype), heads of width 128 (the vector
-// path: whole-head NeoX or interleaved RoPE, or none) and of widths 64 and 128 with partial RoPE
-// (the lane-strided path), with and without bias and the per-head RMS norm, out in bf16 or f32,
-// and x written back in f32. The reference starts from the values as stored (x rounded to its
-// dtype) and computes in double. Bounds: f32 out within 1e-5 of the head's largest value (a
+// transform_heads, silu_mul and add_rms_norm (src/model/cuda/kernels.h) against a float64 host
+// reference, every element: x in f32 or bf16 (a GEMM's output in the compute dtype), heads of width
+// 128 (the vector path: whole-head NeoX or interleaved RoPE, or none) and of widths 64 and 128 with
+// partial RoPE (the lane-strided path), with and without bias and the per-head RMS norm, out in
+// bf16 or f32, and x written back in f32. The reference starts from the values as stored (x rounded
+// to its dtype) and computes in double. Bounds: f32 out within 1e-5 of the head's largest value (a
 // 128-term f32 sum, RoPE's differences); bf16 out within one bf16 step (the f32 result and the
 // double one may round to neighbours).
 #include <cuda_runtime_api.h>
@@ -273,6 +273,85 @@ TEST(SiluMul, Bf16AndF32InputsMatchFloat64) {
                                            dtype_name(in), rows, width, stride);
       EXPECT_EQ(bad, 0) << what;
       EXPECT_EQ(stray, 0) << what << ": columns between out's rows written";
+    }
+  }
+}
+
+// add_rms_norm against float64, every element: dims 1000 (held in registers, four a thread, the
+// last thread's short), 2048 and 4096 (8 and 16) and 5000 (the loop); with and without add
+// (residual written back only with it), with out_f32, and in gather mode (row_index: rows read
+// from the residual, which stays unchanged). Bounds: the residual within 1 ulp (one f32 add); out
+// in bf16 within one bf16 step of the double result, out_f32 within 1e-5 relative (a dim-term f32
+// sum of squares).
+TEST(AddRmsNorm, MatchesFloat64) {
+  REQUIRE_GPU();
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> unit(-2.0f, 2.0f);
+  for (const int64_t dim : {int64_t{1000}, int64_t{2048}, int64_t{4096}, int64_t{5000}}) {
+    for (const bool with_add : {false, true}) {
+      for (const bool gather : {false, true}) {
+        constexpr int64_t kRows = 37;
+        const std::string what =
+            fmt::format("dim {}{}{}", dim, with_add ? ", add" : "", gather ? ", gather" : "");
+        const auto randoms = [&](int64_t n) {
+          std::vector<float> v(static_cast<size_t>(n));
+          for (float& e : v) e = unit(rng);
+          return v;
+        };
+        const std::vector<float> residual = randoms(kRows * dim), add = randoms(kRows * dim),
+                                 weight = randoms(dim);
+        std::vector<int32_t> index(kRows);
+        for (int64_t r = 0; r < kRows; ++r) index[r] = static_cast<int32_t>((r * 11 + 4) % kRows);
+        const int64_t out_rows = gather ? 23 : kRows;  // gather: the first 23 of index
+        DeviceArray<float> d_res(residual), d_add(add), d_weight(weight);
+        DeviceArray<int32_t> d_index(index);
+        DeviceArray<uint16_t> d_out(static_cast<size_t>(out_rows * dim));
+        DeviceArray<float> d_out32(static_cast<size_t>(out_rows * dim));
+        cuda::AddNormArgs a;
+        a.residual = d_res.data;
+        a.add = with_add ? d_add.data : nullptr;
+        a.weight = d_weight.data;
+        a.out = d_out.data;
+        a.out_dtype = DType::kBF16;
+        a.out_f32 = d_out32.data;
+        a.row_index = gather ? d_index.data : nullptr;
+        a.rows = out_rows;
+        a.dim = dim;
+        a.eps = 1e-6f;
+        cuda::add_rms_norm(a, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+        const std::vector<float> res_back = d_res.host(), out32 = d_out32.host();
+        const std::vector<uint16_t> out16 = d_out.host();
+        int64_t bad_res = 0, bad_out = 0, bad_out32 = 0;
+        for (int64_t r = 0; r < kRows; ++r) {
+          for (int64_t d = 0; d < dim; ++d) {
+            const size_t i = static_cast<size_t>(r * dim + d);
+            const float want = with_add && !gather ? residual[i] + add[i] : residual[i];
+            bad_res += res_back[i] != want;
+          }
+        }
+        for (int64_t r = 0; r < out_rows; ++r) {
+          const int64_t src = gather ? index[r] : r;
+          std::vector<double> v(static_cast<size_t>(dim));
+          double squares = 0;
+          for (int64_t d = 0; d < dim; ++d) {
+            const size_t i = static_cast<size_t>(src * dim + d);
+            v[d] = double{residual[i]} + (with_add ? double{add[i]} : 0.0);
+            squares += v[d] * v[d];
+          }
+          const double inverse = 1.0 / std::sqrt(squares / static_cast<double>(dim) + 1e-6);
+          for (int64_t d = 0; d < dim; ++d) {
+            const double expected = weight[d] * v[d] * inverse;
+            const size_t o = static_cast<size_t>(r * dim + d);
+            bad_out32 += !(std::abs(out32[o] - expected) <= 1e-5 * (std::abs(expected) + 1e-3));
+            bad_out += !(std::abs(bf16_to_float(out16[o]) - expected) <=
+                         std::ldexp(std::abs(expected), -7) + 1e-5);
+          }
+        }
+        EXPECT_EQ(bad_res, 0) << what << ": residual";
+        EXPECT_EQ(bad_out, 0) << what << ": bf16 out";
+        EXPECT_EQ(bad_out32, 0) << what << ": f32 out";
+      }
     }
   }
 }
