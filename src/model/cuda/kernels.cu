@@ -180,9 +180,6 @@ __global__ void __launch_bounds__(kBlock) add_rms_norm_kernel(const AddNormArgs 
   }
 }
 
-// transform_heads takes 4 heads per warp from this many (row, head) pairs in a launch on.
-constexpr int64_t kHeadsPerWarpFrom = 2048;
-
 // transform_heads' launch: the groups and where each one's warps start.
 struct HeadTransformBatch {
   HeadTransformArgs group[kMaxHeadGroups];
@@ -220,114 +217,87 @@ __device__ __forceinline__ bool aligned(const void* p, int bytes) {
   return (reinterpret_cast<uintptr_t>(p) & static_cast<uintptr_t>(bytes - 1)) == 0;
 }
 
-// Where (row, head) `index` (< rows * heads) of a group reads and writes: its x, its bias, and
-// out (its pool slot's row where out_slots is set: null for a slot outside the pool).
+// One warp's (row, head) of one group, index = row * heads + head < rows * heads.
 template <class In, class Out>
-struct HeadPlace {
-  int64_t row = 0, head = 0;
-  In* x = nullptr;
-  const float* bias = nullptr;
-  Out* out = nullptr;
-};
-template <class In, class Out>
-__device__ __forceinline__ HeadPlace<In, Out> head_place(const HeadTransformArgs& a,
-                                                         int64_t index) {
-  HeadPlace<In, Out> p;
-  p.row = index / a.heads;
-  p.head = index % a.heads;
-  p.x = static_cast<In*>(a.x) + p.row * a.x_stride_row + p.head * a.x_stride_head;
-  p.bias = a.bias != nullptr ? a.bias + p.head * a.width : nullptr;
-  return p;
-}
-// out's row of place p (reads out_slots with a pool).
-template <class In, class Out>
-__device__ __forceinline__ Out* head_out(const HeadTransformArgs& a, const HeadPlace<In, Out>& p) {
-  if (a.out == nullptr) return nullptr;
-  if (a.out_slots == nullptr) {
-    return static_cast<Out*>(a.out) + p.row * a.out_stride_row + p.head * a.out_stride_head;
-  }
-  const int64_t slot = a.out_slots[p.row];
-  if (slot < 0 || slot >= a.out_num_slots) return nullptr;
-  const int64_t page = slot / a.out_alloc_page, offset = slot - page * a.out_alloc_page;
-  return static_cast<Out*>(a.out) + page * a.out_stride_page + offset * a.out_stride_row +
-         p.head * a.out_stride_head;
-}
-
-// The vector path (kernels.h) applies to the group: heads of 128, whole-head RoPE or none, and
-// the per-group operands 16-byte aligned (a head's bias and a position's cos / sin rows start at
-// multiples of 512 / 256 bytes from them, so their alignment is the base's). The per-head x and
-// out pointers are checked by the caller.
-__device__ __forceinline__ bool vector_group(const HeadTransformArgs& a) {
-  return a.width == 128 && (a.cos == nullptr || a.rotary_half == 64) &&
-         (a.bias == nullptr || aligned(a.bias, 16)) &&
-         (a.norm_weight == nullptr || aligned(a.norm_weight, 16)) &&
-         (a.cos == nullptr || (aligned(a.cos, 16) && aligned(a.sin, 16)));
-}
-
-// The vector path's arithmetic for one head whose 4 elements of this lane are v (x as loaded):
-// bias, norm (weight w, this lane's 4), RoPE at `position`, then the stores.
-template <class In, class Out>
-__device__ __forceinline__ void vector_head(const HeadTransformArgs& a, const HeadPlace<In, Out>& p,
-                                            Out* out, int64_t position, const float w[4],
-                                            float v[4]) {
+__device__ __forceinline__ void transform_head(const HeadTransformArgs& a, int64_t index) {
   const int lane = threadIdx.x % 32;
-  const int d0 = 4 * lane;
-  if (p.bias != nullptr) {
-    float b[4];
-    load4(p.bias + d0, b);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] += b[e];
-  }
-  if (a.norm_weight != nullptr) {
-    const float sum = warp_sum(v[0] * v[0] + v[1] * v[1] + v[2] * v[2] + v[3] * v[3]);
-    const float inverse = 1.0f / sqrtf(sum / 128.0f + a.eps);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = w[e] * (v[e] * inverse);
-  }
-  if (a.cos != nullptr) {
-    const float* c = a.cos + position * 64;
-    const float* s = a.sin + position * 64;
-    if (a.interleaved) {
-      // Pairs (2i, 2i + 1) inside the lane: i = 2 lane and 2 lane + 1.
-      const float2 cs = *reinterpret_cast<const float2*>(c + 2 * lane);
-      const float2 sn = *reinterpret_cast<const float2*>(s + 2 * lane);
-      const float c0 = cs.x, c1 = cs.y, s0 = sn.x, s1 = sn.y;
-      const float a0 = v[0], b0 = v[1], a1 = v[2], b1 = v[3];
-      v[0] = a0 * c0 - b0 * s0;
-      v[1] = b0 * c0 + a0 * s0;
-      v[2] = a1 * c1 - b1 * s1;
-      v[3] = b1 * c1 + a1 * s1;
-    } else {
-      // NeoX pairs (i, i + 64): lane l < 16 holds i = 4l .. 4l + 3, lane l + 16 their partners.
-      float partner[4], cs[4], sn[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) partner[e] = __shfl_xor_sync(0xffffffffu, v[e], 16);
-      load4(c + (d0 & 63), cs);
-      load4(s + (d0 & 63), sn);
-      if (lane < 16) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v[e] = v[e] * cs[e] - partner[e] * sn[e];
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v[e] = v[e] * cs[e] + partner[e] * sn[e];
-      }
+  const int64_t row = index / a.heads;
+  const int64_t head = index % a.heads;
+  In* x = static_cast<In*>(a.x) + row * a.x_stride_row + head * a.x_stride_head;
+  const float* bias = a.bias != nullptr ? a.bias + head * a.width : nullptr;
+  Out* out = nullptr;
+  if (a.out != nullptr && a.out_slots == nullptr) {
+    out = static_cast<Out*>(a.out) + row * a.out_stride_row + head * a.out_stride_head;
+  } else if (a.out != nullptr) {
+    const int64_t slot = a.out_slots[row];
+    if (slot >= 0 && slot < a.out_num_slots) {
+      const int64_t page = slot / a.out_alloc_page, offset = slot - page * a.out_alloc_page;
+      out = static_cast<Out*>(a.out) + page * a.out_stride_page + offset * a.out_stride_row +
+            head * a.out_stride_head;
     }
   }
-  if constexpr (std::is_same_v<In, float>) {
-    if (a.write_x) store4(p.x + d0, v);
+  const int64_t position = a.cos != nullptr ? a.positions[row] : 0;
+  // The vector path (kernels.h): whole-head RoPE or none, every pointer aligned to 4 elements.
+  // Warp-uniform: every operand is per (row, head).
+  const bool vector = a.width == 128 && (a.cos == nullptr || a.rotary_half == 64) &&
+                      aligned(x, 4 * sizeof(In)) && (bias == nullptr || aligned(bias, 16)) &&
+                      (a.norm_weight == nullptr || aligned(a.norm_weight, 16)) &&
+                      (a.cos == nullptr || (aligned(a.cos + position * 64, 16) &&
+                                            aligned(a.sin + position * 64, 16))) &&
+                      (out == nullptr || aligned(out, 4 * sizeof(Out)));
+  if (vector) {
+    const int d0 = 4 * lane;
+    float v[4];
+    load4(x + d0, v);
+    if (bias != nullptr) {
+      float b[4];
+      load4(bias + d0, b);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] += b[e];
+    }
+    if (a.norm_weight != nullptr) {
+      const float sum = warp_sum(v[0] * v[0] + v[1] * v[1] + v[2] * v[2] + v[3] * v[3]);
+      const float inverse = 1.0f / sqrtf(sum / 128.0f + a.eps);
+      float w[4];
+      load4(a.norm_weight + d0, w);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = w[e] * (v[e] * inverse);
+    }
+    if (a.cos != nullptr) {
+      const float* c = a.cos + position * 64;
+      const float* s = a.sin + position * 64;
+      if (a.interleaved) {
+        // Pairs (2i, 2i + 1) inside the lane: i = 2 lane and 2 lane + 1.
+        const float2 cs = *reinterpret_cast<const float2*>(c + 2 * lane);
+        const float2 sn = *reinterpret_cast<const float2*>(s + 2 * lane);
+        const float c0 = cs.x, c1 = cs.y, s0 = sn.x, s1 = sn.y;
+        const float a0 = v[0], b0 = v[1], a1 = v[2], b1 = v[3];
+        v[0] = a0 * c0 - b0 * s0;
+        v[1] = b0 * c0 + a0 * s0;
+        v[2] = a1 * c1 - b1 * s1;
+        v[3] = b1 * c1 + a1 * s1;
+      } else {
+        // NeoX pairs (i, i + 64): lane l < 16 holds i = 4l .. 4l + 3, lane l + 16 their partners.
+        float partner[4], cs[4], sn[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) partner[e] = __shfl_xor_sync(0xffffffffu, v[e], 16);
+        load4(c + (d0 & 63), cs);
+        load4(s + (d0 & 63), sn);
+        if (lane < 16) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[e] = v[e] * cs[e] - partner[e] * sn[e];
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[e] = v[e] * cs[e] + partner[e] * sn[e];
+        }
+      }
+    }
+    if constexpr (std::is_same_v<In, float>) {
+      if (a.write_x) store4(x + d0, v);
+    }
+    if (out != nullptr) store4(out + d0, v);
+    return;
   }
-  if (out != nullptr) store4(out + d0, v);
-}
-
-// One warp's (row, head) `index` element by element (any width, partial RoPE).
-template <class In, class Out>
-__device__ __forceinline__ void scalar_head(const HeadTransformArgs& a, int64_t index) {
-  const int lane = threadIdx.x % 32;
-  const HeadPlace<In, Out> p = head_place<In, Out>(a, index);
-  In* x = p.x;
-  const float* bias = p.bias;
-  Out* out = head_out(a, p);
-  const int64_t position = a.cos != nullptr ? a.positions[p.row] : 0;
   float inverse = 1.0f;
   if (a.norm_weight != nullptr) {
     float sum = 0.0f;
@@ -368,71 +338,19 @@ __device__ __forceinline__ void scalar_head(const HeadTransformArgs& a, int64_t 
   for (int d = first_plain + lane; d < a.width; d += 32) write(d, value(d));
 }
 
-// One warp's heads [first, first + count) of a group (count <= kItems; consecutive indices: the
-// heads of one row, then the next row's). Where the vector path applies to all of them, every
-// load that does not depend on another is issued before the first use: the heads' x, then the
-// positions and pool slots, then the norm weight and each head's cos / sin; a warp that took one
-// head at a time waited on its loads two or three times per head, and a prefill's head transform
-// (2048 rows x 32 heads) ran at a third of the memory rate. Elsewhere each head element by
-// element, in turn.
-template <class In, class Out, int kItems>
-__device__ __forceinline__ void transform_warp_heads(const HeadTransformArgs& a, int64_t first,
-                                                     int count) {
-  const int d0 = 4 * (static_cast<int>(threadIdx.x) % 32);
-  HeadPlace<In, Out> place[kItems];
-  bool vector = vector_group(a);
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    if (i < count) {
-      place[i] = head_place<In, Out>(a, first + i);
-      vector = vector && aligned(place[i].x, 4 * sizeof(In));
-    }
-  }
-  float v[kItems][4];
-  if (vector) {
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      if (i < count) load4(place[i].x + d0, v[i]);
-    }
-  }
-  Out* out[kItems];
-  int64_t position[kItems];
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    if (i < count) {
-      out[i] = head_out(a, place[i]);
-      position[i] = a.cos != nullptr ? a.positions[place[i].row] : 0;
-      vector = vector && (out[i] == nullptr || aligned(out[i], 4 * sizeof(Out)));
-    }
-  }
-  if (!vector) {  // warp-uniform: every operand is per (row, head)
-    for (int i = 0; i < count; ++i) scalar_head<In, Out>(a, first + i);
-    return;
-  }
-  float w[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-  if (a.norm_weight != nullptr) load4(a.norm_weight + d0, w);
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    if (i < count) vector_head<In, Out>(a, place[i], out[i], position[i], w, v[i]);
-  }
-}
-
-template <class In, class Out, int kItems>
+template <class In, class Out>
 __global__ void __launch_bounds__(kBlock) transform_heads_kernel(const HeadTransformBatch b) {
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
-  const int64_t warp = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
+  const int64_t index = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
   // The chosen group is read straight from the parameter bank (nvcc merges the unrolled branches
   // into one body with an indexed ld.param; no copy to local memory). The whole warp takes the
-  // same branch (warp is per warp): the shuffles see all 32 lanes. Past the last group's warps
-  // (the last block's tail) no branch matches.
+  // same branch (index is per warp): transform_head's shuffles see all 32 lanes. Past the last
+  // group's warps (the last block's tail) no branch matches.
 #pragma unroll
   for (int g = 0; g < kMaxHeadGroups; ++g) {
-    if (warp >= b.first_warp[g] && warp < b.first_warp[g + 1]) {
-      const HeadTransformArgs& a = b.group[g];
-      const int64_t first = (warp - b.first_warp[g]) * kItems;
-      const int64_t count = std::min<int64_t>(kItems, a.rows * a.heads - first);
-      transform_warp_heads<In, Out, kItems>(a, first, static_cast<int>(count));
+    if (index >= b.first_warp[g] && index < b.first_warp[g + 1]) {
+      transform_head<In, Out>(b.group[g], index - b.first_warp[g]);
       return;
     }
   }
@@ -587,11 +505,6 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
   if (groups.size() > static_cast<size_t>(kMaxHeadGroups))
     throw_error("transform_heads: " + std::to_string(groups.size()) + " groups (expected at most " +
                 std::to_string(kMaxHeadGroups) + ")");
-  // Heads per warp: 4 where there are many (a prefill), 1 where a step has few rows (a decode
-  // step's 32 heads at batch 1 would otherwise run on 8 warps, one after another's loads).
-  int64_t total_heads = 0;
-  for (const HeadTransformArgs& group : groups) total_heads += group.rows * group.heads;
-  const int items = total_heads >= kHeadsPerWarpFrom ? 4 : 1;
   HeadTransformBatch batch{};
   int64_t warps = 0;
   bool any_out = false;
@@ -615,7 +528,7 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
       throw_error("transform_heads: group " + std::to_string(g) + " writes back an x of dtype " +
                   std::string(dtype_name(group.x_dtype)) + " (write_x needs f32)");
     batch.group[g] = group;
-    warps += (group.rows * group.heads + items - 1) / items;
+    warps += group.rows * group.heads;
     if (group.out == nullptr) continue;
     if (any_out && group.out_dtype != out_dtype)
       throw_error("transform_heads: groups write out dtypes " + std::string(dtype_name(out_dtype)) +
@@ -630,9 +543,8 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
     using In = decltype(in_tag);
     dispatch(out_dtype, "transform_heads out", [&](auto out_tag) {
       using Out = decltype(out_tag);
-      launch_kernel(
-          items == 4 ? transform_heads_kernel<In, Out, 4> : transform_heads_kernel<In, Out, 1>,
-          blocks, kBlock, 0, static_cast<cudaStream_t>(stream), batch);
+      launch_kernel(transform_heads_kernel<In, Out>, blocks, kBlock, 0,
+                    static_cast<cudaStream_t>(stream), batch);
     });
   });
   check_launch("transform_heads_kernel");
