@@ -32,7 +32,7 @@
 //
 // Cost. A few rows (a decode step at a small batch) leave most SMs idle while one block per row
 // walks 152k logits, with a double exp per token in pass 2 (all of them, for a random-weight
-// model's flat logits): so a row gets a cluster of up to 16 blocks (sample_cluster_size), each
+// model's flat logits): so a row gets a cluster of up to 8 blocks (sample_cluster_size), each
 // taking whole tiles of the row in passes 1 and 2; their maxima and sums meet in distributed
 // shared memory in rank order, and the first block gathers the tile masses and goes on alone
 // (the draw reads one tile; the selections, for top-k / top-p, walk the row as before). Within a
@@ -50,11 +50,10 @@
 //
 // Launched with programmatic dependent launch (cuda/launch.h): pdl_wait() comes before the row's
 // spec is read, so also before a row that samples nothing returns.
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
+#include <cooperative_groups.h>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <string>
@@ -78,7 +77,6 @@ constexpr int kUnroll = 4;  // float4 groups in flight per thread
 // The id-order draw's tiles (128 ids each) in shared memory: vocabularies up to 2^18 ids (Qwen's
 // 151,936, Llama 3's 128,256, DeepSeek's 129,280); larger ones take the id-key selection.
 constexpr int kMaxTiles = 2048;
-constexpr int kMaxClusterSize = 16;              // CTAs a row (non-portable past 8)
 constexpr double kFixedScale = 1099511627776.0;  // 2^40
 using Mass = unsigned long long;
 
@@ -606,15 +604,11 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 int sample_cluster_size(int64_t rows, int64_t vocab, int sm_count) {
-  // Clusters of up to 16 CTAs (8 is the portable maximum; Hopper allows 16) per row while the
-  // rows' CTAs fit two per SM; a cluster splits the row by float4 tiles of 128 ids, at least one
-  // tile a CTA. 16 rather than 8 at batch 1: the pass over a CTA's share is bound by instruction
-  // latency (ncu, H100: an instruction every 14 cycles a warp, 4 warps a scheduler), so half the
-  // share is about half the time (42 us for 152k logits at 8).
+  // Clusters of up to 8 CTAs (the portable maximum) per row while the rows' CTAs fit two per SM;
+  // a cluster splits the row by float4 tiles of 128 ids, at least one tile a CTA.
   if (vocab % 4 != 0) return 1;
   int size = 1;
-  for (int next = 2;
-       next <= kMaxClusterSize && rows * next <= 2 * int64_t{sm_count} && vocab >= 128 * next;
+  for (int next = 2; next <= 8 && rows * next <= 2 * int64_t{sm_count} && vocab >= 128 * next;
        next *= 2) {
     size = next;
   }
@@ -635,25 +629,11 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab,
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     cluster_size = sample_cluster_size(rows, vocab, sms);
   }
-  if (cluster_size != 1 &&
-      (cluster_size > kMaxClusterSize || (cluster_size & (cluster_size - 1)) != 0 ||
-       vocab % 4 != 0 || vocab < 4 * 32 * cluster_size)) {
+  if (cluster_size != 1 && (cluster_size > 8 || (cluster_size & (cluster_size - 1)) != 0 ||
+                            vocab % 4 != 0 || vocab < 4 * 32 * cluster_size)) {
     throw_error("sample_rows: cluster size " + std::to_string(cluster_size) + " for vocabulary " +
                 std::to_string(vocab) +
-                " (expected 1, or 2, 4, 8 or 16 with a vocabulary of float4s, a tile per CTA)");
-  }
-  if (cluster_size > 8) {
-    // Past the portable 8, once per device (a function attribute, not stream work: nothing a
-    // graph capture records).
-    static std::atomic<uint64_t> allowed{0};
-    int device = 0;
-    PA_CUDA_CHECK(cudaGetDevice(&device));
-    const uint64_t bit = uint64_t{1} << (device & 63);
-    if ((allowed.load() & bit) == 0) {
-      PA_CUDA_CHECK(
-          cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-      allowed.fetch_or(bit);
-    }
+                " (expected 1, or 2, 4 or 8 with a vocabulary of float4s, a tile per CTA)");
   }
   if (rows * cluster_size > INT32_MAX) {
     throw_error("sample_rows: " + std::to_string(rows) + " rows");

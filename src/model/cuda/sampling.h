@@ -25,17 +25,15 @@ inline constexpr int64_t kMaxSampledVocab = int64_t{1} << 23;
 // f32 (device) and its logprob under the raw logits; token -1 when every logit of a non-greedy row
 // is -inf or NaN. rows_spec [rows] and out [rows] are device arrays; rows without sample are not
 // written. vocab in [1, kMaxSampledVocab].
-// cluster_size: CTAs per row (a thread-block cluster splitting passes 1 and 2 of the row: 1, 2, 4,
-// 8 or 16 (a non-portable size, which Hopper allows); 0: sample_cluster_size's choice for this
-// device). The token does not depend on it; the
+// cluster_size: CTAs per row (a thread-block cluster splitting passes 1 and 2 of the row: 1, 2, 4
+// or 8; 0: sample_cluster_size's choice for this device). The token does not depend on it; the
 // logprob's double sum of the denominator is ordered by it (last bits).
 void sample_rows(const float* logits, int64_t rows, int64_t vocab,
                  const DeviceRowSampling* rows_spec, ops::SampledToken* out, void* stream,
                  int cluster_size = 0);
-// The cluster size sample_rows takes for `rows` rows on `sm_count` SMs: up to 16 CTAs a row while
-// the rows' CTAs fit two per SM (a decode step at batch 1 reads its 152k logits with 16 SMs
-// instead of one), and at least one 128-id tile a CTA; 1 for a vocabulary that is not whole
-// float4s.
+// The cluster size sample_rows takes for `rows` rows on `sm_count` SMs: up to 8 CTAs a row while
+// the rows' CTAs fit two per SM (a decode step at batch 1 reads its 152k logits with 8 SMs instead
+// of one), and at least one 128-id tile a CTA; 1 for a vocabulary that is not whole float4s.
 int sample_cluster_size(int64_t rows, int64_t vocab, int sm_count);
 
 }  // namespace pagedattn::model::cuda
