@@ -31,7 +31,6 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
-#include <map>
 #include <sstream>
 #include <vector>
 
@@ -41,6 +40,7 @@
 #include "pagedattn/linear.h"
 #include "pagedattn/model_random.h"
 #include "tools/bench/cpu_ceiling.h"
+#include "tools/bench/model/timeline_summary.h"
 #include "tools/bench/throughput/device_ceilings.h"
 #include "tools/bench/throughput/model_bench_options.h"
 #include "tools/bench/throughput/roofline.h"
@@ -83,60 +83,39 @@ struct Row {
   engine::StepPlan plan;
 };
 
-// One stretch of a step's timeline (Model::TimelineSpan), aggregated over the calls.
-struct TimelineRow {
-  std::string label;
-  int64_t per_step = 0;                 // occurrences in one step (e.g. one per layer)
-  std::vector<double> seconds_per_step;  // summed over the step, one entry per call
-};
-
 // Runs `call` `reps` times after `warmup` with the model's timeline on and prints where the
-// device time goes. Returns the rows for the JSON.
+// device time goes (summarize_timeline). Returns the rows for the JSON.
 template <class Call>
 nlohmann::json run_timeline(model::Model& model, int32_t warmup, int32_t reps, Call&& call) {
   model.set_timeline(true);
-  std::vector<TimelineRow> rows;
-  std::map<std::string, size_t> index;
-  std::vector<double> totals, walls;
+  std::vector<std::vector<model::Model::TimelineSpan>> steps;
+  std::vector<double> walls;
   for (int32_t r = 0; r < warmup + reps; ++r) {
     const auto start = Clock::now();
     call();
     const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-    const std::vector<model::Model::TimelineSpan> spans = model.last_timeline();
+    std::vector<model::Model::TimelineSpan> spans = model.last_timeline();
     if (r < warmup) continue;
     walls.push_back(wall);
-    std::map<std::string, std::pair<int64_t, double>> step;  // label -> count, seconds
-    double total = 0;
-    for (const model::Model::TimelineSpan& span : spans) {
-      if (index.emplace(span.label, rows.size()).second) rows.push_back({span.label, 0, {}});
-      auto& [count, seconds] = step[span.label];
-      ++count;
-      seconds += span.seconds;
-      total += span.seconds;
-    }
-    totals.push_back(total);
-    for (TimelineRow& row : rows) {
-      const auto it = step.find(row.label);
-      row.per_step = it == step.end() ? row.per_step : it->second.first;
-      row.seconds_per_step.push_back(it == step.end() ? 0.0 : it->second.second);
-    }
+    steps.push_back(std::move(spans));
   }
   model.set_timeline(false);
-  if (totals.empty() || rows.empty()) {
+  const TimelineSummary summary = summarize_timeline(steps);
+  if (summary.stretches.empty()) {
     fmt::print("  timeline: none (the model records none on this device)\n");
     return nlohmann::json::array();
   }
-  const double total = median(totals);
+  const double total = summary.step_seconds;
   Table table({"stretch", "per step", "us each", "us per step", "share"});
   nlohmann::json json = nlohmann::json::array();
-  for (TimelineRow& row : rows) {
-    const double seconds = median(row.seconds_per_step);
-    table.add_row({row.label, std::to_string(row.per_step),
-                   fmt::format("{:.2f}", seconds * 1e6 / static_cast<double>(std::max<int64_t>(
-                                                             1, row.per_step))),
-                   fmt::format("{:.1f}", seconds * 1e6),
-                   fmt::format("{:.1f}%", total > 0 ? 100.0 * seconds / total : 0.0)});
-    json.push_back({{"stretch", row.label}, {"per_step", row.per_step}, {"us", seconds * 1e6}});
+  for (const TimelineStretch& row : summary.stretches) {
+    table.add_row(
+        {row.label, std::to_string(row.per_step),
+         fmt::format("{:.2f}",
+                     row.seconds * 1e6 / static_cast<double>(std::max<int64_t>(1, row.per_step))),
+         fmt::format("{:.1f}", row.seconds * 1e6),
+         fmt::format("{:.1f}%", total > 0 ? 100.0 * row.seconds / total : 0.0)});
+    json.push_back({{"stretch", row.label}, {"per_step", row.per_step}, {"us", row.seconds * 1e6}});
   }
   fmt::print("{}", table.str());
   fmt::print(
