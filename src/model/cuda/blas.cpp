@@ -76,6 +76,19 @@ void check_output(DType in_dtype, DType out_dtype) {
            dtype_name(out_dtype), dtype_name(in_dtype));
 }
 
+// y [m, n] (ldy, out_dtype) = x [m, k] · wᵀ + beta y, w [n, k]: one cublasGemmEx in row-major terms
+// (the file's comment), f32 accumulation.
+void gemm(cublasHandle_t handle, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
+          const void* w, int64_t ldw, DType in_dtype, void* y, int64_t ldy, DType out_dtype,
+          float beta) {
+  const float alpha = 1.0f;
+  PA_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, to_int(n, "n"), to_int(m, "m"),
+                               to_int(k, "k"), &alpha, w, data_type(in_dtype), to_int(ldw, "ldw"),
+                               x, data_type(in_dtype), to_int(ldx, "ldx"), &beta, y,
+                               data_type(out_dtype), to_int(ldy, "ldy"), CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace
 
 struct Blas::State {
@@ -123,12 +136,7 @@ void Blas::linear(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx, c
          state_->stream);
     return;
   }
-  const float alpha = 1.0f, beta = 0.0f;
-  PA_CUBLAS_CHECK(cublasGemmEx(state_->handle, CUBLAS_OP_T, CUBLAS_OP_N, to_int(n, "n"),
-                               to_int(m, "m"), to_int(k, "k"), &alpha, w, data_type(in_dtype),
-                               to_int(ldw, "ldw"), x, data_type(in_dtype), to_int(ldx, "ldx"),
-                               &beta, y, data_type(out_dtype), to_int(ldy, "ldy"),
-                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  gemm(state_->handle, m, n, k, x, ldx, w, ldw, in_dtype, y, ldy, out_dtype, 0.0f);
 }
 
 void Blas::linear_accumulate(int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
@@ -152,12 +160,7 @@ void Blas::linear_accumulate(int64_t m, int64_t n, int64_t k, const void* x, int
     gemv(a);
     return;
   }
-  const float alpha = 1.0f, beta = 1.0f;
-  PA_CUBLAS_CHECK(cublasGemmEx(state_->handle, CUBLAS_OP_T, CUBLAS_OP_N, to_int(n, "n"),
-                               to_int(m, "m"), to_int(k, "k"), &alpha, w, data_type(in_dtype),
-                               to_int(ldw, "ldw"), x, data_type(in_dtype), to_int(ldx, "ldx"),
-                               &beta, y, CUDA_R_32F, to_int(ldy, "ldy"), CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
+  gemm(state_->handle, m, n, k, x, ldx, w, ldw, in_dtype, y, ldy, DType::kF32, 1.0f);
 }
 
 void Blas::batched(int64_t batch, int64_t m, int64_t n, int64_t k, Operand x, Operand w,

@@ -552,9 +552,7 @@ void enqueue_layers(State& s) {
     }
     AddNormArgs norm;
     norm.residual = ptr<float>(s.residual);
-    // The previous layer's MLP output where it was not added in its GEMM (branch_pending).
-    norm.add = s.branch_pending ? ptr<float>(s.branch) : nullptr;
-    s.branch_pending = false;
+    norm.add = take_branch(s);  // the previous layer's MLP output, if not added in its GEMM
     norm.weight = ptr<float>(layer.input_norm);
     norm.out = s.x.data();
     norm.out_dtype = s.compute;
@@ -568,8 +566,7 @@ void enqueue_layers(State& s) {
     } else {
       gqa_attention(s, layer, static_cast<int64_t>(i));
     }
-    norm.add = s.branch_pending ? ptr<float>(s.branch) : nullptr;
-    s.branch_pending = false;
+    norm.add = take_branch(s);
     norm.weight = ptr<float>(layer.post_norm);
     norm.out_f32 = layer.moe ? ptr<float>(s.x_f32) : nullptr;  // the router's f32 input
     add_rms_norm(norm, s.stream);

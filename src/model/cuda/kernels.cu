@@ -647,4 +647,3 @@ void timeline_stamp(uint64_t* stamps, int64_t index, void* stream) {
 }
 
 }  // namespace pagedattn::model::cuda
-

@@ -25,6 +25,7 @@
 
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_check.h"
@@ -233,6 +234,13 @@ void copy_to_device(const CudaModel::State& s, void* destination, const T* sourc
   if (count == 0) return;
   PA_CUDA_CHECK(cudaMemcpyAsync(destination, source, static_cast<size_t>(count) * sizeof(T),
                                 cudaMemcpyHostToDevice, s.stream));
+}
+
+// The next add_rms_norm's `add`: s.branch while it holds a sublayer's output not yet in the
+// residual stream (s.branch_pending, cleared: that norm adds it), else null.
+inline const float* take_branch(CudaModel::State& s) {
+  const bool pending = std::exchange(s.branch_pending, false);
+  return pending ? ptr<float>(s.branch) : nullptr;
 }
 
 }  // namespace pagedattn::model::cuda
