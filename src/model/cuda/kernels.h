@@ -21,6 +21,16 @@ namespace pagedattn::model::cuda {
 void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t* ids, int64_t rows,
                const ops::SampledToken* pending, float* out, void* stream);
 
+// A hint for the GEMM a small kernel precedes: its blocks ask the L2 to prefetch `bytes` (rounded
+// down to 16) from `data` (16-byte aligned: a weight matrix) before they wait for their
+// predecessor, so a decode step's weights stream in while the kernel before the GEMM runs, where a
+// cuBLAS GEMM (not launched early, unlike the GEMV: gemv.h) would start them only once that kernel
+// has ended. Reads no value: results are the same with or without it.
+struct L2Prefetch {
+  const void* data = nullptr;
+  int64_t bytes = 0;
+};
+
 // The pre-norm residual step over rows of `dim` (one block per row):
 //   residual[r] += add[r] (when add != null), then out[r] = weight ⊙ residual[r] / rms, written in
 //   out_dtype (and again in f32 to out_f32 when not null).
@@ -36,10 +46,12 @@ struct AddNormArgs {
   const int32_t* row_index = nullptr;
   int64_t rows = 0, dim = 0;
   float eps = 1e-6f;
+  L2Prefetch prefetch;  // the next GEMM's weights, or none
 };
 void add_rms_norm(const AddNormArgs& args, void* stream);
 
-// A per-head transform of x [rows, heads, width] (strided; in place), one warp per (row, head):
+// A per-head transform of x [rows, heads, width] (strided; in place), a warp per (row, head) or,
+// on the vector path over many rows, per (row, 2 or 4 heads):
 //   x += bias[head * width + d]            (when bias)
 //   x = weight ⊙ x / rms over the head    (when norm_weight: Qwen3's q/k norm, MLA's latent and
 //                                          q_a norms as one-head rows)
@@ -49,9 +61,9 @@ void add_rms_norm(const AddNormArgs& args, void* stream);
 // the write-back was a third of the kernel's traffic) and, when out is set, also to out
 // (out_dtype, its own strides). x is f32, or bf16 / f16 (a GEMM's output in the compute dtype:
 // read only, so write_x must be false); the arithmetic is f32 either way. Heads of width 128 with
-// RoPE over the whole head or none (Llama, Qwen) take a vector path: a lane's 4 consecutive
-// elements in one load, the NeoX partner by a shuffle; the norm's sum is then added in another
-// order (f32 rounding apart, the same values).
+// RoPE over the whole head or none (Llama, Qwen), every operand aligned to 4 elements, take a
+// vector kernel (kernels.cu): a lane's 4 consecutive elements in one load, the NeoX partner by a
+// shuffle; the norm's sum is then added in another order (f32 rounding apart, the same values).
 struct HeadTransformArgs {
   void* x = nullptr;
   DType x_dtype = DType::kF32;
@@ -79,17 +91,17 @@ struct HeadTransformArgs {
 };
 void transform_heads(const HeadTransformArgs& args, void* stream);
 // Several transforms (head groups: a layer's q, k and v, each with its own x, strides, bias, norm,
-// RoPE on or off and out) in one launch: one warp per (group, row, head), each warp doing exactly
-// what the one-group launch does. The groups must not overlap in x or out, share one x_dtype, and
+// RoPE on or off and out) in one launch, each head transformed exactly as the one-group launch
+// does. The groups must not overlap in x or out, share one x_dtype, and
 // those with an out share one out_dtype. At most kMaxHeadGroups groups.
 constexpr int kMaxHeadGroups = 4;
 void transform_heads(std::span<const HeadTransformArgs> groups, void* stream);
 
 // out [rows, width] (out_dtype, row stride out_stride) = silu(gate_up[:, :width]) ⊙
 // gate_up[:, width:] with gate_up [rows, 2 width] contiguous, f32 or the compute dtype (a GEMM's
-// output), computed in f32.
+// output), computed in f32. `prefetch`: the next GEMM's weights (down_proj), or none.
 void silu_mul(const void* gate_up, DType gate_up_dtype, int64_t rows, int64_t width, void* out,
-              DType out_dtype, int64_t out_stride, void* stream);
+              DType out_dtype, int64_t out_stride, void* stream, L2Prefetch prefetch = {});
 
 // dst [rows, cols] = src [rows, cols], converting between f32 / f16 / bf16 (row strides in
 // elements; the inner stride is 1).

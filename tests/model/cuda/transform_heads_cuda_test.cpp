@@ -1,7 +1,8 @@
 // transform_heads, silu_mul and add_rms_norm (src/model/cuda/kernels.h) against a float64 host
 // reference, every element: x in f32 or bf16 (a GEMM's output in the compute dtype), heads of width
-// 128 (the vector path: whole-head NeoX or interleaved RoPE, or none) and of widths 64 and 128 with
-// partial RoPE (the lane-strided path), with and without bias and the per-head RMS norm, out in
+// 128 (the vector kernel: whole-head NeoX or interleaved RoPE, or none; a warp per head at 5 rows,
+// 4 or 2 heads a warp at 300 and 77 rows) and of widths 64 and 128 with partial RoPE (the
+// lane-strided kernel), with and without bias and the per-head RMS norm, out in
 // bf16 or f32, and x written back in f32. The reference starts from the values as stored (x rounded
 // to its dtype) and computes in double. Bounds: f32 out within 1e-5 of the head's largest value (a
 // 128-term f32 sum, RoPE's differences); bf16 out within one bf16 step (the f32 result and the
@@ -37,12 +38,16 @@ struct TransformCase {
   int32_t rotary_half;  // with rope: 0 means width / 2
   bool bias, norm;
   DType out_dtype;
+  // 5 rows of 3 heads: a warp per head. Many rows: 4 heads a warp (heads 4) or 2 (heads 6) on the
+  // vector path (heads of 128, whole-head RoPE or none).
+  int64_t rows = 5, heads = 3;
   std::string name() const {
     const char* rope_name = rope == Rope::kNone ? "norope" : rope == Rope::kNeox ? "neox" : "gptj";
     return fmt::format(
-        "x{}_w{}_{}{}{}{}_out{}", dtype_name(x_dtype), width, rope_name,
+        "x{}_w{}_{}{}{}{}_out{}{}", dtype_name(x_dtype), width, rope_name,
         rope != Rope::kNone && rotary_half != 0 ? fmt::format("{}", rotary_half) : "",
-        bias ? "_bias" : "", norm ? "_norm" : "", dtype_name(out_dtype));
+        bias ? "_bias" : "", norm ? "_norm" : "", dtype_name(out_dtype),
+        rows != 5 || heads != 3 ? fmt::format("_{}x{}", rows, heads) : "");
   }
 };
 
@@ -53,8 +58,9 @@ class TransformHeads : public ::testing::TestWithParam<TransformCase> {};
 TEST_P(TransformHeads, MatchesFloat64) {
   REQUIRE_GPU();
   const TransformCase& c = GetParam();
-  constexpr int64_t kRows = 5, kHeads = 3, kPositions = 40;
-  const int64_t width = c.width, row_stride = kHeads * width + 8;  // a gap between rows
+  const int64_t rows = c.rows, heads = c.heads;
+  constexpr int64_t kPositions = 40;
+  const int64_t width = c.width, row_stride = heads * width + 8;  // a gap between rows
   const int32_t half = c.rope == Rope::kNone ? 0 : (c.rotary_half ? c.rotary_half : c.width / 2);
   std::mt19937 rng(11 + c.width);
   std::uniform_real_distribution<float> unit(-3.0f, 3.0f);
@@ -63,25 +69,25 @@ TEST_P(TransformHeads, MatchesFloat64) {
     for (float& e : v) e = unit(rng);
     return v;
   };
-  std::vector<float> x = randoms(kRows * row_stride);
+  std::vector<float> x = randoms(rows * row_stride);
   if (c.x_dtype == DType::kBF16) {
     for (float& e : x) e = bf16_to_float(float_to_bf16(e));  // the values as stored
   }
-  const std::vector<float> bias = randoms(kHeads * width), weight = randoms(width);
+  const std::vector<float> bias = randoms(heads * width), weight = randoms(width);
   std::vector<float> cos(static_cast<size_t>(kPositions * std::max(half, 1))), sin(cos.size());
   for (size_t i = 0; i < cos.size(); ++i) {
     const double angle = unit(rng);
     cos[i] = static_cast<float>(std::cos(angle));
     sin[i] = static_cast<float>(std::sin(angle));
   }
-  std::vector<int32_t> positions(kRows);
-  for (int64_t r = 0; r < kRows; ++r)
+  std::vector<int32_t> positions(rows);
+  for (int64_t r = 0; r < rows; ++r)
     positions[r] = static_cast<int32_t>((r * 13 + 5) % kPositions);
 
   // The reference, in double.
-  std::vector<double> want(static_cast<size_t>(kRows * kHeads * width));
-  for (int64_t r = 0; r < kRows; ++r) {
-    for (int64_t h = 0; h < kHeads; ++h) {
+  std::vector<double> want(static_cast<size_t>(rows * heads * width));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t h = 0; h < heads; ++h) {
       std::vector<double> v(static_cast<size_t>(width));
       for (int64_t d = 0; d < width; ++d) {
         v[d] = x[r * row_stride + h * width + d] + (c.bias ? bias[h * width + d] : 0.0);
@@ -100,7 +106,7 @@ TEST_P(TransformHeads, MatchesFloat64) {
         y[a] = v[a] * cs - v[b] * sn;
         y[b] = v[b] * cs + v[a] * sn;
       }
-      std::copy(y.begin(), y.end(), want.begin() + (r * kHeads + h) * width);
+      std::copy(y.begin(), y.end(), want.begin() + (r * heads + h) * width);
     }
   }
 
@@ -112,7 +118,7 @@ TEST_P(TransformHeads, MatchesFloat64) {
   DeviceArray<uint16_t> d_x16(x_bf16);
   DeviceArray<float> d_bias(bias), d_weight(weight), d_cos(cos), d_sin(sin);
   DeviceArray<int32_t> d_pos(positions);
-  const int64_t out_elems = kRows * kHeads * width;
+  const int64_t out_elems = rows * heads * width;
   DeviceArray<float> d_out32(static_cast<size_t>(out_elems));
   DeviceArray<uint16_t> d_out16(static_cast<size_t>(out_elems));
   cuda::HeadTransformArgs a;
@@ -120,9 +126,9 @@ TEST_P(TransformHeads, MatchesFloat64) {
   a.x_dtype = c.x_dtype;
   a.x_stride_row = row_stride;
   a.x_stride_head = width;
-  a.heads = kHeads;
+  a.heads = heads;
   a.width = c.width;
-  a.rows = kRows;
+  a.rows = rows;
   a.bias = c.bias ? d_bias.data : nullptr;
   a.norm_weight = c.norm ? d_weight.data : nullptr;
   if (c.rope != Rope::kNone) {
@@ -135,7 +141,7 @@ TEST_P(TransformHeads, MatchesFloat64) {
   a.out = c.out_dtype == DType::kF32 ? static_cast<void*>(d_out32.data)
                                      : static_cast<void*>(d_out16.data);
   a.out_dtype = c.out_dtype;
-  a.out_stride_row = kHeads * width;
+  a.out_stride_row = heads * width;
   a.out_stride_head = width;
   a.write_x = f32_x;
   cuda::transform_heads(a, nullptr);
@@ -145,14 +151,14 @@ TEST_P(TransformHeads, MatchesFloat64) {
   const std::vector<uint16_t> out16 = d_out16.host();
   int64_t bad = 0, bad_x = 0;
   std::string first;
-  for (int64_t r = 0; r < kRows; ++r) {
-    for (int64_t h = 0; h < kHeads; ++h) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t h = 0; h < heads; ++h) {
       double scale = 0;  // the head's largest value: f32 rounding is relative to it
       for (int64_t d = 0; d < width; ++d) {
-        scale = std::max(scale, std::abs(want[(r * kHeads + h) * width + d]));
+        scale = std::max(scale, std::abs(want[(r * heads + h) * width + d]));
       }
       for (int64_t d = 0; d < width; ++d) {
-        const int64_t i = (r * kHeads + h) * width + d;
+        const int64_t i = (r * heads + h) * width + d;
         const double expected = want[static_cast<size_t>(i)];
         const double f32_bound = 1e-5 * scale + 1e-30;
         double got, bound;
@@ -181,8 +187,8 @@ TEST_P(TransformHeads, MatchesFloat64) {
   EXPECT_EQ(bad_x, 0) << c.name() << ": x written back out of bounds";
   // The gap between rows is never written.
   if (f32_x) {
-    for (int64_t r = 0; r < kRows; ++r) {
-      for (int64_t g = kHeads * width; g < row_stride; ++g) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t g = heads * width; g < row_stride; ++g) {
         ASSERT_EQ(x_back[r * row_stride + g], x[r * row_stride + g]) << "gap of row " << r;
       }
     }
@@ -202,6 +208,12 @@ std::vector<TransformCase> transform_cases() {
       // Partial RoPE at width 128 (the lane-strided path), with bias and norm.
       cases.push_back({x, 128, Rope::kNeox, 32, true, true, out});
       cases.push_back({x, 128, Rope::kInterleaved, 16, false, true, out});
+      // Several heads a warp (a prefill's rows): 4 and 2 heads, each RoPE layout.
+      for (Rope rope : {Rope::kNone, Rope::kNeox, Rope::kInterleaved}) {
+        cases.push_back({x, 128, rope, 0, rope != Rope::kInterleaved, rope != Rope::kNone, out,
+                         300, 4});
+        cases.push_back({x, 128, rope, 0, true, true, out, 77, 6});
+      }
     }
   }
   return cases;
@@ -209,6 +221,29 @@ std::vector<TransformCase> transform_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, TransformHeads, ::testing::ValuesIn(transform_cases()),
                          [](const auto& info) { return info.param.name(); });
+
+// An L2 prefetch hint must start 16-byte aligned (the bulk prefetch's rule): named on the host,
+// before any launch.
+TEST(L2PrefetchErrors, MisalignedStartIsNamed) {
+  alignas(16) static char bytes[64];
+  cuda::AddNormArgs a;
+  a.rows = 1;
+  a.dim = 8;
+  a.prefetch = {bytes + 8, 32};
+  try {
+    cuda::add_rms_norm(a, nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not 16-byte aligned"), std::string::npos) << e.what();
+  }
+  try {
+    cuda::silu_mul(bytes, DType::kF32, 1, 4, bytes, DType::kF32, 4, nullptr, {bytes + 4, 16});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("silu_mul: an L2 prefetch"), std::string::npos)
+        << e.what();
+  }
+}
 
 TEST(TransformHeadsErrors, NamedOnTheHost) {
   cuda::HeadTransformArgs a;
@@ -250,7 +285,10 @@ TEST(SiluMul, Bf16AndF32InputsMatchFloat64) {
           std::vector<uint16_t>(static_cast<size_t>(rows * stride), uint16_t{0x7fc1}));
       const void* src = in == DType::kF32 ? static_cast<const void*>(d32.data)
                                           : static_cast<const void*>(d16.data);
-      cuda::silu_mul(src, in, rows, width, d_out.data, DType::kBF16, stride, nullptr);
+      // With an L2 prefetch hint (of the input itself) for the f32 input: the same results.
+      const cuda::L2Prefetch hint =
+          in == DType::kF32 ? cuda::L2Prefetch{d32.data, rows * 8 + 7} : cuda::L2Prefetch{};
+      cuda::silu_mul(src, in, rows, width, d_out.data, DType::kBF16, stride, nullptr, hint);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<uint16_t> out = d_out.host();
       int64_t bad = 0, stray = 0;
@@ -312,6 +350,10 @@ TEST(AddRmsNorm, MatchesFloat64) {
         a.rows = out_rows;
         a.dim = dim;
         a.eps = 1e-6f;
+        // An L2 prefetch hint (of a buffer the kernel never reads, with a tail short of 16 bytes)
+        // changes nothing.
+        DeviceArray<uint8_t> other(size_t{1} << 20);
+        if (with_add) a.prefetch = {other.data, (int64_t{1} << 20) - 9};
         cuda::add_rms_norm(a, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
         const std::vector<float> res_back = d_res.host(), out32 = d_out32.host();

@@ -3,7 +3,8 @@
 // the same transform writing k back in f32, then cuda::store_kv of the f32 rows. Every byte of
 // both pools must agree (pools pre-filled with a pattern, so a write to a wrong place or to a
 // skipped slot shows), over bf16 / f16 / f32 pools, NHD and HND, allocation pages of 1, 16 and
-// 64 tokens, with a slot of -1 and one past the pool among the rows. V, a plain copy (+ bias), is
+// 64 tokens, heads of 64 and 128 (the two kernels), with a slot of -1 and one past the pool among
+// the rows. V, a plain copy (+ bias), is
 // also checked against the host: each element the dtype's rounding of the f32 x + bias.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -36,6 +37,11 @@ struct StoreCase {
   KvLayout layout;
   int64_t alloc_page;
   bool v_bias;
+  // Heads of 64 with RoPE over 32 of them (the lane-strided kernel), or of 128 with whole-head
+  // RoPE (the vector kernel: a warp per head at 9 rows, 2 or 4 heads a warp at 300).
+  int32_t dim = 64;
+  int64_t rows = 9;
+  int32_t q_heads = 4, kv_heads = 2;
 };
 void PrintTo(const StoreCase& c, std::ostream* os) { *os << c.name; }
 
@@ -59,8 +65,9 @@ class TransformStore : public ::testing::TestWithParam<StoreCase> {};
 TEST_P(TransformStore, FusedStoreEqualsTransformThenStoreKv) {
   REQUIRE_GPU();
   const StoreCase& c = GetParam();
-  constexpr int32_t kQHeads = 4, kKvHeads = 2, kDim = 64, kHalf = 16;
-  constexpr int64_t kRows = 9, kPages = 3;
+  const int32_t kQHeads = c.q_heads, kKvHeads = c.kv_heads, kDim = c.dim;
+  const int32_t kHalf = kDim == 128 ? 64 : 16;
+  const int64_t kRows = c.rows, kPages = kRows <= 9 ? 3 : kRows / c.alloc_page + 1;
   const int64_t width = (kQHeads + 2 * kKvHeads) * kDim, elem = dtype_size(c.dtype);
   const int64_t num_slots = kPages * c.alloc_page;
   std::mt19937 rng(7);
@@ -224,7 +231,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(StoreCase{"bf16_nhd_alloc16", DType::kBF16, KvLayout::kNHD, 16, false},
                       StoreCase{"f16_hnd_alloc64_bias", DType::kF16, KvLayout::kHND, 64, true},
                       StoreCase{"f32_nhd_alloc1", DType::kF32, KvLayout::kNHD, 1, false},
-                      StoreCase{"bf16_hnd_alloc1_bias", DType::kBF16, KvLayout::kHND, 1, true}),
+                      StoreCase{"bf16_hnd_alloc1_bias", DType::kBF16, KvLayout::kHND, 1, true},
+                      StoreCase{"bf16_nhd_alloc16_d128", DType::kBF16, KvLayout::kNHD, 16, false,
+                                128},
+                      StoreCase{"bf16_nhd_alloc16_d128_300rows", DType::kBF16, KvLayout::kNHD, 16,
+                                false, 128, 300, 8, 4},
+                      StoreCase{"f16_hnd_alloc1_d128_300rows_bias", DType::kF16, KvLayout::kHND, 1,
+                                true, 128, 300},
+                      StoreCase{"f32_hnd_alloc64_d128_300rows", DType::kF32, KvLayout::kHND, 64,
+                                false, 128, 300, 8, 4}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
