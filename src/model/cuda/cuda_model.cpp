@@ -93,13 +93,6 @@ State::~State() {
     }
     if (launch.tokens != nullptr) cudaFreeHost(launch.tokens);
   }
-  for (ExpertLane& lane : expert_lanes) {
-    if (lane.stream != nullptr) cudaStreamSynchronize(lane.stream);
-    lane.blas.reset();
-    if (lane.done != nullptr) cudaEventDestroy(lane.done);
-    if (lane.stream != nullptr) cudaStreamDestroy(lane.stream);
-  }
-  if (expert_fork != nullptr) cudaEventDestroy(expert_fork);
   blas.reset();  // the handle is bound to the stream: destroyed first
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
@@ -387,20 +380,6 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
     const int64_t routed = std::min(t, kDeviceMoeMaxTokens) * k;
     s.expert_ids = s.allocate(routed * 4);
     s.moe_tiles = s.allocate(moe_max_tiles(routed, static_cast<int32_t>(experts)) * 3 * 4);
-    // The expert lanes (state.h), where a step can route on the host.
-    bool host_routing = false;
-    for (const DecoderLayer& layer : s.layers) {
-      host_routing = host_routing || (layer.moe && !moe_on_device(*layer.moe, t));
-    }
-    if (host_routing) {
-      PA_CUDA_CHECK(cudaEventCreateWithFlags(&s.expert_fork, cudaEventDisableTiming));
-      s.expert_lanes.resize(State::kExpertLanes);
-      for (State::ExpertLane& lane : s.expert_lanes) {
-        PA_CUDA_CHECK(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
-        PA_CUDA_CHECK(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming));
-        lane.blas = std::make_unique<Blas>(lane.stream);
-      }
-    }
   }
   const int64_t chunk = std::min(t, kLogitChunk);
   s.head_x = s.allocate(chunk * hidden * c);
@@ -436,9 +415,7 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
 CudaModel::~CudaModel() = default;
 
 int64_t CudaModel::device_bytes() const {
-  const State& s = *state_;
-  return s.weight_bytes + s.buffer_bytes +
-         s.blas->workspace_bytes() * (1 + static_cast<int64_t>(s.expert_lanes.size()));
+  return state_->weight_bytes + state_->buffer_bytes + state_->blas->workspace_bytes();
 }
 int64_t CudaModel::max_step_tokens() const { return state_->max_tokens; }
 DType CudaModel::compute_dtype() const { return state_->compute; }

@@ -23,9 +23,8 @@
 //       trip, so a decode step can be one graph. Larger steps (prefill) copy the logits to the
 //       host and route there with ops::moe_route (the CPU model's routing), sort the (token,
 //       expert) pairs by expert, and run each expert's rows through gate_up / SiLU·mul / down as
-//       cuBLAS GEMMs, the experts spread over side streams that run at once (State::expert_lanes)
-//       beside the shared experts on the model's stream. Either way the rows of x are gathered by
-//       expert and combined per token in a fixed order with the weights, plus the shared experts.
+//       cuBLAS GEMMs. Either way the rows of x are gathered by expert and combined per token in a
+//       fixed order with the weights, plus the shared experts.
 #include <algorithm>
 #include <numeric>
 
@@ -56,19 +55,13 @@ TensorView device_view(const State& s, void* data, DType dtype,
   return TensorView::contiguous(data, dtype, shape, s.device);
 }
 
-// y [rows, out] f32 = x · Wᵀ (+ bias), through `blas` on its stream.
-void linear_f32_on(Blas& blas, cudaStream_t stream, const DeviceLinear& linear, const void* x,
-                   int64_t rows, float* y, int64_t ldy) {
-  blas.linear(rows, linear.out(), linear.in(), x, linear.in(), linear.weight.data(), linear.in(),
-              linear.weight.dtype, y, ldy, DType::kF32);
-  if (linear.bias.data() != nullptr)
-    add_bias(y, ldy, linear.bias_data(), rows, linear.out(), stream);
-}
-
-// The same on the model's stream.
+// y [rows, out] f32 = x · Wᵀ (+ bias).
 void linear_f32(State& s, const DeviceLinear& linear, const void* x, int64_t rows, float* y,
                 int64_t ldy) {
-  linear_f32_on(*s.blas, s.stream, linear, x, rows, y, ldy);
+  s.blas->linear(rows, linear.out(), linear.in(), x, linear.in(), linear.weight.data(), linear.in(),
+                 linear.weight.dtype, y, ldy, DType::kF32);
+  if (linear.bias.data() != nullptr)
+    add_bias(y, ldy, linear.bias_data(), rows, linear.out(), s.stream);
 }
 
 // A sublayer's last linear layer (o_proj, down_proj): its output added to the residual stream.
@@ -176,28 +169,6 @@ HeadTransformArgs rope_args(const State& s) {
 }
 
 }  // namespace
-
-std::vector<int32_t> expert_lanes_by_rows(const std::vector<int64_t>& start, size_t lanes) {
-  PA_CHECK(lanes > 0 && !start.empty(), "moe: {} expert lanes for {} row offsets", lanes,
-           start.size());
-  const size_t experts = start.size() - 1;
-  std::vector<int32_t> order(experts);
-  std::iota(order.begin(), order.end(), 0);
-  const auto rows = [&](int32_t e) {
-    return start[static_cast<size_t>(e) + 1] - start[static_cast<size_t>(e)];
-  };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return rows(a) > rows(b); });
-  std::vector<int64_t> load(lanes, 0);
-  std::vector<int32_t> lane_of(experts, 0);
-  for (const int32_t e : order) {
-    const size_t lane =
-        static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    lane_of[static_cast<size_t>(e)] = static_cast<int32_t>(lane);
-    load[lane] += rows(e);
-  }
-  return lane_of;
-}
 
 L2Prefetch weight_prefetch(const State& s, const DeviceLinear& linear, int64_t rows) {
   if (rows <= kGemvMaxRows || rows > kPrefetchMaxRows || !linear.defined() || s.fused) return {};
@@ -542,39 +513,30 @@ void moe_mlp(State& s, MoeLayer& moe) {
   const int64_t c = s.compute_size();
   gather_rows(s.x.data(), ptr<int32_t>(s.source_row), s.expert_x.data(), pairs, hidden * c,
               s.stream);
-  // Each expert's rows through gate_up, SiLU * up and down on one of the expert lanes (state.h),
-  // the most rows first onto the lane with the fewest so far, while the model's stream runs the
-  // shared experts; then the model's stream waits for every lane.
   const int64_t width = moe.experts.front().down.in();
-  const std::vector<int32_t> lane_of = expert_lanes_by_rows(moe.start, s.expert_lanes.size());
-  PA_CUDA_CHECK(cudaEventRecord(s.expert_fork, s.stream));
-  for (State::ExpertLane& lane : s.expert_lanes) {
-    PA_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, s.expert_fork, 0));
-  }
   for (int32_t e = 0; e < experts; ++e) {
     const int64_t begin = moe.start[static_cast<size_t>(e)],
                   rows = moe.start[static_cast<size_t>(e) + 1] - begin;
     if (rows == 0) continue;
-    State::ExpertLane& lane = s.expert_lanes[static_cast<size_t>(lane_of[static_cast<size_t>(e)])];
-    const MlpLayer& expert = moe.experts[static_cast<size_t>(e)];
-    float* gate_up = ptr<float>(s.expert_gate_up) + begin * 2 * width;
-    char* act = bytes(s.expert_act) + begin * width * c;
-    linear_f32_on(*lane.blas, lane.stream, expert.gate_up, bytes(s.expert_x) + begin * hidden * c,
-                  rows, gate_up, 2 * width);
-    silu_mul(gate_up, DType::kF32, rows, width, act, s.compute, width, lane.stream);
-    linear_f32_on(*lane.blas, lane.stream, expert.down, act, rows,
-                  ptr<float>(s.expert_out) + begin * hidden, hidden);
+    linear_f32(s, moe.experts[static_cast<size_t>(e)].gate_up,
+               bytes(s.expert_x) + begin * hidden * c, rows,
+               ptr<float>(s.expert_gate_up) + begin * 2 * width, 2 * width);
   }
+  silu_mul(s.expert_gate_up.data(), DType::kF32, pairs, width, s.expert_act.data(), s.compute,
+           width, s.stream);
+  for (int32_t e = 0; e < experts; ++e) {
+    const int64_t begin = moe.start[static_cast<size_t>(e)],
+                  rows = moe.start[static_cast<size_t>(e) + 1] - begin;
+    if (rows == 0) continue;
+    linear_f32(s, moe.experts[static_cast<size_t>(e)].down, bytes(s.expert_act) + begin * width * c,
+               rows, ptr<float>(s.expert_out) + begin * hidden, hidden);
+  }
+  timeline_mark(s, "routed experts");
   const float* shared = nullptr;
   if (moe.shared.defined()) {
     dense_mlp(s, moe.shared, s.x.data(), t, ptr<float>(s.shared_out));
     shared = ptr<float>(s.shared_out);
   }
-  for (State::ExpertLane& lane : s.expert_lanes) {
-    PA_CUDA_CHECK(cudaEventRecord(lane.done, lane.stream));
-    PA_CUDA_CHECK(cudaStreamWaitEvent(s.stream, lane.done, 0));
-  }
-  timeline_mark(s, "routed experts (the rest)");
   moe_combine(ptr<float>(s.expert_out), ptr<int32_t>(s.position), ptr<float>(s.route_weight),
               shared, t, k, hidden, ptr<float>(s.branch), s.stream);
   s.branch_pending = true;

@@ -109,19 +109,6 @@ struct CudaModel::State final : DeviceStep {
   float eps = 1e-6f;
   cudaStream_t stream = nullptr;
   std::unique_ptr<Blas> blas;
-  // A host-routed MoE step (moe_mlp, more than kDeviceMoeMaxTokens tokens) runs one cuBLAS GEMM
-  // per expert and projection, each too few rows to fill the GPU alone (DeepSeek-V2-Lite at 2048
-  // tokens: ~190 rows an expert, ~22 of 132 SMs busy), so the experts go to kExpertLanes side
-  // streams that run at once, each with its own cuBLAS handle and workspace, forked from
-  // `stream` at expert_fork and joined back through each lane's `done`. Empty without MoE layers.
-  struct ExpertLane {
-    cudaStream_t stream = nullptr;
-    std::unique_ptr<Blas> blas;
-    cudaEvent_t done = nullptr;
-  };
-  static constexpr int kExpertLanes = 4;
-  std::vector<ExpertLane> expert_lanes;
-  cudaEvent_t expert_fork = nullptr;
   int64_t weight_bytes = 0, buffer_bytes = 0;
 
   DeviceMatrix embed, lm_head_own;
@@ -228,10 +215,6 @@ void prepare_fused_step(CudaModel::State& s);
 // epilogue, then down_proj added into the residual stream.
 void fused_mlp(CudaModel::State& s, int64_t index);
 void moe_mlp(CudaModel::State& s, MoeLayer& moe);
-// The expert lane (State::ExpertLane) of each expert, given the experts' row ranges [start[e],
-// start[e + 1]): the experts with the most rows first, each onto the lane with the fewest rows so
-// far (ties to the lower expert id and lane), so that the lanes end close together.
-std::vector<int32_t> expert_lanes_by_rows(const std::vector<int64_t>& start, size_t lanes);
 // The L2 prefetch (kernels.h) that the kernel before `linear` gives it in a step of `rows` rows:
 // its weights where cuBLAS runs it at a decode step's batch (more than kGemvMaxRows rows, at most
 // kPrefetchMaxRows), else none (the GEMV prefetches its own; a prefill's GEMMs are compute-bound).

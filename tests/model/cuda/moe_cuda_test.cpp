@@ -11,9 +11,7 @@
 //   4 * K * 2^-24 * sum |a||w| (f32 accumulation of K terms); and the sort's invariants (every
 //   pair has one row, each row's token is the pair's, rows of an expert contiguous, tiles cover
 //   each expert's rows once).
-// - the expert lanes of a host-routed step (expert_lanes_by_rows): a hand-worked case and the
-//   longest-first bound on random row counts (host code: runs without a GPU too).
-// The device cases skip without a GPU; scripts/gpu-check runs them with PAGEDATTN_REQUIRE_GPU=1.
+// Skips without a GPU; scripts/gpu-check runs it with PAGEDATTN_REQUIRE_GPU=1.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -33,7 +31,6 @@
 #include "model/cuda/device_array.h"
 #include "model/cuda/kernels.h"
 #include "model/cuda/moe.h"
-#include "model/cuda/state.h"
 #include "pagedattn/moe.h"
 
 namespace pagedattn::model {
@@ -288,42 +285,6 @@ INSTANTIATE_TEST_SUITE_P(
         // Every token's first choice the same expert: one expert over many tiles.
         GemmCase{"all_to_one_bf16", DType::kBF16, 200, 2, 8, 136, 128, true}),
     [](const auto& info) { return info.param.name; });
-
-// The expert lanes of a host-routed step (cuda::expert_lanes_by_rows; host code, so it runs
-// without a GPU): a hand-worked case, then the property the order is for on random row counts:
-// no lane ends more than one expert's rows past an even share (the longest-first greedy bound).
-TEST(ExpertLanes, MostRowsFirstOntoTheLeastLoadedLane) {
-  // Rows per expert 5, 0, 9, 3, 9, 1 on two lanes: 9 (e2) -> 0, 9 (e4) -> 1, 5 (e0) -> 0 (14),
-  // 3 (e3) -> 1 (12), 1 (e5) -> 1 (13), 0 (e1) -> 1 (13 < 14).
-  const std::vector<int64_t> start = {0, 5, 5, 14, 17, 26, 27};
-  EXPECT_EQ(cuda::expert_lanes_by_rows(start, 2), (std::vector<int32_t>{0, 1, 0, 1, 1, 1}));
-  EXPECT_EQ(cuda::expert_lanes_by_rows(start, 1), (std::vector<int32_t>(6, 0)));
-
-  std::mt19937 rng(7);
-  for (int trial = 0; trial < 200; ++trial) {
-    const int experts = 1 + static_cast<int>(rng() % 80);
-    const size_t lanes = 1 + rng() % 6;
-    std::vector<int64_t> offsets(1, 0);
-    int64_t longest = 0;
-    for (int e = 0; e < experts; ++e) {
-      const int64_t rows = rng() % 4 == 0 ? 0 : static_cast<int64_t>(rng() % 400);
-      longest = std::max(longest, rows);
-      offsets.push_back(offsets.back() + rows);
-    }
-    const std::vector<int32_t> lane_of = cuda::expert_lanes_by_rows(offsets, lanes);
-    ASSERT_EQ(lane_of.size(), static_cast<size_t>(experts));
-    std::vector<int64_t> load(lanes, 0);
-    for (int e = 0; e < experts; ++e) {
-      ASSERT_GE(lane_of[e], 0);
-      ASSERT_LT(static_cast<size_t>(lane_of[e]), lanes);
-      load[static_cast<size_t>(lane_of[e])] += offsets[e + 1] - offsets[e];
-    }
-    const double even = static_cast<double>(offsets.back()) / static_cast<double>(lanes);
-    EXPECT_LE(static_cast<double>(*std::max_element(load.begin(), load.end())), even + longest)
-        << "trial " << trial << ": " << experts << " experts on " << lanes << " lanes";
-  }
-  EXPECT_THROW(cuda::expert_lanes_by_rows(start, 0), Error);
-}
 
 }  // namespace
 }  // namespace pagedattn::model
