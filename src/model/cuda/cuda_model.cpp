@@ -559,7 +559,6 @@ void enqueue_layers(State& s) {
     norm.rows = t;
     norm.dim = hidden;
     norm.eps = s.eps;
-    if (!s.config.is_mla()) norm.prefetch = weight_prefetch(s, layer.gqa.qkv, t);
     add_rms_norm(norm, s.stream);
     timeline_mark(s, "add + input norm");
     if (s.config.is_mla()) {
@@ -570,7 +569,6 @@ void enqueue_layers(State& s) {
     norm.add = take_branch(s);
     norm.weight = ptr<float>(layer.post_norm);
     norm.out_f32 = layer.moe ? ptr<float>(s.x_f32) : nullptr;  // the router's f32 input
-    norm.prefetch = layer.moe ? L2Prefetch{} : weight_prefetch(s, layer.mlp.gate_up, t);
     add_rms_norm(norm, s.stream);
     timeline_mark(s, "add + post norm");
     if (layer.moe) {

@@ -66,13 +66,6 @@ void dispatch(DType dtype, const char* what, F&& f) {
   }
 }
 
-// An L2Prefetch's operands: none, or a 16-byte aligned start (the bulk prefetch's rule).
-void check_prefetch(const L2Prefetch& p, const char* what) {
-  if (p.bytes > 0 && (p.data == nullptr || reinterpret_cast<uintptr_t>(p.data) % 16 != 0))
-    throw_error(std::string(what) + ": an L2 prefetch of " + std::to_string(p.bytes) +
-                " bytes from an address not 16-byte aligned (or null)");
-}
-
 // A grid of at most 65535 * 4 blocks of kBlock threads for grid-stride loops over n elements.
 unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kBlock - 1) / kBlock, 1, 65535 * 4));
@@ -94,23 +87,6 @@ __device__ float block_sum(float v) {
   return total;
 }
 
-// This block's share of an L2Prefetch (kernels.h), in pieces of kPrefetchPiece bytes, a thread
-// each. Before pdl_wait(): the weights are no kernel's output, and a prefetch reads no value
-// (cuda/common/pdl.cuh).
-constexpr int64_t kPrefetchPiece = 4096;
-__device__ __forceinline__ void prefetch_share(const L2Prefetch& p) {
-  if (p.bytes <= 0) return;
-  const int64_t threads = int64_t{gridDim.x} * gridDim.y * blockDim.x;
-  const int64_t first =
-      (int64_t{blockIdx.y} * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t pieces = (p.bytes + kPrefetchPiece - 1) / kPrefetchPiece;
-  for (int64_t piece = first; piece < pieces; piece += threads) {
-    const int64_t begin = piece * kPrefetchPiece;
-    const auto size = static_cast<unsigned>(min(kPrefetchPiece, p.bytes - begin) & ~int64_t{15});
-    if (size > 0) ::pagedattn::cuda::prefetch_l2_bulk(static_cast<const char*>(p.data) + begin, size);
-  }
-}
-
 template <class T>
 __global__ void embedding_kernel(const T* table, int64_t dim, const int32_t* ids,
                                  const ops::SampledToken* pending, float* out) {
@@ -130,8 +106,7 @@ __global__ void embedding_kernel(const T* table, int64_t dim, const int32_t* ids
 // (the GEMV's fused norm, gemv.cu, reproduces these bits), then block_sum.
 template <class Out, int kPer>
 __global__ void __launch_bounds__(kBlock) add_rms_norm_kernel(const AddNormArgs a) {
-  prefetch_share(a.prefetch);
-  pdl_wait();  // first (cuda/launch.h), but for the prefetch
+  pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
   const int64_t r = blockIdx.x;
   const int64_t row = a.row_index != nullptr ? a.row_index[r] : r;
@@ -547,10 +522,8 @@ constexpr int64_t kSiluManyRows = 256;
 
 template <class In, class Out, int kGroups>
 __global__ void __launch_bounds__(kBlock)
-    silu_mul_kernel(const In* gate_up, int64_t width, Out* out, int64_t out_stride,
-                    const L2Prefetch prefetch) {
-  prefetch_share(prefetch);
-  pdl_wait();  // first (cuda/launch.h), but for the prefetch
+    silu_mul_kernel(const In* gate_up, int64_t width, Out* out, int64_t out_stride) {
+  pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
   const int64_t r = blockIdx.x;
   const In* g = gate_up + r * 2 * width;
@@ -664,7 +637,6 @@ void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t*
 
 void add_rms_norm(const AddNormArgs& args, void* stream) {
   if (args.rows == 0) return;
-  check_prefetch(args.prefetch, "add_rms_norm");
   // Elements per thread held in registers: 4 (hidden sizes up to 1024), 8 (2048), 16 (4096); the
   // loop beyond.
   const int64_t per = (args.dim + kBlock - 1) / kBlock;
@@ -782,9 +754,8 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
 }
 
 void silu_mul(const void* gate_up, DType gate_up_dtype, int64_t rows, int64_t width, void* out,
-              DType out_dtype, int64_t out_stride, void* stream, L2Prefetch prefetch) {
+              DType out_dtype, int64_t out_stride, void* stream) {
   if (rows * width == 0) return;
-  check_prefetch(prefetch, "silu_mul");
   const int groups = rows >= kSiluManyRows ? 4 : 1;
   const int64_t block_columns = int64_t{4} * kBlock * groups;
   if (rows > INT32_MAX || (width + block_columns - 1) / block_columns > 65535)
@@ -801,11 +772,11 @@ void silu_mul(const void* gate_up, DType gate_up_dtype, int64_t rows, int64_t wi
       if (groups == 4) {
         launch_kernel(silu_mul_kernel<In, Out, 4>, grid, kBlock, 0,
                       static_cast<cudaStream_t>(stream), in, width, static_cast<Out*>(out),
-                      out_stride, prefetch);
+                      out_stride);
       } else {
         launch_kernel(silu_mul_kernel<In, Out, 1>, grid, kBlock, 0,
                       static_cast<cudaStream_t>(stream), in, width, static_cast<Out*>(out),
-                      out_stride, prefetch);
+                      out_stride);
       }
     });
   });

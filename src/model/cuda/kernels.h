@@ -21,16 +21,6 @@ namespace pagedattn::model::cuda {
 void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t* ids, int64_t rows,
                const ops::SampledToken* pending, float* out, void* stream);
 
-// A hint for the GEMM a small kernel precedes: its blocks ask the L2 to prefetch `bytes` (rounded
-// down to 16) from `data` (16-byte aligned: a weight matrix) before they wait for their
-// predecessor, so a decode step's weights stream in while the kernel before the GEMM runs, where a
-// cuBLAS GEMM (not launched early, unlike the GEMV: gemv.h) would start them only once that kernel
-// has ended. Reads no value: results are the same with or without it.
-struct L2Prefetch {
-  const void* data = nullptr;
-  int64_t bytes = 0;
-};
-
 // The pre-norm residual step over rows of `dim` (one block per row):
 //   residual[r] += add[r] (when add != null), then out[r] = weight ⊙ residual[r] / rms, written in
 //   out_dtype (and again in f32 to out_f32 when not null).
@@ -46,7 +36,6 @@ struct AddNormArgs {
   const int32_t* row_index = nullptr;
   int64_t rows = 0, dim = 0;
   float eps = 1e-6f;
-  L2Prefetch prefetch;  // the next GEMM's weights, or none
 };
 void add_rms_norm(const AddNormArgs& args, void* stream);
 
@@ -99,9 +88,9 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream);
 
 // out [rows, width] (out_dtype, row stride out_stride) = silu(gate_up[:, :width]) ⊙
 // gate_up[:, width:] with gate_up [rows, 2 width] contiguous, f32 or the compute dtype (a GEMM's
-// output), computed in f32. `prefetch`: the next GEMM's weights (down_proj), or none.
+// output), computed in f32.
 void silu_mul(const void* gate_up, DType gate_up_dtype, int64_t rows, int64_t width, void* out,
-              DType out_dtype, int64_t out_stride, void* stream, L2Prefetch prefetch = {});
+              DType out_dtype, int64_t out_stride, void* stream);
 
 // dst [rows, cols] = src [rows, cols], converting between f32 / f16 / bf16 (row strides in
 // elements; the inner stride is 1).

@@ -170,12 +170,6 @@ HeadTransformArgs rope_args(const State& s) {
 
 }  // namespace
 
-L2Prefetch weight_prefetch(const State& s, const DeviceLinear& linear, int64_t rows) {
-  if (rows <= kGemvMaxRows || rows > kPrefetchMaxRows || !linear.defined() || s.fused) return {};
-  const DeviceMatrix& w = linear.weight;
-  return {w.data(), w.rows * w.cols * static_cast<int64_t>(dtype_size(w.dtype))};
-}
-
 void gqa_attention(State& s, const DecoderLayer& layer, int64_t index) {
   const GqaLayer& w = layer.gqa;
   const int64_t t = s.tokens, heads = s.config.num_attention_heads,
@@ -436,8 +430,7 @@ void dense_mlp(State& s, const MlpLayer& mlp, const void* x, int64_t rows, float
                    s.gate_up.data(), 2 * width, gate_up_dtype);
   }
   timeline_mark(s, "gate_up");
-  silu_mul(s.gate_up.data(), gate_up_dtype, rows, width, s.act.data(), s.compute, width, s.stream,
-           weight_prefetch(s, mlp.down, rows));
+  silu_mul(s.gate_up.data(), gate_up_dtype, rows, width, s.act.data(), s.compute, width, s.stream);
   timeline_mark(s, "SiLU * mul");
   if (out != nullptr) {
     linear_f32(s, mlp.down, s.act.data(), rows, out, s.config.hidden_size);

@@ -32,7 +32,6 @@
 #include "model/cuda/blas.h"
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/gemv.h"
-#include "model/cuda/kernels.h"
 #include "model/cuda/sampling.h"
 #include "model/cuda/weights.h"
 #include "model/forward_step.h"
@@ -215,11 +214,6 @@ void prepare_fused_step(CudaModel::State& s);
 // epilogue, then down_proj added into the residual stream.
 void fused_mlp(CudaModel::State& s, int64_t index);
 void moe_mlp(CudaModel::State& s, MoeLayer& moe);
-// The L2 prefetch (kernels.h) that the kernel before `linear` gives it in a step of `rows` rows:
-// its weights where cuBLAS runs it at a decode step's batch (more than kGemvMaxRows rows, at most
-// kPrefetchMaxRows), else none (the GEMV prefetches its own; a prefill's GEMMs are compute-bound).
-inline constexpr int64_t kPrefetchMaxRows = 256;
-L2Prefetch weight_prefetch(const CudaModel::State& s, const DeviceLinear& linear, int64_t rows);
 // The timeline's probe after the work enqueued since the last one (no-op while it is off).
 void timeline_mark(CudaModel::State& s, const char* label);
 // Whether moe_mlp routes a step of `tokens` tokens on the device (no host synchronisation).

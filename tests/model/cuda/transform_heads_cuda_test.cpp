@@ -222,29 +222,6 @@ std::vector<TransformCase> transform_cases() {
 INSTANTIATE_TEST_SUITE_P(Cases, TransformHeads, ::testing::ValuesIn(transform_cases()),
                          [](const auto& info) { return info.param.name(); });
 
-// An L2 prefetch hint must start 16-byte aligned (the bulk prefetch's rule): named on the host,
-// before any launch.
-TEST(L2PrefetchErrors, MisalignedStartIsNamed) {
-  alignas(16) static char bytes[64];
-  cuda::AddNormArgs a;
-  a.rows = 1;
-  a.dim = 8;
-  a.prefetch = {bytes + 8, 32};
-  try {
-    cuda::add_rms_norm(a, nullptr);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not 16-byte aligned"), std::string::npos) << e.what();
-  }
-  try {
-    cuda::silu_mul(bytes, DType::kF32, 1, 4, bytes, DType::kF32, 4, nullptr, {bytes + 4, 16});
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("silu_mul: an L2 prefetch"), std::string::npos)
-        << e.what();
-  }
-}
-
 TEST(TransformHeadsErrors, NamedOnTheHost) {
   cuda::HeadTransformArgs a;
   a.x_dtype = DType::kBF16;
@@ -285,10 +262,7 @@ TEST(SiluMul, Bf16AndF32InputsMatchFloat64) {
           std::vector<uint16_t>(static_cast<size_t>(rows * stride), uint16_t{0x7fc1}));
       const void* src = in == DType::kF32 ? static_cast<const void*>(d32.data)
                                           : static_cast<const void*>(d16.data);
-      // With an L2 prefetch hint (of the input itself) for the f32 input: the same results.
-      const cuda::L2Prefetch hint =
-          in == DType::kF32 ? cuda::L2Prefetch{d32.data, rows * 8 + 7} : cuda::L2Prefetch{};
-      cuda::silu_mul(src, in, rows, width, d_out.data, DType::kBF16, stride, nullptr, hint);
+      cuda::silu_mul(src, in, rows, width, d_out.data, DType::kBF16, stride, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<uint16_t> out = d_out.host();
       int64_t bad = 0, stray = 0;
@@ -350,10 +324,6 @@ TEST(AddRmsNorm, MatchesFloat64) {
         a.rows = out_rows;
         a.dim = dim;
         a.eps = 1e-6f;
-        // An L2 prefetch hint (of a buffer the kernel never reads, with a tail short of 16 bytes)
-        // changes nothing.
-        DeviceArray<uint8_t> other(size_t{1} << 20);
-        if (with_add) a.prefetch = {other.data, (int64_t{1} << 20) - 9};
         cuda::add_rms_norm(a, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
         const std::vector<float> res_back = d_res.host(), out32 = d_out32.host();
