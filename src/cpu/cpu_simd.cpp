@@ -1,6 +1,8 @@
 // Hot loops of the CPU backend (see cpu_simd.h). Vector extensions give 16-float chunks that the
 // compiler maps to one zmm (AVX-512), two ymm (AVX2) or four xmm (baseline) registers; the
 // target_clones attribute compiles each function for those targets and picks one at load time.
+// The fused loops (scores, accumulation, the bf16 GEMV) are templates over their vector type: on
+// AVX2 without AVX-512 they run as functions of their own over two 8-float halves (Halves, below).
 // exp() is a branch-free polynomial so that the softmax vectorizes (no libm call in the loop).
 #include "cpu/cpu_simd.h"
 
@@ -39,11 +41,64 @@ using Chunk = float __attribute__((vector_size(kLanes * sizeof(float))));
 }
 using Chunk8 = float __attribute__((vector_size(8 * sizeof(float))));
 using Chunk4 = float __attribute__((vector_size(4 * sizeof(float))));
+using Word8 = uint32_t __attribute__((vector_size(8 * sizeof(uint32_t))));
 
 // Horizontal sum as a tree of halves: a few shuffles and adds instead of 15 dependent adds.
 [[gnu::always_inline]] inline float sum(const Chunk& c) {
   const Chunk8 eight = __builtin_shufflevector(c, c, 0, 1, 2, 3, 4, 5, 6, 7) +
                        __builtin_shufflevector(c, c, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Chunk4 four = __builtin_shufflevector(eight, eight, 0, 1, 2, 3) +
+                      __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
+  return (four[0] + four[2]) + (four[1] + four[3]);
+}
+
+// The loops below are templates over their vector type V of 16 floats: Chunk (one vector: a zmm
+// register with AVX-512), or Halves, the same 16 lanes as two 8-float vectors (lanes 0-7, 8-15),
+// for AVX2. With AVX2 a Chunk is two ymm registers, and GCC (12) keeps a Chunk accumulator in
+// memory between iterations: the x86-64-v3 clones stored and reloaded every FMA's sum in 64-bit
+// pieces (2930 stack accesses in gemv_bf16_pairs against 73 in the AVX-512 clone; 6216-15811 in
+// the fused attention loops). Halves keep each sum in two registers. Both types do the same
+// lane-wise FMAs and the same horizontal sum (vsum adds the halves first, as sum does), so the
+// results are the same bits. With Halves the loops block for AVX2's 16 registers (kNarrow).
+struct Halves {
+  Chunk8 lo, hi;
+};
+[[gnu::always_inline]] inline Halves operator*(const Halves& a, const Halves& b) {
+  return {a.lo * b.lo, a.hi * b.hi};
+}
+[[gnu::always_inline]] inline Halves operator*(float s, const Halves& b) {
+  return {s * b.lo, s * b.hi};
+}
+[[gnu::always_inline]] inline Halves operator*(const Halves& a, float s) {
+  return {a.lo * s, a.hi * s};
+}
+[[gnu::always_inline]] inline Halves& operator+=(Halves& a, const Halves& b) {
+  a.lo += b.lo;
+  a.hi += b.hi;
+  return a;
+}
+template <class V>
+inline constexpr bool kNarrow = std::is_same_v<V, Halves>;
+
+template <class V>
+[[gnu::always_inline]] inline V vload(const float* p) {
+  if constexpr (kNarrow<V>) {
+    Halves h;
+    std::memcpy(&h.lo, p, sizeof(h.lo));
+    std::memcpy(&h.hi, p + 8, sizeof(h.hi));
+    return h;
+  } else {
+    return load(p);
+  }
+}
+[[gnu::always_inline]] inline void vstore(float* p, const Chunk& c) { store(p, c); }
+[[gnu::always_inline]] inline void vstore(float* p, const Halves& h) {
+  std::memcpy(p, &h.lo, sizeof(h.lo));
+  std::memcpy(p + 8, &h.hi, sizeof(h.hi));
+}
+[[gnu::always_inline]] inline float vsum(const Chunk& c) { return sum(c); }
+[[gnu::always_inline]] inline float vsum(const Halves& h) {
+  const Chunk8 eight = h.lo + h.hi;
   const Chunk4 four = __builtin_shufflevector(eight, eight, 0, 1, 2, 3) +
                       __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
   return (four[0] + four[2]) + (four[1] + four[3]);
@@ -74,65 +129,105 @@ using Chunk4 = float __attribute__((vector_size(4 * sizeof(float))));
 
 // bf16 -> f32 of 16 elements: widen to 32 bits and shift into the high half (exact).
 using Half16 = uint16_t __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+using Half8 = uint16_t __attribute__((vector_size(8 * sizeof(uint16_t))));
 using Word16 = uint32_t __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+template <class V>
 struct LoadBf16 {
-  [[gnu::always_inline]] Chunk operator()(const char* row, int d) const {
-    Half16 h;
-    std::memcpy(&h, row + static_cast<int64_t>(d) * sizeof(uint16_t), sizeof(h));
-    const Word16 w = __builtin_convertvector(h, Word16) << 16;
-    Chunk c;
-    std::memcpy(&c, &w, sizeof(c));
-    return c;
+  [[gnu::always_inline]] V operator()(const char* row, int d) const {
+    const char* src = row + static_cast<int64_t>(d) * sizeof(uint16_t);
+    if constexpr (kNarrow<V>) {
+      Half8 lo, hi;
+      std::memcpy(&lo, src, sizeof(lo));
+      std::memcpy(&hi, src + sizeof(lo), sizeof(hi));
+      Halves c;
+      const Word8 wl = __builtin_convertvector(lo, Word8) << 16,
+                  wh = __builtin_convertvector(hi, Word8) << 16;
+      std::memcpy(&c.lo, &wl, sizeof(c.lo));
+      std::memcpy(&c.hi, &wh, sizeof(c.hi));
+      return c;
+    } else {
+      Half16 h;
+      std::memcpy(&h, src, sizeof(h));
+      const Word16 w = __builtin_convertvector(h, Word16) << 16;
+      Chunk c;
+      std::memcpy(&c, &w, sizeof(c));
+      return c;
+    }
   }
 };
+template <class V>
 struct LoadF32 {
-  [[gnu::always_inline]] Chunk operator()(const char* row, int d) const {
-    return load(reinterpret_cast<const float*>(row) + d);
+  [[gnu::always_inline]] V operator()(const char* row, int d) const {
+    return vload<V>(reinterpret_cast<const float*>(row) + d);
   }
 };
 
+// 32 bf16 elements in the pair layout's order (pair_layout, cpu_simd.h) as two exact f32 vectors:
+// the 64 bytes are 16 words of two bf16 each; the even elements are word << 16 and the odd ones
+// word & 0xffff0000, with no lane shuffle (widening 16-bit lanes to 32 costs two cross-lane
+// shuffles per 16 elements, which bound the loop before memory did).
+template <class V>
+[[gnu::always_inline]] inline void split_pairs(const char* src, V& even, V& odd) {
+  if constexpr (kNarrow<V>) {
+    Word8 lo, hi;
+    std::memcpy(&lo, src, sizeof(lo));
+    std::memcpy(&hi, src + sizeof(lo), sizeof(hi));
+    const Word8 el = lo << 16, eh = hi << 16, ol = lo & 0xffff0000u, oh = hi & 0xffff0000u;
+    std::memcpy(&even.lo, &el, sizeof(el));
+    std::memcpy(&even.hi, &eh, sizeof(eh));
+    std::memcpy(&odd.lo, &ol, sizeof(ol));
+    std::memcpy(&odd.hi, &oh, sizeof(oh));
+  } else {
+    Word16 words;
+    std::memcpy(&words, src, sizeof(words));
+    const Word16 e = words << 16, o = words & 0xffff0000u;
+    std::memcpy(&even, &e, sizeof(Chunk));
+    std::memcpy(&odd, &o, sizeof(Chunk));
+  }
+}
+
 // Scores of R rows for K keys starting at k[j0]: R x K accumulators live in registers, each
 // converted K chunk feeds R FMAs.
-template <int R, int K, class Load>
+template <class V, int R, int K, class Load>
 [[gnu::always_inline]] inline void score_keys(const float* __restrict q, const char* const* k,
                                               int j0, int dim, float* __restrict s, int s_stride,
                                               Load ld) {
-  Chunk a[K][R] = {};
+  V a[K][R] = {};
   for (int d = 0; d < dim; d += kLanes) {
-    Chunk kc[K];
+    V kc[K];
     for (int t = 0; t < K; ++t) kc[t] = ld(k[j0 + t], d);
     for (int r = 0; r < R; ++r) {
-      const Chunk qc = load(q + static_cast<int64_t>(r) * dim + d);
+      const V qc = vload<V>(q + static_cast<int64_t>(r) * dim + d);
       for (int t = 0; t < K; ++t) a[t][r] += qc * kc[t];
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < K; ++t) s[static_cast<int64_t>(r) * s_stride + j0 + t] = sum(a[t][r]);
+    for (int t = 0; t < K; ++t) s[static_cast<int64_t>(r) * s_stride + j0 + t] = vsum(a[t][r]);
   }
 }
 
-template <int R, class Load>
+template <class V, int R, class Load>
 [[gnu::always_inline]] inline void score_rows(const float* q, const char* const* k, int n, int dim,
                                               float* s, int s_stride, Load ld) {
   int j = 0;
-  for (; j + 2 <= n; j += 2) score_keys<R, 2>(q, k, j, dim, s, s_stride, ld);
-  if (j < n) score_keys<R, 1>(q, k, j, dim, s, s_stride, ld);
+  for (; j + 2 <= n; j += 2) score_keys<V, R, 2>(q, k, j, dim, s, s_stride, ld);
+  if (j < n) score_keys<V, R, 1>(q, k, j, dim, s, s_stride, ld);
 }
 
 // acc columns [d0, d0 + C * kLanes) of R rows kept in registers while the block's V streams by.
-template <int R, int C, class Load>
+template <class V, int R, int C, class Load>
 [[gnu::always_inline]] inline void accumulate_columns(float* __restrict acc, const float* alpha,
                                                       const float* __restrict p, int p_stride,
                                                       const char* const* v, int n, int dim, int d0,
                                                       Load ld) {
-  Chunk c[R][C];
+  V c[R][C];
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < C; ++i) {
-      c[r][i] = load(acc + static_cast<int64_t>(r) * dim + d0 + i * kLanes) * alpha[r];
+      c[r][i] = vload<V>(acc + static_cast<int64_t>(r) * dim + d0 + i * kLanes) * alpha[r];
     }
   }
   for (int j = 0; j < n; ++j) {
-    Chunk vc[C];
+    V vc[C];
     for (int i = 0; i < C; ++i) vc[i] = ld(v[j], d0 + i * kLanes);
     for (int r = 0; r < R; ++r) {
       const float w = p[static_cast<int64_t>(r) * p_stride + j];
@@ -141,20 +236,23 @@ template <int R, int C, class Load>
   }
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < C; ++i)
-      store(acc + static_cast<int64_t>(r) * dim + d0 + i * kLanes, c[r][i]);
+      vstore(acc + static_cast<int64_t>(r) * dim + d0 + i * kLanes, c[r][i]);
   }
 }
 
-template <int R, class Load>
+template <class V, int R, class Load>
 [[gnu::always_inline]] inline void accumulate_rows(float* acc, const float* alpha, const float* p,
                                                    int p_stride, const char* const* v, int n,
                                                    int dim, Load ld) {
-  constexpr int kC = R <= 4 ? 4 : 2;  // at most 16 accumulator registers
+  // At most 16 accumulator chunks (4 with Halves: 8 of AVX2's 16 registers).
+  constexpr int kC = kNarrow<V> ? 2 : R <= 4 ? 4 : 2;
   int d = 0;
   for (; d + kC * kLanes <= dim; d += kC * kLanes) {
-    accumulate_columns<R, kC>(acc, alpha, p, p_stride, v, n, dim, d, ld);
+    accumulate_columns<V, R, kC>(acc, alpha, p, p_stride, v, n, dim, d, ld);
   }
-  for (; d < dim; d += kLanes) accumulate_columns<R, 1>(acc, alpha, p, p_stride, v, n, dim, d, ld);
+  for (; d < dim; d += kLanes) {
+    accumulate_columns<V, R, 1>(acc, alpha, p, p_stride, v, n, dim, d, ld);
+  }
 }
 
 // Calls f(std::integral_constant<int, R>{}) with R = rows for 1 <= rows <= 8 (8 for more): the
@@ -182,47 +280,59 @@ template <class F>
   }
 }
 
-template <class Load>
+// Calls f(first_row, std::integral_constant<int, R>{}) over the rows: one pass of all of them (at
+// most 8) with Chunk, passes of at most 2 rows with Halves (AVX2's 16 registers hold the partial
+// sums of 2). The rows are independent, so the passes change no result.
+template <class V, class F>
+[[gnu::always_inline]] inline void with_row_passes(int rows, F&& f) {
+  if constexpr (kNarrow<V>) {
+    int r0 = 0;
+    for (; r0 + 2 <= rows; r0 += 2) f(r0, std::integral_constant<int, 2>{});
+    if (r0 < rows) f(r0, std::integral_constant<int, 1>{});
+  } else {
+    with_rows(
+        rows, [&](auto r) __attribute__((always_inline)) { f(0, r); });
+  }
+}
+
+template <class V, class Load>
 [[gnu::always_inline]] inline void score_dispatch(const float* q, int rows, const char* const* k,
                                                   int n, int dim, float* s, int s_stride, Load ld) {
-  with_rows(
-      rows, [&](auto r) __attribute__((always_inline)) {
-        score_rows<decltype(r)::value>(q, k, n, dim, s, s_stride, ld);
+  with_row_passes<V>(
+      rows, [&](int r0, auto r) __attribute__((always_inline)) {
+        score_rows<V, decltype(r)::value>(q + static_cast<int64_t>(r0) * dim, k, n, dim,
+                                          s + static_cast<int64_t>(r0) * s_stride, s_stride, ld);
       });
 }
 
-template <class Load>
+template <class V, class Load>
 [[gnu::always_inline]] inline void accumulate_dispatch(float* acc, int rows, const float* alpha,
                                                        const float* p, int p_stride,
                                                        const char* const* v, int n, int dim,
                                                        Load ld) {
-  with_rows(
-      rows, [&](auto r) __attribute__((always_inline)) {
-        accumulate_rows<decltype(r)::value>(acc, alpha, p, p_stride, v, n, dim, ld);
+  with_row_passes<V>(
+      rows, [&](int r0, auto r) __attribute__((always_inline)) {
+        accumulate_rows<V, decltype(r)::value>(acc + static_cast<int64_t>(r0) * dim, alpha + r0,
+                                               p + static_cast<int64_t>(r0) * p_stride, p_stride,
+                                               v, n, dim, ld);
       });
 }
 
-// bf16 GEMV rows in the pair layout (see cpu_simd.h): a 64-byte load of W is 16 words of two
-// bf16 each; the even elements are word << 16 and the odd ones word & 0xffff0000, both exact f32,
-// with no lane shuffle (widening 16-bit lanes to 32 costs two cross-lane shuffles per 16 elements,
-// which bound the loop before memory did). R x K accumulators stay in registers (one per row and
-// W row: at R = 8 separate even / odd ones would take all 32 vector registers and spill).
-template <int R, int K>
+// bf16 GEMV rows in the pair layout (see cpu_simd.h and split_pairs). R x K accumulators stay in
+// registers (one per row and W row: at R = 8 separate even / odd ones would take all 32 vector
+// registers and spill).
+template <class V, int R, int K>
 [[gnu::always_inline]] inline void pair_keys(const float* __restrict x, const char* const* w,
                                              int j0, int dim, float* __restrict y, int y_stride) {
-  Chunk acc[K][R] = {};
+  V acc[K][R] = {};
   for (int d = 0; d < dim; d += 2 * kLanes) {
-    Chunk we[K], wo[K];
+    V we[K], wo[K];
     for (int t = 0; t < K; ++t) {
-      Word16 words;
-      std::memcpy(&words, w[j0 + t] + static_cast<int64_t>(d) * sizeof(uint16_t), sizeof(words));
-      const Word16 lo = words << 16, hi = words & 0xffff0000u;
-      std::memcpy(&we[t], &lo, sizeof(Chunk));
-      std::memcpy(&wo[t], &hi, sizeof(Chunk));
+      split_pairs(w[j0 + t] + static_cast<int64_t>(d) * sizeof(uint16_t), we[t], wo[t]);
     }
     for (int r = 0; r < R; ++r) {
-      const Chunk xe = load(x + static_cast<int64_t>(r) * dim + d);
-      const Chunk xo = load(x + static_cast<int64_t>(r) * dim + d + kLanes);
+      const V xe = vload<V>(x + static_cast<int64_t>(r) * dim + d);
+      const V xo = vload<V>(x + static_cast<int64_t>(r) * dim + d + kLanes);
       for (int t = 0; t < K; ++t) {
         acc[t][r] += xe * we[t];  // two FMAs (a single expression would round xe * we first)
         acc[t][r] += xo * wo[t];
@@ -230,112 +340,20 @@ template <int R, int K>
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < K; ++t) y[static_cast<int64_t>(r) * y_stride + j0 + t] = sum(acc[t][r]);
+    for (int t = 0; t < K; ++t) y[static_cast<int64_t>(r) * y_stride + j0 + t] = vsum(acc[t][r]);
   }
 }
 
-template <int R>
+template <class V, int R>
 [[gnu::always_inline]] inline void pair_rows(const float* x, const char* const* w, int n, int dim,
                                              float* y, int y_stride) {
-  // Few rows: four W rows at a time (more independent FMA chains and memory streams).
-  constexpr int kKeys = R <= 2 ? 4 : 2;
+  // Few rows: four W rows at a time (more independent FMA chains and memory streams). Halves:
+  // R x K <= 2 accumulators beside W's even / odd chunks (AVX2's 16 registers).
+  constexpr int kKeys = kNarrow<V> ? (R == 1 ? 2 : 1) : R <= 2 ? 4 : 2;
   int j = 0;
-  for (; j + kKeys <= n; j += kKeys) pair_keys<R, kKeys>(x, w, j, dim, y, y_stride);
-  for (; j < n; ++j) pair_keys<R, 1>(x, w, j, dim, y, y_stride);
+  for (; j + kKeys <= n; j += kKeys) pair_keys<V, R, kKeys>(x, w, j, dim, y, y_stride);
+  for (; j < n; ++j) pair_keys<V, R, 1>(x, w, j, dim, y, y_stride);
 }
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(PAGEDATTN_NO_TARGET_CLONES)
-#define PA_HAVE_AVX2_GEMV 1
-// The GEMV for AVX2 (16 ymm registers). GCC keeps a 16-float Chunk, which is two ymm there, in
-// memory between iterations when it is an accumulator (GCC 12, x86-64-v3: every FMA's sum went
-// through the stack, 2930 stack accesses in gemv_bf16_pairs against 73 in the AVX-512 clone), so
-// this path holds each chunk as two 8-float halves, lanes 0-7 and 8-15, with the same lanes, FMAs
-// and horizontal sum (`sum` adds the halves first): the same bits as pair_keys. Its blocking fits
-// 16 registers: R x K <= 2 accumulators (4 ymm), W's even / odd halves (2 K x 2 ymm) and x's.
-struct Halves {
-  Chunk8 lo, hi;
-};
-using Word8 = uint32_t __attribute__((vector_size(8 * sizeof(uint32_t))));
-
-[[gnu::always_inline]] inline Chunk8 load8(const float* p) {
-  Chunk8 c;
-  std::memcpy(&c, p, sizeof(c));
-  return c;
-}
-
-template <int R, int K>
-[[gnu::always_inline]] inline void pair_keys_avx2(const float* __restrict x, const char* const* w,
-                                                  int j0, int dim, float* __restrict y,
-                                                  int y_stride) {
-  Halves acc[K][R] = {};
-  for (int d = 0; d < dim; d += 2 * kLanes) {
-    Halves we[K], wo[K];
-    for (int t = 0; t < K; ++t) {
-      const char* row = w[j0 + t] + static_cast<int64_t>(d) * sizeof(uint16_t);
-      Word8 lo, hi;
-      std::memcpy(&lo, row, sizeof(lo));
-      std::memcpy(&hi, row + sizeof(lo), sizeof(hi));
-      we[t].lo = reinterpret_cast<Chunk8>(lo << 16);
-      we[t].hi = reinterpret_cast<Chunk8>(hi << 16);
-      wo[t].lo = reinterpret_cast<Chunk8>(lo & 0xffff0000u);
-      wo[t].hi = reinterpret_cast<Chunk8>(hi & 0xffff0000u);
-    }
-    for (int r = 0; r < R; ++r) {
-      const float* xr = x + static_cast<int64_t>(r) * dim + d;
-      const Chunk8 xe_lo = load8(xr), xe_hi = load8(xr + 8);
-      const Chunk8 xo_lo = load8(xr + kLanes), xo_hi = load8(xr + kLanes + 8);
-      for (int t = 0; t < K; ++t) {
-        acc[t][r].lo += xe_lo * we[t].lo;  // the order of pair_keys: even, then odd
-        acc[t][r].hi += xe_hi * we[t].hi;
-        acc[t][r].lo += xo_lo * wo[t].lo;
-        acc[t][r].hi += xo_hi * wo[t].hi;
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < K; ++t) {
-      const Chunk8 eight = acc[t][r].lo + acc[t][r].hi;
-      const Chunk4 four = __builtin_shufflevector(eight, eight, 0, 1, 2, 3) +
-                          __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
-      y[static_cast<int64_t>(r) * y_stride + j0 + t] = (four[0] + four[2]) + (four[1] + four[3]);
-    }
-  }
-}
-
-template <int R>
-[[gnu::always_inline]] inline void pair_rows_avx2(const float* x, const char* const* w, int n,
-                                                  int dim, float* y, int y_stride) {
-  constexpr int kKeys = R == 1 ? 2 : 1;
-  int j = 0;
-  for (; j + kKeys <= n; j += kKeys) pair_keys_avx2<R, kKeys>(x, w, j, dim, y, y_stride);
-  for (; j < n; ++j) pair_keys_avx2<R, 1>(x, w, j, dim, y, y_stride);
-}
-
-__attribute__((target("arch=x86-64-v3"))) void gemv_bf16_pairs_avx2(const float* x_pairs, int rows,
-                                                                    const char* const* w, int n,
-                                                                    int dim, float* y,
-                                                                    int y_stride) {
-  int r = 0;
-  for (; r + 2 <= rows; r += 2) {
-    pair_rows_avx2<2>(x_pairs + static_cast<int64_t>(r) * dim, w, n, dim,
-                      y + static_cast<int64_t>(r) * y_stride, y_stride);
-  }
-  if (r < rows) {
-    pair_rows_avx2<1>(x_pairs + static_cast<int64_t>(r) * dim, w, n, dim,
-                      y + static_cast<int64_t>(r) * y_stride, y_stride);
-  }
-}
-
-// AVX2 and FMA without AVX-512: the CPUs gemv_bf16_pairs_avx2 is for (the AVX-512 clone keeps the
-// 16-float chunks).
-bool use_avx2_gemv() {
-  __builtin_cpu_init();
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           !__builtin_cpu_supports("avx512f");
-  return avx2;
-}
-#endif
 
 }  // namespace
 
@@ -470,49 +488,28 @@ PA_SIMD_CLONES void accumulate_block(float* __restrict acc, int rows, const floa
   }
 }
 
-PA_SIMD_CLONES void score_rows_fused(const float* q, int rows, const char* const* k, KvElem elem,
-                                     int n, int dim, float* s, int s_stride) {
-  if (elem == KvElem::kBF16) {
-    score_dispatch(q, rows, k, n, dim, s, s_stride, LoadBf16{});
-  } else {
-    score_dispatch(q, rows, k, n, dim, s, s_stride, LoadF32{});
-  }
-}
-
-PA_SIMD_CLONES void accumulate_rows_fused(float* acc, int rows, const float* alpha, const float* p,
-                                          int p_stride, const char* const* v, KvElem elem, int n,
-                                          int dim) {
-  if (elem == KvElem::kBF16) {
-    accumulate_dispatch(acc, rows, alpha, p, p_stride, v, n, dim, LoadBf16{});
-  } else {
-    accumulate_dispatch(acc, rows, alpha, p, p_stride, v, n, dim, LoadF32{});
-  }
-}
+namespace {
 
 // acc (R rows in the pair layout) = acc * alpha + sum_j p[r][j] * v[j], V rows bf16: blocks
 // [b0, b0 + C) of 32 columns (each an even and an odd chunk) held in registers while V streams by.
-template <int R, int C>
+template <class V, int R, int C>
 [[gnu::always_inline]] inline void pair_accumulate_blocks(float* __restrict acc, const float* alpha,
                                                           const float* __restrict p, int p_stride,
                                                           const char* const* v, int n, int dim,
                                                           int d0) {
-  Chunk e[R][C], o[R][C];
+  V e[R][C], o[R][C];
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < C; ++i) {
       const float* a = acc + static_cast<int64_t>(r) * dim + d0 + i * kPairBlock;
-      e[r][i] = load(a) * alpha[r];
-      o[r][i] = load(a + kLanes) * alpha[r];
+      e[r][i] = vload<V>(a) * alpha[r];
+      o[r][i] = vload<V>(a + kLanes) * alpha[r];
     }
   }
   for (int j = 0; j < n; ++j) {
-    Chunk ve[C], vo[C];
+    V ve[C], vo[C];
     for (int i = 0; i < C; ++i) {
-      Word16 words;
-      std::memcpy(&words, v[j] + static_cast<int64_t>(d0 + i * kPairBlock) * sizeof(uint16_t),
-                  sizeof(words));
-      const Word16 lo = words << 16, hi = words & 0xffff0000u;
-      std::memcpy(&ve[i], &lo, sizeof(Chunk));
-      std::memcpy(&vo[i], &hi, sizeof(Chunk));
+      split_pairs(v[j] + static_cast<int64_t>(d0 + i * kPairBlock) * sizeof(uint16_t), ve[i],
+                  vo[i]);
     }
     for (int r = 0; r < R; ++r) {
       const float w = p[static_cast<int64_t>(r) * p_stride + j];
@@ -525,23 +522,146 @@ template <int R, int C>
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < C; ++i) {
       float* a = acc + static_cast<int64_t>(r) * dim + d0 + i * kPairBlock;
-      store(a, e[r][i]);
-      store(a + kLanes, o[r][i]);
+      vstore(a, e[r][i]);
+      vstore(a + kLanes, o[r][i]);
     }
   }
 }
 
-template <int R>
+template <class V, int R>
 [[gnu::always_inline]] inline void pair_accumulate_rows(float* acc, const float* alpha,
                                                         const float* p, int p_stride,
                                                         const char* const* v, int n, int dim) {
-  constexpr int kC = R <= 2 ? 4 : R <= 4 ? 2 : 1;  // 2 x R x C accumulator chunks: at most 16
+  // 2 x R x C accumulator chunks: at most 16 (4 with Halves).
+  constexpr int kC = kNarrow<V> ? 1 : R <= 2 ? 4 : R <= 4 ? 2 : 1;
   int d = 0;
   for (; d + kC * kPairBlock <= dim; d += kC * kPairBlock) {
-    pair_accumulate_blocks<R, kC>(acc, alpha, p, p_stride, v, n, dim, d);
+    pair_accumulate_blocks<V, R, kC>(acc, alpha, p, p_stride, v, n, dim, d);
   }
-  for (; d < dim; d += kPairBlock)
-    pair_accumulate_blocks<R, 1>(acc, alpha, p, p_stride, v, n, dim, d);
+  for (; d < dim; d += kPairBlock) {
+    pair_accumulate_blocks<V, R, 1>(acc, alpha, p, p_stride, v, n, dim, d);
+  }
+}
+
+// The four fused loops for one vector type: Chunk in the target clones, Halves for AVX2.
+template <class V>
+[[gnu::always_inline]] inline void score_rows_fused_v(const float* q, int rows,
+                                                      const char* const* k, KvElem elem, int n,
+                                                      int dim, float* s, int s_stride) {
+  if (elem == KvElem::kBF16) {
+    score_dispatch<V>(q, rows, k, n, dim, s, s_stride, LoadBf16<V>{});
+  } else {
+    score_dispatch<V>(q, rows, k, n, dim, s, s_stride, LoadF32<V>{});
+  }
+}
+
+template <class V>
+[[gnu::always_inline]] inline void accumulate_rows_fused_v(float* acc, int rows, const float* alpha,
+                                                           const float* p, int p_stride,
+                                                           const char* const* v, KvElem elem,
+                                                           int n, int dim) {
+  if (elem == KvElem::kBF16) {
+    accumulate_dispatch<V>(acc, rows, alpha, p, p_stride, v, n, dim, LoadBf16<V>{});
+  } else {
+    accumulate_dispatch<V>(acc, rows, alpha, p, p_stride, v, n, dim, LoadF32<V>{});
+  }
+}
+
+template <class V>
+[[gnu::always_inline]] inline void accumulate_bf16_pairs_v(float* acc_pairs, int rows,
+                                                           const float* alpha, const float* p,
+                                                           int p_stride, const char* const* v,
+                                                           int n, int dim) {
+  with_row_passes<V>(
+      rows, [&](int r0, auto r) __attribute__((always_inline)) {
+        pair_accumulate_rows<V, decltype(r)::value>(
+            acc_pairs + static_cast<int64_t>(r0) * dim, alpha + r0,
+            p + static_cast<int64_t>(r0) * p_stride, p_stride, v, n, dim);
+      });
+}
+
+template <class V>
+[[gnu::always_inline]] inline void gemv_bf16_pairs_v(const float* x_pairs, int rows,
+                                                     const char* const* w, int n, int dim,
+                                                     float* y, int y_stride) {
+  with_row_passes<V>(
+      rows, [&](int r0, auto r) __attribute__((always_inline)) {
+        pair_rows<V, decltype(r)::value>(x_pairs + static_cast<int64_t>(r0) * dim, w, n, dim,
+                                         y + static_cast<int64_t>(r0) * y_stride, y_stride);
+      });
+}
+
+PA_SIMD_CLONES void score_rows_fused_cloned(const float* q, int rows, const char* const* k,
+                                            KvElem elem, int n, int dim, float* s, int s_stride) {
+  score_rows_fused_v<Chunk>(q, rows, k, elem, n, dim, s, s_stride);
+}
+PA_SIMD_CLONES void accumulate_rows_fused_cloned(float* acc, int rows, const float* alpha,
+                                                 const float* p, int p_stride,
+                                                 const char* const* v, KvElem elem, int n,
+                                                 int dim) {
+  accumulate_rows_fused_v<Chunk>(acc, rows, alpha, p, p_stride, v, elem, n, dim);
+}
+PA_SIMD_CLONES void accumulate_bf16_pairs_cloned(float* acc_pairs, int rows, const float* alpha,
+                                                 const float* p, int p_stride,
+                                                 const char* const* v, int n, int dim) {
+  accumulate_bf16_pairs_v<Chunk>(acc_pairs, rows, alpha, p, p_stride, v, n, dim);
+}
+PA_SIMD_CLONES void gemv_bf16_pairs_cloned(const float* x_pairs, int rows, const char* const* w,
+                                           int n, int dim, float* y, int y_stride) {
+  gemv_bf16_pairs_v<Chunk>(x_pairs, rows, w, n, dim, y, y_stride);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(PAGEDATTN_NO_TARGET_CLONES)
+#define PA_AVX2_HALVES 1
+#define PA_AVX2 __attribute__((target("arch=x86-64-v3")))
+// AVX2 and FMA without AVX-512: where the Halves functions below run instead of the clones.
+bool avx2_halves() {
+  static const bool avx2 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           !__builtin_cpu_supports("avx512f");
+  }();
+  return avx2;
+}
+PA_AVX2 void score_rows_fused_avx2(const float* q, int rows, const char* const* k, KvElem elem,
+                                   int n, int dim, float* s, int s_stride) {
+  score_rows_fused_v<Halves>(q, rows, k, elem, n, dim, s, s_stride);
+}
+PA_AVX2 void accumulate_rows_fused_avx2(float* acc, int rows, const float* alpha, const float* p,
+                                        int p_stride, const char* const* v, KvElem elem, int n,
+                                        int dim) {
+  accumulate_rows_fused_v<Halves>(acc, rows, alpha, p, p_stride, v, elem, n, dim);
+}
+PA_AVX2 void accumulate_bf16_pairs_avx2(float* acc_pairs, int rows, const float* alpha,
+                                        const float* p, int p_stride, const char* const* v, int n,
+                                        int dim) {
+  accumulate_bf16_pairs_v<Halves>(acc_pairs, rows, alpha, p, p_stride, v, n, dim);
+}
+PA_AVX2 void gemv_bf16_pairs_avx2(const float* x_pairs, int rows, const char* const* w, int n,
+                                  int dim, float* y, int y_stride) {
+  gemv_bf16_pairs_v<Halves>(x_pairs, rows, w, n, dim, y, y_stride);
+}
+#endif
+
+}  // namespace
+
+void score_rows_fused(const float* q, int rows, const char* const* k, KvElem elem, int n, int dim,
+                      float* s, int s_stride) {
+#if defined(PA_AVX2_HALVES)
+  if (avx2_halves()) return score_rows_fused_avx2(q, rows, k, elem, n, dim, s, s_stride);
+#endif
+  score_rows_fused_cloned(q, rows, k, elem, n, dim, s, s_stride);
+}
+
+void accumulate_rows_fused(float* acc, int rows, const float* alpha, const float* p, int p_stride,
+                           const char* const* v, KvElem elem, int n, int dim) {
+#if defined(PA_AVX2_HALVES)
+  if (avx2_halves()) {
+    return accumulate_rows_fused_avx2(acc, rows, alpha, p, p_stride, v, elem, n, dim);
+  }
+#endif
+  accumulate_rows_fused_cloned(acc, rows, alpha, p, p_stride, v, elem, n, dim);
 }
 
 void pair_layout(const float* x, int dim, float* out) {
@@ -562,32 +682,18 @@ void unpair_layout(const float* pairs, int dim, float* out) {
   }
 }
 
-PA_SIMD_CLONES void accumulate_bf16_pairs(float* acc_pairs, int rows, const float* alpha,
-                                          const float* p, int p_stride, const char* const* v, int n,
-                                          int dim) {
-  with_rows(
-      rows, [&](auto r) __attribute__((always_inline)) {
-        pair_accumulate_rows<decltype(r)::value>(acc_pairs, alpha, p, p_stride, v, n, dim);
-      });
+void accumulate_bf16_pairs(float* acc_pairs, int rows, const float* alpha, const float* p,
+                           int p_stride, const char* const* v, int n, int dim) {
+#if defined(PA_AVX2_HALVES)
+  if (avx2_halves()) return accumulate_bf16_pairs_avx2(acc_pairs, rows, alpha, p, p_stride, v, n, dim);
+#endif
+  accumulate_bf16_pairs_cloned(acc_pairs, rows, alpha, p, p_stride, v, n, dim);
 }
-
-namespace {
-PA_SIMD_CLONES void gemv_bf16_pairs_cloned(const float* x_pairs, int rows, const char* const* w,
-                                           int n, int dim, float* y, int y_stride) {
-  with_rows(
-      rows, [&](auto r) __attribute__((always_inline)) {
-        pair_rows<decltype(r)::value>(x_pairs, w, n, dim, y, y_stride);
-      });
-}
-}  // namespace
 
 void gemv_bf16_pairs(const float* x_pairs, int rows, const char* const* w, int n, int dim, float* y,
                      int y_stride) {
-#if defined(PA_HAVE_AVX2_GEMV)
-  if (use_avx2_gemv()) {
-    gemv_bf16_pairs_avx2(x_pairs, rows, w, n, dim, y, y_stride);
-    return;
-  }
+#if defined(PA_AVX2_HALVES)
+  if (avx2_halves()) return gemv_bf16_pairs_avx2(x_pairs, rows, w, n, dim, y, y_stride);
 #endif
   gemv_bf16_pairs_cloned(x_pairs, rows, w, n, dim, y, y_stride);
 }
