@@ -44,12 +44,14 @@ using Chunk4 = float __attribute__((vector_size(4 * sizeof(float))));
 using Word8 = uint32_t __attribute__((vector_size(8 * sizeof(uint32_t))));
 
 // Horizontal sum as a tree of halves: a few shuffles and adds instead of 15 dependent adds.
-[[gnu::always_inline]] inline float sum(const Chunk& c) {
-  const Chunk8 eight = __builtin_shufflevector(c, c, 0, 1, 2, 3, 4, 5, 6, 7) +
-                       __builtin_shufflevector(c, c, 8, 9, 10, 11, 12, 13, 14, 15);
+[[gnu::always_inline]] inline float sum8(const Chunk8& eight) {
   const Chunk4 four = __builtin_shufflevector(eight, eight, 0, 1, 2, 3) +
                       __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
   return (four[0] + four[2]) + (four[1] + four[3]);
+}
+[[gnu::always_inline]] inline float sum(const Chunk& c) {
+  return sum8(__builtin_shufflevector(c, c, 0, 1, 2, 3, 4, 5, 6, 7) +
+              __builtin_shufflevector(c, c, 8, 9, 10, 11, 12, 13, 14, 15));
 }
 
 // The loops below are templates over their vector type V of 16 floats: Chunk (one vector: a zmm
@@ -97,12 +99,7 @@ template <class V>
   std::memcpy(p + 8, &h.hi, sizeof(h.hi));
 }
 [[gnu::always_inline]] inline float vsum(const Chunk& c) { return sum(c); }
-[[gnu::always_inline]] inline float vsum(const Halves& h) {
-  const Chunk8 eight = h.lo + h.hi;
-  const Chunk4 four = __builtin_shufflevector(eight, eight, 0, 1, 2, 3) +
-                      __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
-  return (four[0] + four[2]) + (four[1] + four[3]);
-}
+[[gnu::always_inline]] inline float vsum(const Halves& h) { return sum8(h.lo + h.hi); }
 
 // exp(x) for x <= 0 (scores minus their running max) and -inf: Cody-Waite reduction to
 // r in [-ln2/2, ln2/2], degree-6 polynomial, 2^n through the exponent bits. Relative error ~2 ulp;
