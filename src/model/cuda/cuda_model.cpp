@@ -7,7 +7,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <span>
 #include <string>
 #include <utility>
@@ -58,6 +60,20 @@ DType choose_compute_dtype(const ModelOptions& options, DType checkpoint) {
 }
 
 }  // namespace
+
+int64_t device_moe_max_tokens() {
+  static const int64_t limit = [] {
+    const char* value = std::getenv("PAGEDATTN_MOE_DEVICE_MAX_TOKENS");
+    if (value == nullptr || *value == '\0') return kDeviceMoeMaxTokens;
+    char* end = nullptr;
+    errno = 0;
+    const long long parsed = std::strtoll(value, &end, 10);
+    PA_CHECK(*end == '\0' && errno == 0 && parsed >= 0,
+             "PAGEDATTN_MOE_DEVICE_MAX_TOKENS={} (expected a token count >= 0)", value);
+    return static_cast<int64_t>(parsed);
+  }();
+  return limit;
+}
 
 std::shared_ptr<void> allocate_device_memory(int64_t bytes, Device device, std::string_view what) {
   PA_CHECK(bytes >= 0, "{}: {} bytes", what, bytes);
@@ -377,7 +393,7 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
     s.source_row = s.allocate(t * k * 4);
     s.position = s.allocate(t * k * 4);
     s.route_weight = s.allocate(t * k * f);
-    const int64_t routed = std::min(t, kDeviceMoeMaxTokens) * k;
+    const int64_t routed = std::min(t, device_moe_max_tokens()) * k;
     s.expert_ids = s.allocate(routed * 4);
     s.moe_tiles = s.allocate(moe_max_tiles(routed, static_cast<int32_t>(experts)) * 3 * 4);
   }

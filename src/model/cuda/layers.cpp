@@ -17,10 +17,11 @@
 //       the input and post-attention norms in the prologues of qkv and gate_up, SiLU·mul in
 //       gate_up's epilogue, and add o_proj's and down's outputs into the residual stream: per
 //       layer qkv, the head transform, the store, attention, o_proj, gate_up, down.
-// MoE   router logits in f32 (x in f32 · router f32). Steps of at most kDeviceMoeMaxTokens
-//       tokens with 16-bit weights route on the device (moe.h: ops::moe_route's algorithm, a
-//       counting sort by expert, two grouped GEMMs over tiles of each expert's rows): no round
-//       trip, so a decode step can be one graph. Larger steps (prefill) copy the logits to the
+// MoE   router logits in f32 (x in f32 · router f32). Steps of at most device_moe_max_tokens()
+//       tokens (state.h; every step unless set lower) with 16-bit weights route on the device
+//       (moe.h: ops::moe_route's algorithm, a counting sort by expert, two grouped GEMMs over
+//       tiles of each expert's rows, 32 rows a tile at decode and 128 in prefill): no round
+//       trip, so a decode step can be one graph. Other steps copy the logits to the
 //       host and route there with ops::moe_route (the CPU model's routing), sort the (token,
 //       expert) pairs by expert, and run each expert's rows through gate_up / SiLU·mul / down as
 //       cuBLAS GEMMs. Either way the rows of x are gathered by expert and combined per token in a
@@ -387,23 +388,27 @@ namespace {
 void moe_mlp_on_device(State& s, MoeLayer& moe) {
   const int64_t t = s.tokens, hidden = s.config.hidden_size;
   const int32_t experts = moe.routing.num_experts, k = moe.routing.top_k;
-  const int64_t pairs = t * k, tiles = moe_max_tiles(pairs, experts);
+  // The tile height depends on the step's size only (a decode graph's launches stay fixed).
+  const int64_t pairs = t * k;
+  const int32_t tile_rows = moe_tile_rows(pairs, experts);
+  const int64_t tiles = moe_max_tiles(pairs, experts, tile_rows);
   moe_route_device(ptr<float>(s.router_logits), t, moe.routing, ptr<float>(moe.bias_f32),
                    ptr<int32_t>(s.expert_ids), ptr<float>(s.route_weight), s.stream);
   moe_sort_device(ptr<int32_t>(s.expert_ids), pairs, k, experts, ptr<int32_t>(s.position),
-                  ptr<int32_t>(s.source_row), ptr<int32_t>(s.moe_tiles), tiles, s.stream);
+                  ptr<int32_t>(s.source_row), ptr<int32_t>(s.moe_tiles), tiles, s.stream,
+                  tile_rows);
   timeline_mark(s, "routing");
   const int64_t c = s.compute_size(), width = moe.experts.front().down.in();
   gather_rows(s.x.data(), ptr<int32_t>(s.source_row), s.expert_x.data(), pairs, hidden * c,
               s.stream);
   moe_grouped_gemm(s.expert_x.data(), hidden, moe.gate_up_weights.as<const void* const>(),
                    s.compute, 2 * width, hidden, ptr<int32_t>(s.moe_tiles), tiles,
-                   ptr<float>(s.expert_gate_up), 2 * width, s.stream);
+                   ptr<float>(s.expert_gate_up), 2 * width, s.stream, tile_rows);
   silu_mul(s.expert_gate_up.data(), DType::kF32, pairs, width, s.expert_act.data(), s.compute,
            width, s.stream);
   moe_grouped_gemm(s.expert_act.data(), width, moe.down_weights.as<const void* const>(), s.compute,
                    hidden, width, ptr<int32_t>(s.moe_tiles), tiles, ptr<float>(s.expert_out),
-                   hidden, s.stream);
+                   hidden, s.stream, tile_rows);
   timeline_mark(s, "routed experts");
   const float* shared = nullptr;
   if (moe.shared.defined()) {

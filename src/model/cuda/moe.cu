@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "cuda/common/device_utils.cuh"
@@ -184,7 +185,8 @@ constexpr int kSortThreads = 1024;
 
 __global__ void __launch_bounds__(kSortThreads)
     sort_kernel(const int32_t* expert_ids, int64_t pairs, int32_t top_k, int32_t experts,
-                int32_t* position, int32_t* source_row, int32_t* tiles, int64_t max_tiles) {
+                int32_t* position, int32_t* source_row, int32_t* tiles, int64_t max_tiles,
+                int32_t tile_rows) {
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
   __shared__ int32_t count[kMoeMaxExperts];
@@ -201,10 +203,10 @@ __global__ void __launch_bounds__(kSortThreads)
     int64_t tile = 0;
     for (int32_t e = 0; e < experts; ++e) {
       start[e] = row;
-      for (int32_t first = 0; first < count[e]; first += kMoeTileRows, ++tile) {
+      for (int32_t first = 0; first < count[e]; first += tile_rows, ++tile) {
         tiles[tile * 3] = e;
         tiles[tile * 3 + 1] = row + first;
-        tiles[tile * 3 + 2] = min(kMoeTileRows, count[e] - first);
+        tiles[tile * 3 + 2] = min(tile_rows, count[e] - first);
       }
       row += count[e];
     }
@@ -218,23 +220,42 @@ __global__ void __launch_bounds__(kSortThreads)
   }
 }
 
-// ---- the grouped GEMM: mma.sync m16n8k16, 32 x 128 tiles, K in steps of 64 ----
+// ---- the grouped GEMM: mma.sync m16n8k16, kBm x 128 tiles, K in steps of 64 ----
 //
 // Decode is memory-bound here (each expert's few rows against its whole weight), so the reads
 // are what matters: a stage takes 128 bytes of each of the tile's 128 weight rows (a whole line;
 // 64 bytes, half-lines, ran at ~1.9 TB/s over DeepSeek-V2-Lite's experts at 64 tokens on the
 // H100), and kStages - 1 stages are in flight while one is multiplied (with two stages a CTA
 // waited a full memory latency per step: 2.3 TB/s on the H200).
+//
+// GemmTile<kBm>: 32-row tiles (decode) take 4 warps side by side over the 128 columns, each 32
+// rows x 32 columns; 128-row tiles (prefill, moe.h) 8 warps, 2 x 4, each 64 rows x 32 columns,
+// two CTAs an SM (3 stages of 36 KiB each; 128 registers a thread at most). A warp skips the
+// products of its 16-row slices that lie wholly past the tile's rows (an expert's last tile).
 
-constexpr int kBm = kMoeTileRows, kBn = 128, kBk = 64;
-constexpr int kThreads = 128;     // 4 warps, each 32 rows x 32 columns
+constexpr int kBn = 128, kBk = 64;
 constexpr int kStride = kBk + 8;  // shared row stride in elements (144 bytes: ldmatrix rows
                                   // 16-byte aligned, 8 rows on distinct banks)
 constexpr int kChunks = kBk / 8;  // 16-byte chunks per row of a stage
 constexpr int kStages = 3;
-static_assert(kBm * kChunks % kThreads == 0 && kBn * kChunks % kThreads == 0);
-constexpr int kStageElems = (kBm + kBn) * kStride;                    // A then B of one stage
-constexpr size_t kGemmSmemBytes = size_t{kStages} * kStageElems * 2;  // 16-bit elements
+
+template <int kBm>
+struct GemmTile {
+  static_assert(kBm == kMoeTileRows || kBm == kMoeLargeTileRows);
+  static constexpr int kWarpsN = 4;  // warps side by side over the columns
+  static constexpr int kWarpsM = kBm == kMoeTileRows ? 1 : 2;  // ... and over the rows
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kWarpRows = kBm / kWarpsM;  // 32 or 64
+  static constexpr int kMTiles = kWarpRows / 16;   // m16 slices of a warp
+  // __launch_bounds__'s blocks an SM: 2 of 256 threads for the large tiles (unstated, 0, for
+  // the small ones, which ptxas fits in fewer registers anyway).
+  static constexpr int kMinBlocks = kWarpsM == 1 ? 0 : 2;
+  static constexpr int kStageElems = (kBm + kBn) * kStride;                // A then B
+  static constexpr size_t kSmemBytes = size_t{kStages} * kStageElems * 2;  // 16-bit elements
+  static_assert(kBm * kChunks % kThreads == 0 && kBn * kChunks % kThreads == 0);
+  static_assert(kBn == kWarpsN * 32);
+  static_assert((kSmemBytes + 1024) * (kMinBlocks > 0 ? kMinBlocks : 1) <= 228 * 1024);
+};
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -265,10 +286,12 @@ __device__ __forceinline__ void mma<__half>(float (&d)[4], const unsigned (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <class T>
-__global__ void __launch_bounds__(kThreads)
+template <class T, int kBm>
+__global__ void __launch_bounds__(GemmTile<kBm>::kThreads, GemmTile<kBm>::kMinBlocks)
     grouped_gemm_kernel(const T* a, int64_t lda, const void* const* weights, int64_t n, int64_t k,
                         const int32_t* tiles, float* c, int64_t ldc) {
+  using G = GemmTile<kBm>;
+  constexpr int kThreads = G::kThreads, kStageElems = G::kStageElems, kMTiles = G::kMTiles;
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
   const int32_t expert = tiles[blockIdx.y * 3];
@@ -279,6 +302,8 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) unsigned char gemm_smem[];
   T* const stages = reinterpret_cast<T*>(gemm_smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_n = warp % G::kWarpsN;                    // the warp's 32 columns
+  const int warp_row0 = warp / G::kWarpsN * G::kWarpRows;  // and its first row
 
   // Stage loads: A 32 rows x kChunks chunks of 8 halves, B 128 rows x kChunks (consecutive
   // threads on consecutive chunks of a row: whole lines); one cp.async group per stage.
@@ -304,7 +329,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  float acc[2][4][4] = {};
+  float acc[kMTiles][4][4] = {};
   const int64_t steps = (k + kBk - 1) / kBk;
   // Groups are committed uniformly (an empty one past the last step), so that at step s the
   // groups committed are kStages - 1 + s and "at most kStages - 2 pending" means step s landed.
@@ -323,19 +348,22 @@ __global__ void __launch_bounds__(kThreads)
     const T* sb = sa + kBm * kStride;
 #pragma unroll
     for (int kk = 0; kk < kBk; kk += 16) {
-      unsigned af[2][4];
+      unsigned af[kMTiles][4];
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        ldmatrix_x4(af[m], &sa[(m * 16 + (lane & 15)) * kStride + kk + (lane >> 4) * 8]);
+      for (int m = 0; m < kMTiles; ++m) {
+        if (warp_row0 + m * 16 >= rows) continue;  // past the tile's rows: no product (below)
+        ldmatrix_x4(af[m],
+                    &sa[(warp_row0 + m * 16 + (lane & 15)) * kStride + kk + (lane >> 4) * 8]);
       }
 #pragma unroll
       for (int pair = 0; pair < 2; ++pair) {
         // Two n8 tiles: lanes 0-7 / 8-15 their first 8 columns at k and k + 8, 16-31 the next 8.
         unsigned bf[4];
-        const int row = warp * 32 + pair * 16 + (lane & 7) + ((lane >> 4) << 3);
+        const int row = warp_n * 32 + pair * 16 + (lane & 7) + ((lane >> 4) << 3);
         ldmatrix_x4(bf, &sb[row * kStride + kk + ((lane >> 3) & 1) * 8]);
 #pragma unroll
-        for (int m = 0; m < 2; ++m) {
+        for (int m = 0; m < kMTiles; ++m) {
+          if (warp_row0 + m * 16 >= rows) continue;  // warp-uniform
           mma<T>(acc[m][pair * 2], af[m], bf[0], bf[1]);
           mma<T>(acc[m][pair * 2 + 1], af[m], bf[2], bf[3]);
         }
@@ -346,13 +374,13 @@ __global__ void __launch_bounds__(kThreads)
   // C fragments: c0, c1 at (row g, columns 2t, 2t + 1), c2, c3 at row g + 8.
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < kMTiles; ++m) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int64_t col = col0 + warp * 32 + j * 8 + 2 * t;
+      const int64_t col = col0 + warp_n * 32 + j * 8 + 2 * t;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int r = m * 16 + g + half * 8;
+        const int r = warp_row0 + m * 16 + g + half * 8;
         if (r >= rows) continue;
         float* out = c + (int64_t{first} + r) * ldc + col;
         if (col < n) out[0] = acc[m][j][half * 2];
@@ -365,19 +393,53 @@ __global__ void __launch_bounds__(kThreads)
 // The grouped GEMM on one dtype. Its stages take more than the 48 KB of shared memory a launch
 // gets without asking: the attribute is set once per kernel (as decode's and MLA's launchers do),
 // not at every layer's launch.
-template <class T>
+template <class T, int kBm>
 void launch_grouped_gemm(const T* a, int64_t lda, const void* const* weights, int64_t n, int64_t k,
                          const int32_t* tiles, float* c, int64_t ldc, dim3 grid,
                          cudaStream_t stream) {
-  auto* kernel = grouped_gemm_kernel<T>;
+  using G = GemmTile<kBm>;
+  auto* kernel = grouped_gemm_kernel<T, kBm>;
   static const cudaError_t attribute_status = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGemmSmemBytes));
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(G::kSmemBytes));
   PA_CUDA_CHECK(attribute_status);
-  launch_kernel(kernel, grid, kThreads, kGemmSmemBytes, stream, a, lda, weights, n, k, tiles, c,
+  launch_kernel(kernel, grid, G::kThreads, G::kSmemBytes, stream, a, lda, weights, n, k, tiles, c,
                 ldc);
 }
 
+template <class T>
+void launch_grouped_gemm(int32_t tile_rows, const T* a, int64_t lda, const void* const* weights,
+                         int64_t n, int64_t k, const int32_t* tiles, float* c, int64_t ldc,
+                         dim3 grid, cudaStream_t stream) {
+  if (tile_rows == kMoeLargeTileRows) {
+    launch_grouped_gemm<T, kMoeLargeTileRows>(a, lda, weights, n, k, tiles, c, ldc, grid, stream);
+  } else {
+    launch_grouped_gemm<T, kMoeTileRows>(a, lda, weights, n, k, tiles, c, ldc, grid, stream);
+  }
+}
+
+void check_tile_rows(const char* what, int32_t tile_rows) {
+  if (tile_rows != kMoeTileRows && tile_rows != kMoeLargeTileRows) {
+    throw_error(std::string(what) + ": tile_rows " + std::to_string(tile_rows) + " (expected " +
+                std::to_string(kMoeTileRows) + " or " + std::to_string(kMoeLargeTileRows) + ")");
+  }
+}
+
 }  // namespace
+
+int32_t moe_tile_rows(int64_t pairs, int32_t experts) {
+  static const int32_t forced = [] {
+    const char* value = std::getenv("PAGEDATTN_MOE_TILE_ROWS");
+    if (value == nullptr || *value == '\0') return 0;
+    const std::string text(value);
+    if (text == std::to_string(kMoeTileRows)) return kMoeTileRows;
+    if (text == std::to_string(kMoeLargeTileRows)) return kMoeLargeTileRows;
+    throw_error("PAGEDATTN_MOE_TILE_ROWS=" + text + " (expected " + std::to_string(kMoeTileRows) +
+                " or " + std::to_string(kMoeLargeTileRows) + ")");
+  }();
+  if (forced != 0) return forced;
+  return experts > 0 && pairs >= int64_t{experts} * (kMoeLargeTileRows / 2) ? kMoeLargeTileRows
+                                                                            : kMoeTileRows;
+}
 
 void moe_route_device(const float* logits, int64_t tokens, const ops::MoeRouterConfig& config,
                       const float* correction_bias, int32_t* expert_ids, float* weights,
@@ -412,23 +474,26 @@ void moe_route_device(const float* logits, int64_t tokens, const ops::MoeRouterC
 
 void moe_sort_device(const int32_t* expert_ids, int64_t pairs, int32_t top_k, int32_t experts,
                      int32_t* position, int32_t* source_row, int32_t* tiles, int64_t max_tiles,
-                     void* stream) {
+                     void* stream, int32_t tile_rows) {
+  check_tile_rows("moe_sort_device", tile_rows);
   if (experts < 1 || experts > kMoeMaxExperts) {
     throw_error("moe_sort_device: " + std::to_string(experts) + " experts (expected 1 .. " +
                 std::to_string(kMoeMaxExperts) + ")");
   }
-  if (max_tiles < moe_max_tiles(pairs, experts)) {
+  if (max_tiles < moe_max_tiles(pairs, experts, tile_rows)) {
     throw_error("moe_sort_device: a tile table of " + std::to_string(max_tiles) +
-                " entries (needs " + std::to_string(moe_max_tiles(pairs, experts)) + ")");
+                " entries (needs " + std::to_string(moe_max_tiles(pairs, experts, tile_rows)) +
+                ")");
   }
   launch_kernel(sort_kernel, 1, kSortThreads, 0, static_cast<cudaStream_t>(stream), expert_ids,
-                pairs, top_k, experts, position, source_row, tiles, max_tiles);
+                pairs, top_k, experts, position, source_row, tiles, max_tiles, tile_rows);
   check_launch("moe sort_kernel");
 }
 
 void moe_grouped_gemm(const void* a, int64_t lda, const void* const* weights, DType dtype,
                       int64_t n, int64_t k, const int32_t* tiles, int64_t max_tiles, float* c,
-                      int64_t ldc, void* stream) {
+                      int64_t ldc, void* stream, int32_t tile_rows) {
+  check_tile_rows("moe_grouped_gemm", tile_rows);
   if (max_tiles == 0 || n == 0) return;
   if (k % 8 != 0 || lda % 8 != 0 || k < 8) {
     throw_error("moe_grouped_gemm: k " + std::to_string(k) + ", lda " + std::to_string(lda) +
@@ -440,10 +505,11 @@ void moe_grouped_gemm(const void* a, int64_t lda, const void* const* weights, DT
   const dim3 grid(static_cast<unsigned>((n + kBn - 1) / kBn), static_cast<unsigned>(max_tiles));
   const auto s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kBF16) {
-    launch_grouped_gemm(static_cast<const __nv_bfloat16*>(a), lda, weights, n, k, tiles, c, ldc,
-                        grid, s);
+    launch_grouped_gemm(tile_rows, static_cast<const __nv_bfloat16*>(a), lda, weights, n, k, tiles,
+                        c, ldc, grid, s);
   } else if (dtype == DType::kF16) {
-    launch_grouped_gemm(static_cast<const __half*>(a), lda, weights, n, k, tiles, c, ldc, grid, s);
+    launch_grouped_gemm(tile_rows, static_cast<const __half*>(a), lda, weights, n, k, tiles, c, ldc,
+                        grid, s);
   } else {
     throw_error("moe_grouped_gemm: dtype " + std::string(dtype_name(dtype)) +
                 " (expected bf16 or f16)");

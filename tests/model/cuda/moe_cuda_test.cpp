@@ -151,6 +151,7 @@ struct GemmCase {
   int32_t tokens, top_k, experts;
   int64_t n, k;
   bool all_to_one;  // every token's first choice is expert 3
+  int32_t tile_rows = cuda::kMoeTileRows;
 };
 void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.name; }
 
@@ -187,11 +188,11 @@ TEST_P(MoeGroupedGemm, SortedRowsTimesEachExpertEqualFloat64) {
   }
 
   // Device: sort, gather x's rows by expert, the grouped GEMM.
-  const int64_t max_tiles = cuda::moe_max_tiles(pairs, c.experts);
+  const int64_t max_tiles = cuda::moe_max_tiles(pairs, c.experts, c.tile_rows);
   DeviceArray<int32_t> d_ids(ids), d_position(static_cast<size_t>(pairs)),
       d_source(static_cast<size_t>(pairs)), d_tiles(static_cast<size_t>(max_tiles * 3));
   cuda::moe_sort_device(d_ids.data, pairs, c.top_k, c.experts, d_position.data, d_source.data,
-                        d_tiles.data, max_tiles, nullptr);
+                        d_tiles.data, max_tiles, nullptr, c.tile_rows);
   DeviceArray<uint16_t> d_x(to_words(c.dtype, x)), d_sorted(static_cast<size_t>(pairs * c.k));
   cuda::gather_rows(d_x.data, d_source.data, d_sorted.data, pairs, c.k * 2, nullptr);
   std::vector<std::unique_ptr<DeviceArray<uint16_t>>> d_w;
@@ -204,7 +205,7 @@ TEST_P(MoeGroupedGemm, SortedRowsTimesEachExpertEqualFloat64) {
   DeviceArray<float> d_out(static_cast<size_t>(pairs * c.n));
   ASSERT_EQ(cudaMemset(d_out.data, 0xff, d_out.count * sizeof(float)), cudaSuccess);  // NaN
   cuda::moe_grouped_gemm(d_sorted.data, c.k, d_pointers.data, c.dtype, c.n, c.k, d_tiles.data,
-                         max_tiles, d_out.data, c.n, nullptr);
+                         max_tiles, d_out.data, c.n, nullptr, c.tile_rows);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<int32_t> position = d_position.host(), source = d_source.host(),
                              tiles = d_tiles.host();
@@ -221,7 +222,7 @@ TEST_P(MoeGroupedGemm, SortedRowsTimesEachExpertEqualFloat64) {
     EXPECT_EQ(source[static_cast<size_t>(row)], p / c.top_k) << "pair " << p;
   }
   EXPECT_TRUE(std::is_sorted(row_expert.begin(), row_expert.end()));
-  // The tiles: each expert's rows exactly once, in tiles of at most kMoeTileRows.
+  // The tiles: each expert's rows exactly once, in tiles of at most tile_rows.
   std::vector<int32_t> covered(static_cast<size_t>(pairs), 0);
   int64_t used = 0;
   for (int64_t i = 0; i < max_tiles; ++i) {
@@ -231,7 +232,7 @@ TEST_P(MoeGroupedGemm, SortedRowsTimesEachExpertEqualFloat64) {
     const int32_t first = tiles[static_cast<size_t>(i * 3 + 1)],
                   rows = tiles[static_cast<size_t>(i * 3 + 2)];
     ASSERT_GE(rows, 1);
-    ASSERT_LE(rows, cuda::kMoeTileRows);
+    ASSERT_LE(rows, c.tile_rows);
     for (int32_t r = first; r < first + rows; ++r) {
       ASSERT_EQ(row_expert[static_cast<size_t>(r)], e) << "tile " << i << " row " << r;
       ++covered[static_cast<size_t>(r)];
@@ -240,7 +241,15 @@ TEST_P(MoeGroupedGemm, SortedRowsTimesEachExpertEqualFloat64) {
   EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), pairs) << "rows covered once";
   std::map<int32_t, int64_t> rows_of;
   for (int32_t e : ids) ++rows_of[e];
-  EXPECT_GT(rows_of[5], cuda::kMoeTileRows) << "the case has an expert over several tiles";
+  EXPECT_GT(rows_of[5], c.tile_rows) << "the case has an expert over several tiles";
+  // A large-tile case has a last tile that fills whole 16-row slices of some warps and none of
+  // others (rows past the tile skip their products): some expert's row count mod 128 in (0, 64).
+  if (c.tile_rows == cuda::kMoeLargeTileRows) {
+    EXPECT_TRUE(std::any_of(rows_of.begin(), rows_of.end(), [&](const auto& entry) {
+      const int64_t rest = entry.second % c.tile_rows;
+      return rest > 0 && rest < c.tile_rows / 2;
+    })) << "no expert ends in a tile less than half full";
+  }
 
   // Every element against float64.
   int64_t bad = 0;
@@ -283,7 +292,16 @@ INSTANTIATE_TEST_SUITE_P(
         GemmCase{"down_b64_f16", DType::kF16, 64, 6, 64, 2048, 1408, false},
         GemmCase{"ragged_n_k_bf16", DType::kBF16, 60, 4, 16, 200, 264, false},
         // Every token's first choice the same expert: one expert over many tiles.
-        GemmCase{"all_to_one_bf16", DType::kBF16, 200, 2, 8, 136, 128, true}),
+        GemmCase{"all_to_one_bf16", DType::kBF16, 200, 2, 8, 136, 128, true},
+        // 128-row tiles (prefill): 256 tokens at K 2048 (~28 rows an expert, expert 5's 192 over
+        // two tiles), bf16; a ragged N and K in f16 (expert 5's 150 rows: a tile and 22 rows);
+        // every token's first choice one expert (700 rows: 5 tiles and 60 rows).
+        GemmCase{"t256_k2048_tile128_bf16", DType::kBF16, 256, 6, 64, 768, 2048, false,
+                 cuda::kMoeLargeTileRows},
+        GemmCase{"ragged_n_k_tile128_f16", DType::kF16, 200, 4, 16, 200, 264, false,
+                 cuda::kMoeLargeTileRows},
+        GemmCase{"all_to_one_tile128_bf16", DType::kBF16, 700, 2, 8, 136, 128, true,
+                 cuda::kMoeLargeTileRows}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
