@@ -49,23 +49,6 @@ __device__ __forceinline__ uint32_t aligned_smem(unsigned char* raw_smem, unsign
   return base;
 }
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a kRows-row swizzled tile.
-template <int kRows>
-__device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
-  return static_cast<uint32_t>((chunk >> 3) * kRows * 128 + row * 128 +
-                               (((chunk & 7) ^ (row & 7)) << 4));
-}
-
-__device__ __forceinline__ uint64_t descriptor(uint32_t address, uint32_t leading_bytes,
-                                               uint32_t stride_bytes) {
-  return uint64_t{(address & 0x3ffffu) >> 4} | (uint64_t{(leading_bytes >> 4) & 0x3fffu} << 16) |
-         (uint64_t{(stride_bytes >> 4) & 0x3fffu} << 32) | (uint64_t{1} << 62);  // 128B swizzle
-}
-
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // Gathers kRows rows of kChunks 16-byte chunks (byte offsets from key_offsets) into a swizzled
 // tile. An fp8 cache (1-byte KV): copy c of a row lands in tile chunk 2c (load_kv_tile's rule).
 template <int kChunks, int kRows, class KV>

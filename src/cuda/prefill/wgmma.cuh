@@ -12,6 +12,28 @@
 
 namespace pagedattn::cuda::prefill::sm90 {
 
+// Byte offset of 16-byte chunk `chunk` of row `row` in a kRows-row tile in the 128-byte swizzle
+// (the file comment of kernel_sm90.cuh: 64-column blocks of kRows x 128 bytes).
+template <int kRows>
+__device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
+  return static_cast<uint32_t>((chunk >> 3) * kRows * 128 + row * 128 +
+                               (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// A shared-memory matrix descriptor in the 128-byte swizzle (address, leading and stride byte
+// offsets as kernel_sm90.cuh describes them).
+__device__ __forceinline__ uint64_t descriptor(uint32_t address, uint32_t leading_bytes,
+                                               uint32_t stride_bytes) {
+  return uint64_t{(address & 0x3ffffu) >> 4} | (uint64_t{(leading_bytes >> 4) & 0x3fffu} << 16) |
+         (uint64_t{(stride_bytes >> 4) & 0x3fffu} << 32) | (uint64_t{1} << 62);  // 128B swizzle
+}
+
+// Makes this thread's generic-proxy writes of shared memory (cp.async, stores) visible to the
+// async proxy (wgmma's operand reads); a barrier then covers every thread's.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

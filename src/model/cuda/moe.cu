@@ -7,11 +7,13 @@
 
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/device_utils.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/launch.h"
+#include "cuda/prefill/wgmma.cuh"
 #include "model/cuda/moe.h"
 
 namespace pagedattn::model::cuda {
@@ -390,6 +392,162 @@ __global__ void __launch_bounds__(GemmTile<kBm>::kThreads, GemmTile<kBm>::kMinBl
   }
 }
 
+// ---- the grouped GEMM on wgmma (sm_90a): the 128-row tiles ----
+//
+// mma.sync with 64 x 32 warp tiles reads 3 KiB of shared memory (ldmatrix) per 16 products, more
+// than an SM's shared memory feeds at the tensor cores' rate: the 128-row tiles ran the routed
+// experts at ~200 TFLOP/s on an H100 (bench/RESULTS.md). Here two warpgroups each take 64 rows
+// x the tile's 128 columns with m64n128k16 products whose operands both stay in shared memory
+// (wgmma's descriptors, no register staging). A stage is 64 columns of K in wgmma's 128-byte
+// swizzle (prefill/kernel_sm90.cuh): the tile's 128 rows of A (16 KiB), then its 128 weight
+// rows (16 KiB); kWgStages of them, loaded by cp.async from all 256 threads kWgAhead stages
+// ahead of the one multiplied. Each step's products are committed as a group and the
+// warpgroup waits only for the step before's (wgmma_wait<1>), so the loads, the barrier and
+// the next step's issue overlap a step of products; the stage a load overwrites is two steps
+// old, done by both warpgroups (the barrier at the top of the step orders it). A warpgroup
+// whose 64 rows lie wholly past the tile's rows (an expert's last tile) only loads.
+
+constexpr int kWgThreads = 256;
+constexpr int kWgStages = 6;
+constexpr int kWgAhead = kWgStages - 2;
+constexpr int kWgTileBytes = kMoeLargeTileRows * kBk * 2;  // 128 rows x 128 bytes
+constexpr int kWgStageBytes = 2 * kWgTileBytes;            // A, then B
+// + 1024: the dynamic shared memory is aligned up to 1024 bytes (the swizzle's period).
+constexpr size_t kWgSmemBytes = 1024 + size_t{kWgStages} * kWgStageBytes;
+static_assert(kBn == kMoeLargeTileRows && kWgSmemBytes <= 227 * 1024);
+
+template <class T>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b,
+                                                 int scale_d) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    ::pagedattn::cuda::prefill::sm90::ss_m64n128k16_bf16(d, a, b, scale_d);
+  } else {
+    ::pagedattn::cuda::prefill::sm90::ss_m64n128k16_f16(d, a, b, scale_d);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    grouped_gemm_wgmma_kernel(const T* a, int64_t lda, const void* const* weights, int64_t n,
+                              int64_t k, const int32_t* tiles, float* c, int64_t ldc) {
+  pdl_wait();  // first (cuda/launch.h)
+  pdl_trigger();
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  namespace wg = ::pagedattn::cuda::prefill::sm90;
+  const int32_t expert = tiles[blockIdx.y * 3];
+  if (expert < 0) return;
+  const int32_t first = tiles[blockIdx.y * 3 + 1], rows = tiles[blockIdx.y * 3 + 2];
+  const int64_t col0 = int64_t{blockIdx.x} * kBn;
+  const T* w = static_cast<const T*>(weights[expert]);
+  extern __shared__ __align__(16) unsigned char gemm_smem[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(gemm_smem));
+  const uint32_t base = (raw + 1023u) & ~1023u;  // shared-window address of stage 0
+  unsigned char* const smem = gemm_smem + (base - raw);
+  const int tid = threadIdx.x;
+  const int group = tid / 128;                // the warpgroup: rows [64 group, + 64)
+  const bool group_live = group * 64 < rows;  // warpgroup-uniform
+
+  // A stage: row r's 16-byte chunk `chunk` of K at tile_offset<128>(r, chunk), consecutive threads
+  // on consecutive chunks of a row (whole lines); rows past the tile, columns past n and K past k
+  // zero-filled.
+  const auto load = [&](int stage, int64_t k0) {
+    unsigned char* const sa = smem + stage * kWgStageBytes;
+    unsigned char* const sb = sa + kWgTileBytes;
+#pragma unroll
+    for (int i = 0; i < kMoeLargeTileRows * kChunks / kWgThreads; ++i) {
+      const int index = tid + i * kWgThreads;
+      const int r = index / kChunks, chunk = index % kChunks;
+      const uint32_t offset = wg::tile_offset<kMoeLargeTileRows>(r, chunk);
+      const int64_t kk = k0 + chunk * 8, col = col0 + r;
+      const bool a_valid = r < rows && kk < k, b_valid = col < n && kk < k;
+      cp_async_16(sa + offset, a_valid ? a + (int64_t{first} + r) * lda + kk : a, a_valid);
+      cp_async_16(sb + offset, b_valid ? w + col * k + kk : w, b_valid);
+    }
+  };
+
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  const int64_t steps = (k + kBk - 1) / kBk;
+  // Groups are committed uniformly (empty past the last step): at step s, "at most kWgAhead - 1
+  // pending" means step s landed.
+#pragma unroll
+  for (int s0 = 0; s0 < kWgAhead; ++s0) {
+    if (s0 < steps) load(s0, s0 * kBk);
+    cp_async_commit();
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    cp_async_wait<kWgAhead - 1>();  // this thread's copies of the step
+    wg::fence_proxy_async();        // ... visible to the tensor cores' reads
+    __syncthreads();                // every thread's; both warpgroups done with step - 2's stage
+    const int64_t next = step + kWgAhead;
+    if (next < steps) load(static_cast<int>(next % kWgStages), next * kBk);
+    cp_async_commit();
+    if (group_live) {
+      const uint32_t stage = base + static_cast<uint32_t>(step % kWgStages) * kWgStageBytes;
+      const uint32_t sa = stage + group * 64 * 128, sb = stage + kWgTileBytes;
+      wg::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kBk / 16; ++ks) {  // k16 steps, 32 bytes apart in the swizzled rows
+        wgmma_m64n128k16<T>(acc, wg::descriptor(sa + ks * 32, 16, 1024),
+                            wg::descriptor(sb + ks * 32, 16, 1024), 1);
+      }
+      wg::wgmma_commit();
+      wg::wgmma_wait<1>();  // the step before's products are done
+    }
+  }
+  wg::wgmma_wait<0>();
+  wg::fence_registers(acc);
+  cp_async_wait<0>();  // no copy outlives the CTA (the trailing groups are empty)
+  if (!group_live) return;
+  // Accumulators (prefill/wgmma.cuh): register 4 j + e holds row 16 warp + lane / 4 + 8 (e / 2),
+  // column 8 j + 2 (lane % 4) + e % 2 of the warpgroup's 64 x 128.
+  const int lane = tid & 31, warp = (tid >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const bool pairs_aligned = ldc % 2 == 0;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int64_t col = col0 + j * 8 + 2 * t;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = group * 64 + warp * 16 + g + half * 8;
+      if (r >= rows) continue;
+      float* out = c + (int64_t{first} + r) * ldc + col;
+      const float x = acc[4 * j + 2 * half], y = acc[4 * j + 2 * half + 1];
+      if (col + 1 < n && pairs_aligned) {
+        *reinterpret_cast<float2*>(out) = make_float2(x, y);
+      } else {
+        if (col < n) out[0] = x;
+        if (col + 1 < n) out[1] = y;
+      }
+    }
+  }
+#endif
+}
+
+// Whether the 128-row tiles run on wgmma: a 9.x device, sm_90a code in this binary (checked once),
+// unless PAGEDATTN_MOE_GEMM=mma asks for the mma.sync kernel (measurements; "wgmma" or unset: the
+// rule; anything else is an error).
+template <class T>
+bool use_wgmma() {
+  static const bool usable = [] {
+    const char* forced = std::getenv("PAGEDATTN_MOE_GEMM");
+    const std::string choice = forced == nullptr ? "" : forced;
+    if (!choice.empty() && choice != "mma" && choice != "wgmma") {
+      throw_error("PAGEDATTN_MOE_GEMM=" + choice + " (expected mma or wgmma)");
+    }
+    if (choice == "mma") return false;
+    cudaFuncAttributes attributes{};
+    int device = 0, major = 0;
+    return cudaFuncGetAttributes(&attributes, grouped_gemm_wgmma_kernel<T>) == cudaSuccess &&
+           attributes.binaryVersion >= 90 && cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+               cudaSuccess &&
+           major == 9;
+  }();
+  return usable;
+}
+
 // The grouped GEMM on one dtype. Its stages take more than the 48 KB of shared memory a launch
 // gets without asking: the attribute is set once per kernel (as decode's and MLA's launchers do),
 // not at every layer's launch.
@@ -410,7 +568,14 @@ template <class T>
 void launch_grouped_gemm(int32_t tile_rows, const T* a, int64_t lda, const void* const* weights,
                          int64_t n, int64_t k, const int32_t* tiles, float* c, int64_t ldc,
                          dim3 grid, cudaStream_t stream) {
-  if (tile_rows == kMoeLargeTileRows) {
+  if (tile_rows == kMoeLargeTileRows && use_wgmma<T>()) {
+    auto* kernel = grouped_gemm_wgmma_kernel<T>;
+    static const cudaError_t attribute_status = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmemBytes));
+    PA_CUDA_CHECK(attribute_status);
+    launch_kernel(kernel, grid, kWgThreads, kWgSmemBytes, stream, a, lda, weights, n, k, tiles, c,
+                  ldc);
+  } else if (tile_rows == kMoeLargeTileRows) {
     launch_grouped_gemm<T, kMoeLargeTileRows>(a, lda, weights, n, k, tiles, c, ldc, grid, stream);
   } else {
     launch_grouped_gemm<T, kMoeTileRows>(a, lda, weights, n, k, tiles, c, ldc, grid, stream);
