@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(GemmTile<kBm>::kThreads, GemmTile<kBm>::kMinBl
   }
 }
 
-// ---- the grouped GEMM on wgmma (sm_90a): the 128-row tiles ----
+// ---- the grouped GEMM on wgmma (sm_90a): the 128-row tiles, opt-in (use_wgmma) ----
 //
 // mma.sync with 64 x 32 warp tiles reads 3 KiB of shared memory (ldmatrix) per 16 products, more
 // than an SM's shared memory feeds at the tensor cores' rate: the 128-row tiles ran the routed
@@ -525,27 +525,32 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #endif
 }
 
-// Whether the 128-row tiles run on wgmma: a 9.x device, sm_90a code in this binary (checked once),
-// unless PAGEDATTN_MOE_GEMM=mma asks for the mma.sync kernel (measurements; "wgmma" or unset: the
-// rule; anything else is an error).
+// Whether the 128-row tiles run on wgmma: only where PAGEDATTN_MOE_GEMM=wgmma asks for it, until
+// a GPU run has checked it (the tests and the A/B in scripts/gpu-check); unset or "mma": the
+// mma.sync kernel. wgmma needs sm_90a code in this binary and a 9.x device (checked once; else
+// an error that says so), as does any other value.
 template <class T>
 bool use_wgmma() {
-  static const bool usable = [] {
+  static const bool chosen = [] {
     const char* forced = std::getenv("PAGEDATTN_MOE_GEMM");
     const std::string choice = forced == nullptr ? "" : forced;
-    if (!choice.empty() && choice != "mma" && choice != "wgmma") {
+    if (choice.empty() || choice == "mma") return false;
+    if (choice != "wgmma") {
       throw_error("PAGEDATTN_MOE_GEMM=" + choice + " (expected mma or wgmma)");
     }
-    if (choice == "mma") return false;
     cudaFuncAttributes attributes{};
     int device = 0, major = 0;
-    return cudaFuncGetAttributes(&attributes, grouped_gemm_wgmma_kernel<T>) == cudaSuccess &&
-           attributes.binaryVersion >= 90 && cudaGetDevice(&device) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
-               cudaSuccess &&
-           major == 9;
+    const bool usable =
+        cudaFuncGetAttributes(&attributes, grouped_gemm_wgmma_kernel<T>) == cudaSuccess &&
+        attributes.binaryVersion >= 90 && cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        major == 9;
+    if (!usable) {
+      throw_error("PAGEDATTN_MOE_GEMM=wgmma: needs sm_90a code in this build and a 9.x device");
+    }
+    return true;
   }();
-  return usable;
+  return chosen;
 }
 
 // The grouped GEMM on one dtype. Its stages take more than the 48 KB of shared memory a launch
