@@ -288,6 +288,27 @@ __device__ __forceinline__ void mma<__half>(float (&d)[4], const unsigned (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// A CTA's work in both grouped GEMM kernels: tile blockIdx.y of the table (its rows [first, first +
+// rows) of A, its expert's weights w) and the 128 columns from col0 = 128 blockIdx.x; false for
+// an unused entry (expert -1).
+template <class T>
+struct TileWork {
+  int32_t first = 0, rows = 0;
+  int64_t col0 = 0;
+  const T* w = nullptr;
+};
+template <class T>
+__device__ __forceinline__ bool tile_work(const int32_t* tiles, const void* const* weights,
+                                          TileWork<T>& work) {
+  const int32_t expert = tiles[blockIdx.y * 3];
+  if (expert < 0) return false;
+  work.first = tiles[blockIdx.y * 3 + 1];
+  work.rows = tiles[blockIdx.y * 3 + 2];
+  work.col0 = int64_t{blockIdx.x} * kBn;
+  work.w = static_cast<const T*>(weights[expert]);
+  return true;
+}
+
 template <class T, int kBm>
 __global__ void __launch_bounds__(GemmTile<kBm>::kThreads, GemmTile<kBm>::kMinBlocks)
     grouped_gemm_kernel(const T* a, int64_t lda, const void* const* weights, int64_t n, int64_t k,
@@ -296,11 +317,11 @@ __global__ void __launch_bounds__(GemmTile<kBm>::kThreads, GemmTile<kBm>::kMinBl
   constexpr int kThreads = G::kThreads, kStageElems = G::kStageElems, kMTiles = G::kMTiles;
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
-  const int32_t expert = tiles[blockIdx.y * 3];
-  if (expert < 0) return;
-  const int32_t first = tiles[blockIdx.y * 3 + 1], rows = tiles[blockIdx.y * 3 + 2];
-  const int64_t col0 = int64_t{blockIdx.x} * kBn;
-  const T* w = static_cast<const T*>(weights[expert]);
+  TileWork<T> work;
+  if (!tile_work(tiles, weights, work)) return;
+  const int32_t first = work.first, rows = work.rows;
+  const int64_t col0 = work.col0;
+  const T* const w = work.w;
   extern __shared__ __align__(16) unsigned char gemm_smem[];
   T* const stages = reinterpret_cast<T*>(gemm_smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -434,12 +455,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   pdl_trigger();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   namespace wg = ::pagedattn::cuda::prefill::sm90;
-  const int32_t expert = tiles[blockIdx.y * 3];
-  if (expert < 0) return;
-  const int32_t first = tiles[blockIdx.y * 3 + 1], rows = tiles[blockIdx.y * 3 + 2];
-  const int64_t col0 = int64_t{blockIdx.x} * kBn;
-  const T* w = static_cast<const T*>(weights[expert]);
   extern __shared__ __align__(16) unsigned char gemm_smem[];
+  TileWork<T> work;
+  if (!tile_work(tiles, weights, work)) return;
+  const int32_t first = work.first, rows = work.rows;
+  const int64_t col0 = work.col0;
+  const T* const w = work.w;
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(gemm_smem));
   const uint32_t base = (raw + 1023u) & ~1023u;  // shared-window address of stage 0
   unsigned char* const smem = gemm_smem + (base - raw);
