@@ -63,6 +63,7 @@ DType choose_compute_dtype(const ModelOptions& options, DType checkpoint) {
 
 int64_t device_moe_max_tokens() {
   static const int64_t limit = [] {
+    // ARCHITECTURE.md, "Switches": read once per process.
     const char* value = std::getenv("PAGEDATTN_MOE_DEVICE_MAX_TOKENS");
     if (value == nullptr || *value == '\0') return kDeviceMoeMaxTokens;
     char* end = nullptr;

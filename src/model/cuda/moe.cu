@@ -553,7 +553,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 template <class T>
 bool use_wgmma() {
   static const bool chosen = [] {
-    const char* forced = std::getenv("PAGEDATTN_MOE_GEMM");
+    const char* forced = std::getenv("PAGEDATTN_MOE_GEMM");  // ARCHITECTURE.md, "Switches"
     const std::string choice = forced == nullptr ? "" : forced;
     if (choice.empty() || choice == "mma") return false;
     if (choice != "wgmma") {
@@ -619,7 +619,7 @@ void check_tile_rows(const char* what, int32_t tile_rows) {
 
 int32_t moe_tile_rows(int64_t pairs, int32_t experts) {
   static const int32_t forced = [] {
-    const char* value = std::getenv("PAGEDATTN_MOE_TILE_ROWS");
+    const char* value = std::getenv("PAGEDATTN_MOE_TILE_ROWS");  // ARCHITECTURE.md, "Switches"
     if (value == nullptr || *value == '\0') return 0;
     const std::string text(value);
     if (text == std::to_string(kMoeTileRows)) return kMoeTileRows;
