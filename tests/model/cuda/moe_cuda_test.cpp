@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -143,6 +144,21 @@ std::vector<uint16_t> to_words(DType dtype, const std::vector<float>& values) {
     }
   }
   return out;
+}
+
+// The tile height's rule (moe.h): 128-row tiles from an average of 64 rows an expert. Host code:
+// runs without a GPU. (PAGEDATTN_MOE_TILE_ROWS forces one height for the whole process.)
+TEST(MoeTileRows, LargeTilesFromSixtyFourRowsAnExpert) {
+  if (std::getenv("PAGEDATTN_MOE_TILE_ROWS") != nullptr) GTEST_SKIP() << "a forced tile height";
+  EXPECT_EQ(cuda::moe_tile_rows(64 * 6, 64), cuda::kMoeTileRows);         // decode B 64, top 6
+  EXPECT_EQ(cuda::moe_tile_rows(64 * 64 - 1, 64), cuda::kMoeTileRows);    // just under 64 an expert
+  EXPECT_EQ(cuda::moe_tile_rows(64 * 64, 64), cuda::kMoeLargeTileRows);   // 64 an expert
+  EXPECT_EQ(cuda::moe_tile_rows(2048 * 6, 64), cuda::kMoeLargeTileRows);  // prefill 1 x 2048
+  EXPECT_EQ(cuda::moe_tile_rows(256 * 8, 256), cuda::kMoeTileRows);       // V3's 256 experts
+  EXPECT_EQ(cuda::moe_tile_rows(0, 64), cuda::kMoeTileRows);
+  // The table a height needs: one entry per full or partial tile of each expert at most.
+  EXPECT_EQ(cuda::moe_max_tiles(300, 4, cuda::kMoeLargeTileRows), 3 + 4);
+  EXPECT_EQ(cuda::moe_max_tiles(300, 4, cuda::kMoeTileRows), 10 + 4);
 }
 
 struct GemmCase {
