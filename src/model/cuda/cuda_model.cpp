@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <span>
 #include <string>
 #include <utility>
@@ -65,7 +66,7 @@ int64_t device_moe_max_tokens() {
   static const int64_t limit = [] {
     // ARCHITECTURE.md, "Switches": read once per process.
     const char* value = std::getenv("PAGEDATTN_MOE_DEVICE_MAX_TOKENS");
-    if (value == nullptr || *value == '\0') return kDeviceMoeMaxTokens;
+    if (value == nullptr || *value == '\0') return std::numeric_limits<int64_t>::max();
     char* end = nullptr;
     errno = 0;
     const long long parsed = std::strtoll(value, &end, 10);
@@ -396,7 +397,9 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
     s.route_weight = s.allocate(t * k * f);
     const int64_t routed = std::min(t, device_moe_max_tokens()) * k;
     s.expert_ids = s.allocate(routed * 4);
-    s.moe_tiles = s.allocate(moe_max_tiles(routed, static_cast<int32_t>(experts)) * 3 * 4);
+    // Sized for 32-row tiles: the longest table either tile height needs.
+    s.moe_tiles =
+        s.allocate(moe_max_tiles(routed, static_cast<int32_t>(experts), kMoeTileRows) * 3 * 4);
   }
   const int64_t chunk = std::min(t, kLogitChunk);
   s.head_x = s.allocate(chunk * hidden * c);
@@ -492,7 +495,7 @@ namespace {
 
 // The padded batch size of `step`'s CUDA graph, or 0 when the step runs eagerly: a decode step
 // (one new token and its logits row per request) whose MoE layers, if any, route on the device
-// (moe.h: bf16 / f16 weights, at most kDeviceMoeMaxTokens requests), on the tuned "cuda" attention
+// (moe.h: bf16 / f16 weights, within device_moe_max_tokens()), on the tuned "cuda" attention
 // kernels (they read every size from the device), of at most the largest graph size. With more rows
 // than one lm_head chunk, every row must be sampled on the device (the eager loop copies each
 // chunk's logits out before the next chunk overwrites them).

@@ -574,37 +574,35 @@ bool use_wgmma() {
   return chosen;
 }
 
-// The grouped GEMM on one dtype. Its stages take more than the 48 KB of shared memory a launch
-// gets without asking: the attribute is set once per kernel (as decode's and MLA's launchers do),
-// not at every layer's launch.
-template <class T, int kBm>
-void launch_grouped_gemm(const T* a, int64_t lda, const void* const* weights, int64_t n, int64_t k,
-                         const int32_t* tiles, float* c, int64_t ldc, dim3 grid,
-                         cudaStream_t stream) {
-  using G = GemmTile<kBm>;
-  auto* kernel = grouped_gemm_kernel<T, kBm>;
+// kKernel with `smem` bytes of dynamic shared memory, more than the 48 KB a launch gets without
+// asking: the attribute is set once per kernel (as decode's and MLA's launchers do), not at every
+// layer's launch.
+template <auto kKernel, class... Args>
+void launch_with_smem(dim3 grid, int threads, size_t smem, cudaStream_t stream,
+                      const Args&... args) {
   static const cudaError_t attribute_status = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(G::kSmemBytes));
+      kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   PA_CUDA_CHECK(attribute_status);
-  launch_kernel(kernel, grid, G::kThreads, G::kSmemBytes, stream, a, lda, weights, n, k, tiles, c,
-                ldc);
+  launch_kernel(kKernel, grid, threads, smem, stream, args...);
 }
 
+// The grouped GEMM on one dtype: the kernel of the tile height (the 128-row tiles' wgmma kernel
+// where use_wgmma says so).
 template <class T>
 void launch_grouped_gemm(int32_t tile_rows, const T* a, int64_t lda, const void* const* weights,
                          int64_t n, int64_t k, const int32_t* tiles, float* c, int64_t ldc,
                          dim3 grid, cudaStream_t stream) {
-  if (tile_rows == kMoeLargeTileRows && use_wgmma<T>()) {
-    auto* kernel = grouped_gemm_wgmma_kernel<T>;
-    static const cudaError_t attribute_status = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmemBytes));
-    PA_CUDA_CHECK(attribute_status);
-    launch_kernel(kernel, grid, kWgThreads, kWgSmemBytes, stream, a, lda, weights, n, k, tiles, c,
-                  ldc);
-  } else if (tile_rows == kMoeLargeTileRows) {
-    launch_grouped_gemm<T, kMoeLargeTileRows>(a, lda, weights, n, k, tiles, c, ldc, grid, stream);
+  using Small = GemmTile<kMoeTileRows>;
+  using Large = GemmTile<kMoeLargeTileRows>;
+  if (tile_rows == kMoeTileRows) {
+    launch_with_smem<grouped_gemm_kernel<T, kMoeTileRows>>(
+        grid, Small::kThreads, Small::kSmemBytes, stream, a, lda, weights, n, k, tiles, c, ldc);
+  } else if (use_wgmma<T>()) {
+    launch_with_smem<grouped_gemm_wgmma_kernel<T>>(grid, kWgThreads, kWgSmemBytes, stream, a, lda,
+                                                   weights, n, k, tiles, c, ldc);
   } else {
-    launch_grouped_gemm<T, kMoeTileRows>(a, lda, weights, n, k, tiles, c, ldc, grid, stream);
+    launch_with_smem<grouped_gemm_kernel<T, kMoeLargeTileRows>>(
+        grid, Large::kThreads, Large::kSmemBytes, stream, a, lda, weights, n, k, tiles, c, ldc);
   }
 }
 

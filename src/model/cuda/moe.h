@@ -42,7 +42,7 @@ inline constexpr int32_t kMoeMaxGroups = 64;
 
 // Tile-table entries a sort of `pairs` pairs over `experts` experts into tiles of at most
 // `tile_rows` rows may need (launch size).
-inline int64_t moe_max_tiles(int64_t pairs, int32_t experts, int32_t tile_rows = kMoeTileRows) {
+inline int64_t moe_max_tiles(int64_t pairs, int32_t experts, int32_t tile_rows) {
   return (pairs + tile_rows - 1) / tile_rows + experts;
 }
 
@@ -62,7 +62,7 @@ void moe_route_device(const float* logits, int64_t tokens, const ops::MoeRouterC
 // kMoeTileRows or kMoeLargeTileRows, max_tiles >= moe_max_tiles(pairs, experts, tile_rows)).
 void moe_sort_device(const int32_t* expert_ids, int64_t pairs, int32_t top_k, int32_t experts,
                      int32_t* position, int32_t* source_row, int32_t* tiles, int64_t max_tiles,
-                     void* stream, int32_t tile_rows = kMoeTileRows);
+                     void* stream, int32_t tile_rows);
 
 // For each tile of `tiles` [max_tiles, 3] (sorted into tiles of at most tile_rows rows): rows
 // [first, first + rows) of c (f32, row stride ldc) = the same rows of a (row stride lda) ·
@@ -70,6 +70,6 @@ void moe_sort_device(const int32_t* expert_ids, int64_t pairs, int32_t top_k, in
 // a and weights.
 void moe_grouped_gemm(const void* a, int64_t lda, const void* const* weights, DType dtype,
                       int64_t n, int64_t k, const int32_t* tiles, int64_t max_tiles, float* c,
-                      int64_t ldc, void* stream, int32_t tile_rows = kMoeTileRows);
+                      int64_t ldc, void* stream, int32_t tile_rows);
 
 }  // namespace pagedattn::model::cuda

@@ -13,7 +13,7 @@
 //   MoE   router_logits f32 [T, E]; expert_x C [T k, hidden]; expert_gate_up f32 [T k, 2 I_e];
 //         expert_act C [T k, I_e]; expert_out f32 [T k, hidden]; shared_out f32 [T, hidden];
 //         source_row, position i32 [T k]; route_weight f32 [T k]; expert_ids i32 [T' k] and
-//         moe_tiles i32 [moe_max_tiles(T' k, E), 3] (device routing, T' = min(T,
+//         moe_tiles i32 [moe_max_tiles(T' k, E, 32), 3] (device routing, T' = min(T,
 //         device_moe_max_tokens()))
 //   head  head_x C [R, hidden]; logits f32 [R, vocab] (R = kLogitChunk rows per lm_head call);
 //         sample_spec DeviceRowSampling [T], sampled (token, logprob) [T]: Step::sampling
@@ -43,15 +43,9 @@ namespace pagedattn::model::cuda {
 
 inline constexpr int64_t kDefaultMaxStepTokens = 4096;
 inline constexpr int64_t kLogitChunk = 128;
-// Steps of at most this many tokens route their MoE layers on the device (moe.h: no round trip,
-// so a decode step can be one graph), prefill included; larger ones route on the host and run one
-// cuBLAS GEMM per expert. With 32-row tiles only, the grouped GEMM read each expert's weights once
-// per 32 rows and lost to the host path from ~1,800 tokens (DeepSeek-V2-Lite's shape on an H100,
-// 2026-12-06, device / host: 257 tokens 17.7 / 45.2 ms, 512 23.1 / 49.0, 2048 69.1 / 63.6, 8192
-// 241.7 / 151.2), so the limit was 1,024; steps with many rows an expert now take 128-row tiles
-// (moe_tile_rows). PAGEDATTN_MOE_DEVICE_MAX_TOKENS=N sets another limit (0: the host path for
-// every step), to measure the two paths side by side.
-inline constexpr int64_t kDeviceMoeMaxTokens = int64_t{1} << 20;
+// MoE layers route on the device at every step (moe.h: no round trip, so a decode step can be one
+// graph); PAGEDATTN_MOE_DEVICE_MAX_TOKENS=N routes steps of more than N tokens on the host (a
+// cuBLAS GEMM per expert) instead, to measure the two paths side by side. The limit, or INT64_MAX.
 int64_t device_moe_max_tokens();
 
 struct GqaLayer {
