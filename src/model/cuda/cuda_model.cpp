@@ -134,8 +134,11 @@ void State::ensure_attention_buffers(DType attention_dtype) {
   const bool to_compute = attention_dtype != compute;
   if (config.is_mla()) {
     const MlaConfig& m = *config.mla;
-    q_latent_a =
-        attention_dtype == DType::kF32 ? DeviceBuffer() : allocate(t * heads * m.kv_lora_rank * a);
+    q_latent = allocate(t * heads * m.kv_lora_rank * a);
+    // The q absorb GEMM writes A directly where cuBLAS can (A = C, or f32); else f32, converted.
+    q_latent_f32 = attention_dtype == compute || attention_dtype == DType::kF32
+                       ? DeviceBuffer()
+                       : allocate(t * heads * m.kv_lora_rank * 4);
     q_pe = allocate(t * heads * m.qk_rope_head_dim * a);
     o_latent = allocate(t * heads * m.kv_lora_rank * a);
     o_latent_c = to_compute ? allocate(t * heads * m.kv_lora_rank * c) : DeviceBuffer();
@@ -309,8 +312,14 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
                               expert.down.in() == expert_width;
       }
       if (moe->device_routing) {
+        moe->pairs_interleaved = expert_width % kMoePairBlock == 0;
         std::vector<const void*> gate_up, down;
-        for (const MlpLayer& expert : moe->experts) {
+        for (size_t e = 0; e < moe->experts.size(); ++e) {
+          MlpLayer& expert = moe->experts[e];
+          if (moe->pairs_interleaved) {
+            up.interleave_pairs(fmt::format("{}.experts.{}.gate_up_proj", mlp, e),
+                                expert.gate_up.weight, kMoePairBlock);
+          }
           gate_up.push_back(expert.gate_up.weight.data());
           down.push_back(expert.down.weight.data());
         }
@@ -355,9 +364,11 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
   s.x = s.allocate(t * hidden * c);
   int64_t widest_mlp = 0;
   const MoeLayer* any_moe = nullptr;
+  bool all_fused = true;  // every MoE layer's device path writes act from its GEMM's epilogue
   for (const DecoderLayer& layer : s.layers) {
     if (layer.moe) {
       any_moe = layer.moe.get();
+      all_fused = all_fused && layer.moe->pairs_interleaved;
       if (layer.moe->shared.defined())
         widest_mlp = std::max(widest_mlp, layer.moe->shared.down.in());
     } else {
@@ -373,7 +384,6 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
     }
     s.kv_a = s.allocate(t * (m.kv_lora_rank + m.qk_rope_head_dim) * f);
     s.q_nope_c = s.allocate(t * heads * m.qk_nope_head_dim * c);
-    s.q_latent = s.allocate(t * heads * m.kv_lora_rank * f);
     s.o = s.allocate(t * heads * m.v_head_dim * c);
   } else {
     s.qkv = s.allocate(t * (heads + 2 * config.num_key_value_heads) * config.head_dim * f);
@@ -388,7 +398,11 @@ CudaModel::CudaModel(const ModelConfig& config, const ModelWeights& weights,
     s.x_f32 = s.allocate(t * hidden * f);
     s.router_logits = s.allocate(t * experts * f);
     s.expert_x = s.allocate(t * k * hidden * c);
-    s.expert_gate_up = s.allocate(t * k * 2 * width * f);
+    // gate_up in f32 for the host path (steps past device_moe_max_tokens(), f32 weights) and the
+    // unfused device path only: 553 MB at DeepSeek-V2-Lite's 8192 tokens.
+    if (!all_fused || device_moe_max_tokens() < t) {
+      s.expert_gate_up = s.allocate(t * k * 2 * width * f);
+    }
     s.expert_act = s.allocate(t * k * width * c);
     s.expert_out = s.allocate(t * k * hidden * f);
     s.shared_out = s.allocate(t * hidden * f);

@@ -522,25 +522,31 @@ constexpr int64_t kSiluManyRows = 256;
 
 template <class In, class Out, int kGroups>
 __global__ void __launch_bounds__(kBlock)
-    silu_mul_kernel(const In* gate_up, int64_t width, Out* out, int64_t out_stride) {
+    silu_mul_kernel(const In* gate_up, int64_t width, Out* out, int64_t out_stride,
+                    int64_t pair_block) {
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
   const int64_t r = blockIdx.x;
-  const In* g = gate_up + r * 2 * width;
-  const In* u = g + width;
+  const In* row = gate_up + r * 2 * width;
+  // Column c's gate and up: halves (pair_block 0), or blocks of pair_block gates then as many ups.
+  const int64_t up_offset = pair_block == 0 ? width : pair_block;
+  const auto gate_of = [&](int64_t c) {
+    return pair_block == 0 ? c : c / pair_block * 2 * pair_block + c % pair_block;
+  };
   Out* o = out + r * out_stride;
   const int64_t first = (int64_t{blockIdx.y} * kBlock * kGroups + threadIdx.x) * 4;
   if (first >= width) return;
   const auto silu_times = [](float gate, float up) { return gate / (1.0f + expf(-gate)) * up; };
-  if (width % 4 == 0 && aligned(gate_up, 4 * sizeof(In))) {
+  if (width % 4 == 0 && pair_block % 4 == 0 && aligned(gate_up, 4 * sizeof(In))) {
     const bool vector_out = aligned(out, 4 * sizeof(Out)) && out_stride % 4 == 0;
     float gv[kGroups][4], uv[kGroups][4];
 #pragma unroll
     for (int k = 0; k < kGroups; ++k) {
       const int64_t c = first + int64_t{k} * 4 * kBlock;
-      if (c < width) {
-        load4(g + c, gv[k]);
-        load4(u + c, uv[k]);
+      if (c < width) {  // four columns of one block (pair_block a multiple of 4)
+        const In* g = row + gate_of(c);
+        load4(g, gv[k]);
+        load4(g + up_offset, uv[k]);
       }
     }
 #pragma unroll
@@ -564,7 +570,8 @@ __global__ void __launch_bounds__(kBlock)
   for (int k = 0; k < kGroups; ++k) {
     const int64_t c0 = first + int64_t{k} * 4 * kBlock;
     for (int64_t c = c0; c < c0 + 4 && c < width; ++c) {
-      o[c] = from_f32<Out>(silu_times(to_f32(g[c]), to_f32(u[c])));
+      const In* g = row + gate_of(c);
+      o[c] = from_f32<Out>(silu_times(to_f32(g[0]), to_f32(g[up_offset])));
     }
   }
 }
@@ -754,8 +761,12 @@ void transform_heads(std::span<const HeadTransformArgs> groups, void* stream) {
 }
 
 void silu_mul(const void* gate_up, DType gate_up_dtype, int64_t rows, int64_t width, void* out,
-              DType out_dtype, int64_t out_stride, void* stream) {
+              DType out_dtype, int64_t out_stride, void* stream, int64_t pair_block) {
   if (rows * width == 0) return;
+  if (pair_block < 0 || (pair_block > 0 && width % pair_block != 0)) {
+    throw_error("silu_mul: pair_block " + std::to_string(pair_block) + " for width " +
+                std::to_string(width) + " (expected 0, or a divisor of the width)");
+  }
   const int groups = rows >= kSiluManyRows ? 4 : 1;
   const int64_t block_columns = int64_t{4} * kBlock * groups;
   if (rows > INT32_MAX || (width + block_columns - 1) / block_columns > 65535)
@@ -772,11 +783,11 @@ void silu_mul(const void* gate_up, DType gate_up_dtype, int64_t rows, int64_t wi
       if (groups == 4) {
         launch_kernel(silu_mul_kernel<In, Out, 4>, grid, kBlock, 0,
                       static_cast<cudaStream_t>(stream), in, width, static_cast<Out*>(out),
-                      out_stride);
+                      out_stride, pair_block);
       } else {
         launch_kernel(silu_mul_kernel<In, Out, 1>, grid, kBlock, 0,
                       static_cast<cudaStream_t>(stream), in, width, static_cast<Out*>(out),
-                      out_stride);
+                      out_stride, pair_block);
       }
     });
   });

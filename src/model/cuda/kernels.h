@@ -86,11 +86,13 @@ void transform_heads(const HeadTransformArgs& args, void* stream);
 constexpr int kMaxHeadGroups = 4;
 void transform_heads(std::span<const HeadTransformArgs> groups, void* stream);
 
-// out [rows, width] (out_dtype, row stride out_stride) = silu(gate_up[:, :width]) ⊙
-// gate_up[:, width:] with gate_up [rows, 2 width] contiguous, f32 or the compute dtype (a GEMM's
-// output), computed in f32.
+// out [rows, width] (out_dtype, row stride out_stride) = silu(gate) ⊙ up with gate_up [rows,
+// 2 width] contiguous, f32 or the compute dtype (a GEMM's output), computed in f32. pair_block 0:
+// gate = gate_up[:, :width], up = gate_up[:, width:]; else (a divisor of width) the columns come
+// in blocks of pair_block gates then their pair_block ups (the MoE experts' interleaved gate_up
+// weights: moe.h, kMoePairBlock).
 void silu_mul(const void* gate_up, DType gate_up_dtype, int64_t rows, int64_t width, void* out,
-              DType out_dtype, int64_t out_stride, void* stream);
+              DType out_dtype, int64_t out_stride, void* stream, int64_t pair_block = 0);
 
 // dst [rows, cols] = src [rows, cols], converting between f32 / f16 / bf16 (row strides in
 // elements; the inner stride is 1).

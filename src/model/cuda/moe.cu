@@ -309,10 +309,28 @@ __device__ __forceinline__ bool tile_work(const int32_t* tiles, const void* cons
   return true;
 }
 
-template <class T, int kBm>
+// The epilogue's SiLU pair (kSilu): silu(gate) * up in f32, silu_mul_kernel's formula.
+__device__ __forceinline__ float silu_times(float gate, float up) {
+  return gate / (1.0f + expf(-gate)) * up;
+}
+
+// Two adjacent outputs of 16-bit T as one 32-bit store (the column even, the row stride even).
+template <class T>
+__device__ __forceinline__ void store_pair(T* out, float x, float y) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(x, y);
+  } else {
+    *reinterpret_cast<__half2*>(out) = __floats2half2_rn(x, y);
+  }
+}
+
+// kSilu false: c is f32 [rows, ldc]. kSilu true: the weight rows come in blocks of kMoePairBlock
+// gates then their ups (n a multiple of 2 kMoePairBlock), and c is T [rows, ldc] of n / 2 columns:
+// act = silu(gate) * up, column 16 b + i from weight rows 32 b + i and 32 b + 16 + i.
+template <class T, int kBm, bool kSilu>
 __global__ void __launch_bounds__(GemmTile<kBm>::kThreads, GemmTile<kBm>::kMinBlocks)
     grouped_gemm_kernel(const T* a, int64_t lda, const void* const* weights, int64_t n, int64_t k,
-                        const int32_t* tiles, float* c, int64_t ldc) {
+                        const int32_t* tiles, void* c, int64_t ldc) {
   using G = GemmTile<kBm>;
   constexpr int kThreads = G::kThreads, kStageElems = G::kStageElems, kMTiles = G::kMTiles;
   pdl_wait();  // first (cuda/launch.h)
@@ -396,6 +414,29 @@ __global__ void __launch_bounds__(GemmTile<kBm>::kThreads, GemmTile<kBm>::kMinBl
   cp_async_wait<0>();  // no copy outlives the CTA (the trailing groups are empty)
   // C fragments: c0, c1 at (row g, columns 2t, 2t + 1), c2, c3 at row g + 8.
   const int g = lane >> 2, t = lane & 3;
+  if constexpr (kSilu) {
+    // The warp's 32 columns are one pair block: n8 tiles 0, 1 its gates, 2, 3 their ups.
+    static_assert(2 * kMoePairBlock == 32);
+    const int64_t block_col = col0 + warp_n * 32;
+    if (block_col >= n) return;  // n is a multiple of 32: the whole block is past it
+    T* const act = static_cast<T*>(c);
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = warp_row0 + m * 16 + g + half * 8;
+          if (r >= rows) continue;
+          const float x = silu_times(acc[m][j][half * 2], acc[m][j + 2][half * 2]);
+          const float y = silu_times(acc[m][j][half * 2 + 1], acc[m][j + 2][half * 2 + 1]);
+          store_pair(act + (int64_t{first} + r) * ldc + block_col / 2 + j * 8 + 2 * t, x, y);
+        }
+      }
+    }
+    return;
+  }
+  float* const out_f32 = static_cast<float*>(c);
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
 #pragma unroll
@@ -405,7 +446,7 @@ __global__ void __launch_bounds__(GemmTile<kBm>::kThreads, GemmTile<kBm>::kMinBl
       for (int half = 0; half < 2; ++half) {
         const int r = warp_row0 + m * 16 + g + half * 8;
         if (r >= rows) continue;
-        float* out = c + (int64_t{first} + r) * ldc + col;
+        float* out = out_f32 + (int64_t{first} + r) * ldc + col;
         if (col < n) out[0] = acc[m][j][half * 2];
         if (col + 1 < n) out[1] = acc[m][j][half * 2 + 1];
       }
@@ -413,7 +454,7 @@ __global__ void __launch_bounds__(GemmTile<kBm>::kThreads, GemmTile<kBm>::kMinBl
   }
 }
 
-// ---- the grouped GEMM on wgmma (sm_90a): the 128-row tiles, opt-in (use_wgmma) ----
+// ---- the grouped GEMM on wgmma (sm_90a): the 128-row tiles on Hopper (use_wgmma) ----
 //
 // mma.sync with 64 x 32 warp tiles reads 3 KiB of shared memory (ldmatrix) per 16 products, more
 // than an SM's shared memory feeds at the tensor cores' rate: the 128-row tiles ran the routed
@@ -447,10 +488,11 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uin
   }
 }
 
-template <class T>
+// kSilu: as grouped_gemm_kernel's.
+template <class T, bool kSilu>
 __global__ void __launch_bounds__(kWgThreads, 1)
     grouped_gemm_wgmma_kernel(const T* a, int64_t lda, const void* const* weights, int64_t n,
-                              int64_t k, const int32_t* tiles, float* c, int64_t ldc) {
+                              int64_t k, const int32_t* tiles, void* c, int64_t ldc) {
   pdl_wait();  // first (cuda/launch.h)
   pdl_trigger();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -525,6 +567,27 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   // column 8 j + 2 (lane % 4) + e % 2 of the warpgroup's 64 x 128.
   const int lane = tid & 31, warp = (tid >> 5) & 3;
   const int g = lane >> 2, t = lane & 3;
+  if constexpr (kSilu) {
+    // Columns 32 b .. 32 b + 31 of the tile are a pair block: chunks 4 b, 4 b + 1 its gates,
+    // 4 b + 2, 4 b + 3 their ups (n a multiple of 32: a block is wholly inside n or past it).
+    T* const act = static_cast<T*>(c);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      if ((j & 3) >= 2) continue;
+      const int64_t block_col = col0 + (j >> 2) * 32;
+      if (block_col >= n) continue;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = group * 64 + warp * 16 + g + half * 8;
+        if (r >= rows) continue;
+        const float x = silu_times(acc[4 * j + 2 * half], acc[4 * (j + 2) + 2 * half]);
+        const float y = silu_times(acc[4 * j + 2 * half + 1], acc[4 * (j + 2) + 2 * half + 1]);
+        store_pair(act + (int64_t{first} + r) * ldc + block_col / 2 + (j & 3) * 8 + 2 * t, x, y);
+      }
+    }
+    return;
+  }
+  float* const out_f32 = static_cast<float*>(c);
   const bool pairs_aligned = ldc % 2 == 0;
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
@@ -533,7 +596,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int half = 0; half < 2; ++half) {
       const int r = group * 64 + warp * 16 + g + half * 8;
       if (r >= rows) continue;
-      float* out = c + (int64_t{first} + r) * ldc + col;
+      float* out = out_f32 + (int64_t{first} + r) * ldc + col;
       const float x = acc[4 * j + 2 * half], y = acc[4 * j + 2 * half + 1];
       if (col + 1 < n && pairs_aligned) {
         *reinterpret_cast<float2*>(out) = make_float2(x, y);
@@ -546,30 +609,32 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #endif
 }
 
-// Whether the 128-row tiles run on wgmma: only where PAGEDATTN_MOE_GEMM=wgmma asks for it, until
-// a GPU run has checked it (the tests and the A/B in scripts/gpu-check); unset or "mma": the
-// mma.sync kernel. wgmma needs sm_90a code in this binary and a 9.x device (checked once; else
-// an error that says so), as does any other value.
+// Whether the 128-row tiles run on wgmma: by default where the binary has the kernel's sm_90a
+// code and the device is a 9.x (DeepSeek-V2-Lite prefill on an H100: 1 x 2048 47.3 -> 38.5 ms,
+// 16 x 512 154.6 -> 124.8 ms against the mma.sync kernel, bench/RESULTS.md); mma.sync elsewhere.
+// PAGEDATTN_MOE_GEMM=mma forces the mma.sync kernel, =wgmma the wgmma one (an error where it
+// cannot run); any other value is an error. Decided once per process.
 template <class T>
 bool use_wgmma() {
   static const bool chosen = [] {
     const char* forced = std::getenv("PAGEDATTN_MOE_GEMM");  // ARCHITECTURE.md, "Switches"
     const std::string choice = forced == nullptr ? "" : forced;
-    if (choice.empty() || choice == "mma") return false;
-    if (choice != "wgmma") {
+    if (choice == "mma") return false;
+    if (!choice.empty() && choice != "wgmma") {
       throw_error("PAGEDATTN_MOE_GEMM=" + choice + " (expected mma or wgmma)");
     }
     cudaFuncAttributes attributes{};
     int device = 0, major = 0;
     const bool usable =
-        cudaFuncGetAttributes(&attributes, grouped_gemm_wgmma_kernel<T>) == cudaSuccess &&
+        cudaFuncGetAttributes(&attributes, grouped_gemm_wgmma_kernel<T, false>) == cudaSuccess &&
         attributes.binaryVersion >= 90 && cudaGetDevice(&device) == cudaSuccess &&
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
         major == 9;
-    if (!usable) {
+    cudaGetLastError();  // a failed query (no sm_90 code, another device) leaves nothing behind
+    if (!usable && choice == "wgmma") {
       throw_error("PAGEDATTN_MOE_GEMM=wgmma: needs sm_90a code in this build and a 9.x device");
     }
-    return true;
+    return usable;
   }();
   return chosen;
 }
@@ -588,20 +653,20 @@ void launch_with_smem(dim3 grid, int threads, size_t smem, cudaStream_t stream,
 
 // The grouped GEMM on one dtype: the kernel of the tile height (the 128-row tiles' wgmma kernel
 // where use_wgmma says so).
-template <class T>
+template <class T, bool kSilu>
 void launch_grouped_gemm(int32_t tile_rows, const T* a, int64_t lda, const void* const* weights,
-                         int64_t n, int64_t k, const int32_t* tiles, float* c, int64_t ldc,
+                         int64_t n, int64_t k, const int32_t* tiles, void* c, int64_t ldc,
                          dim3 grid, cudaStream_t stream) {
   using Small = GemmTile<kMoeTileRows>;
   using Large = GemmTile<kMoeLargeTileRows>;
   if (tile_rows == kMoeTileRows) {
-    launch_with_smem<grouped_gemm_kernel<T, kMoeTileRows>>(
+    launch_with_smem<grouped_gemm_kernel<T, kMoeTileRows, kSilu>>(
         grid, Small::kThreads, Small::kSmemBytes, stream, a, lda, weights, n, k, tiles, c, ldc);
   } else if (use_wgmma<T>()) {
-    launch_with_smem<grouped_gemm_wgmma_kernel<T>>(grid, kWgThreads, kWgSmemBytes, stream, a, lda,
-                                                   weights, n, k, tiles, c, ldc);
+    launch_with_smem<grouped_gemm_wgmma_kernel<T, kSilu>>(grid, kWgThreads, kWgSmemBytes, stream, a,
+                                                          lda, weights, n, k, tiles, c, ldc);
   } else {
-    launch_with_smem<grouped_gemm_kernel<T, kMoeLargeTileRows>>(
+    launch_with_smem<grouped_gemm_kernel<T, kMoeLargeTileRows, kSilu>>(
         grid, Large::kThreads, Large::kSmemBytes, stream, a, lda, weights, n, k, tiles, c, ldc);
   }
 }
@@ -679,31 +744,58 @@ void moe_sort_device(const int32_t* expert_ids, int64_t pairs, int32_t top_k, in
   check_launch("moe sort_kernel");
 }
 
-void moe_grouped_gemm(const void* a, int64_t lda, const void* const* weights, DType dtype,
-                      int64_t n, int64_t k, const int32_t* tiles, int64_t max_tiles, float* c,
-                      int64_t ldc, void* stream, int32_t tile_rows) {
-  check_tile_rows("moe_grouped_gemm", tile_rows);
+namespace {
+
+// moe_grouped_gemm and moe_grouped_gemm_silu: the checks they share, then the kernel for the dtype.
+template <bool kSilu>
+void grouped_gemm(const char* what, const void* a, int64_t lda, const void* const* weights,
+                  DType dtype, int64_t n, int64_t k, const int32_t* tiles, int64_t max_tiles,
+                  void* c, int64_t ldc, void* stream, int32_t tile_rows) {
+  check_tile_rows(what, tile_rows);
   if (max_tiles == 0 || n == 0) return;
   if (k % 8 != 0 || lda % 8 != 0 || k < 8) {
-    throw_error("moe_grouped_gemm: k " + std::to_string(k) + ", lda " + std::to_string(lda) +
+    throw_error(std::string(what) + ": k " + std::to_string(k) + ", lda " + std::to_string(lda) +
                 " (expected multiples of 8)");
   }
   if (max_tiles > 65535) {
-    throw_error("moe_grouped_gemm: " + std::to_string(max_tiles) + " tiles (at most 65535)");
+    throw_error(std::string(what) + ": " + std::to_string(max_tiles) + " tiles (at most 65535)");
   }
   const dim3 grid(static_cast<unsigned>((n + kBn - 1) / kBn), static_cast<unsigned>(max_tiles));
   const auto s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kBF16) {
-    launch_grouped_gemm(tile_rows, static_cast<const __nv_bfloat16*>(a), lda, weights, n, k, tiles,
-                        c, ldc, grid, s);
+    launch_grouped_gemm<__nv_bfloat16, kSilu>(tile_rows, static_cast<const __nv_bfloat16*>(a), lda,
+                                              weights, n, k, tiles, c, ldc, grid, s);
   } else if (dtype == DType::kF16) {
-    launch_grouped_gemm(tile_rows, static_cast<const __half*>(a), lda, weights, n, k, tiles, c, ldc,
-                        grid, s);
+    launch_grouped_gemm<__half, kSilu>(tile_rows, static_cast<const __half*>(a), lda, weights, n, k,
+                                       tiles, c, ldc, grid, s);
   } else {
-    throw_error("moe_grouped_gemm: dtype " + std::string(dtype_name(dtype)) +
+    throw_error(std::string(what) + ": dtype " + std::string(dtype_name(dtype)) +
                 " (expected bf16 or f16)");
   }
-  check_launch("moe grouped_gemm_kernel");
+  check_launch(what);
+}
+
+}  // namespace
+
+void moe_grouped_gemm(const void* a, int64_t lda, const void* const* weights, DType dtype,
+                      int64_t n, int64_t k, const int32_t* tiles, int64_t max_tiles, float* c,
+                      int64_t ldc, void* stream, int32_t tile_rows) {
+  grouped_gemm<false>("moe_grouped_gemm", a, lda, weights, dtype, n, k, tiles, max_tiles, c, ldc,
+                      stream, tile_rows);
+}
+
+void moe_grouped_gemm_silu(const void* a, int64_t lda, const void* const* weights, DType dtype,
+                           int64_t n, int64_t k, const int32_t* tiles, int64_t max_tiles, void* act,
+                           int64_t ld_act, void* stream, int32_t tile_rows) {
+  if (n % (2 * kMoePairBlock) != 0 || ld_act % 2 != 0 || ld_act < n / 2 ||
+      reinterpret_cast<uintptr_t>(act) % 4 != 0) {
+    throw_error("moe_grouped_gemm_silu: n " + std::to_string(n) + ", ld_act " +
+                std::to_string(ld_act) + " (expected n a multiple of " +
+                std::to_string(2 * kMoePairBlock) +
+                ", an even ld_act >= n / 2, act 4-byte aligned)");
+  }
+  grouped_gemm<true>("moe_grouped_gemm_silu", a, lda, weights, dtype, n, k, tiles, max_tiles, act,
+                     ld_act, stream, tile_rows);
 }
 
 }  // namespace pagedattn::model::cuda

@@ -13,7 +13,13 @@
 //                      its values do not (every row of the GEMM is computed alone);
 //   moe_grouped_gemm   for each tile, C[rows, N] f32 = A[rows, K] · W_eᵀ with W_e [N, K] the
 //                      expert's weight (a device array of E pointers), bf16 or f16 inputs on
-//                      tensor cores (mma.sync m16n8k16, f32 accumulation), K a multiple of 8.
+//                      tensor cores (mma.sync m16n8k16; the 128-row tiles on wgmma on Hopper;
+//                      f32 accumulation), K a multiple of 8;
+//   moe_grouped_gemm_silu  the same product over gate_up weights whose rows are interleaved in
+//                      blocks of kMoePairBlock gates then their ups, writing act = silu(gate) *
+//                      up in the compute dtype from the epilogue: no f32 [pairs, 2 I] buffer
+//                      written and read again, no silu_mul kernel (DeepSeek-V2-Lite at 8192
+//                      tokens: 553 MB a layer).
 //
 // Two tile heights (moe_tile_rows picks one per step). kMoeTileRows (32) where each expert has
 // few rows (decode): the weights are read once per tile, the step is memory-bound, and short
@@ -39,6 +45,9 @@ inline constexpr int32_t kMoeTileRows = 32;
 inline constexpr int32_t kMoeLargeTileRows = 128;
 inline constexpr int32_t kMoeMaxExperts = 256;  // DeepSeek-V3: 256, V2: 160
 inline constexpr int32_t kMoeMaxGroups = 64;
+// moe_grouped_gemm_silu's weight layout: rows [32 b, 32 b + 16) are gate rows [16 b, 16 b + 16),
+// rows [32 b + 16, 32 b + 32) the matching up rows (interleave_pairs in weights.h builds it).
+inline constexpr int32_t kMoePairBlock = 16;
 
 // Tile-table entries a sort of `pairs` pairs over `experts` experts into tiles of at most
 // `tile_rows` rows may need (launch size).
@@ -71,5 +80,13 @@ void moe_sort_device(const int32_t* expert_ids, int64_t pairs, int32_t top_k, in
 void moe_grouped_gemm(const void* a, int64_t lda, const void* const* weights, DType dtype,
                       int64_t n, int64_t k, const int32_t* tiles, int64_t max_tiles, float* c,
                       int64_t ldc, void* stream, int32_t tile_rows);
+
+// As moe_grouped_gemm, over weights[expert] [n, k] whose rows are interleaved in blocks of
+// kMoePairBlock gates then their ups (n = 2 I, a multiple of 2 kMoePairBlock): rows [first, first
+// + rows) of act (dtype, row stride ld_act, even, >= I; 4-byte aligned) = silu(gate) * up,
+// computed in f32 from the accumulators as silu_mul does.
+void moe_grouped_gemm_silu(const void* a, int64_t lda, const void* const* weights, DType dtype,
+                           int64_t n, int64_t k, const int32_t* tiles, int64_t max_tiles, void* act,
+                           int64_t ld_act, void* stream, int32_t tile_rows);
 
 }  // namespace pagedattn::model::cuda

@@ -7,10 +7,12 @@
 //   x                  C   [T, hidden]     the normed input of a sublayer (x_f32: f32 copy, MoE)
 //   GQA   qkv f32 [T, (Hq + 2 Hkv) D]; q A, attn A [T, Hq, D]; attn_c C (A != C)
 //   MLA   q f32 [T, H (nope + rope)]; qa f32 / qa_c C [T, q_lora]; kv_a f32 [T, rank + rope];
-//         q_nope_c C [T, H, nope]; q_latent f32 [T, H, rank]; q_latent_a A [T, H, rank];
+//         q_nope_c C [T, H, nope]; q_latent A [T, H, rank] (q_latent_f32 f32 staging where A is
+//         neither C nor f32: cuBLAS writes f32 or its input's dtype);
 //         q_pe A [T, H, rope]; o_latent A [T, H, rank]; o_latent_c C; o C [T, H v]
 //   MLP   gate_up f32 [T, 2 I]; act C [T, I] (I the widest dense / shared MLP)
-//   MoE   router_logits f32 [T, E]; expert_x C [T k, hidden]; expert_gate_up f32 [T k, 2 I_e];
+//   MoE   router_logits f32 [T, E]; expert_x C [T k, hidden]; expert_gate_up f32 [T k, 2 I_e] (host
+//   / unfused path);
 //         expert_act C [T k, I_e]; expert_out f32 [T k, hidden]; shared_out f32 [T, hidden];
 //         source_row, position i32 [T k]; route_weight f32 [T k]; expert_ids i32 [T' k] and
 //         moe_tiles i32 [moe_max_tiles(T' k, E, 32), 3] (device routing, T' = min(T,
@@ -74,6 +76,9 @@ struct MoeLayer {
   // The device path (moe.h; compute dtype bf16 / f16, experts without biases): the router's
   // correction bias in f32, and each expert's gate_up / down weight pointers.
   bool device_routing = false;
+  // The experts' gate_up rows interleaved in blocks of kMoePairBlock (moe.h): the grouped GEMM
+  // writes act through its SiLU epilogue, and the host path's silu_mul reads that layout.
+  bool pairs_interleaved = false;
   DeviceBuffer bias_f32, gate_up_weights, down_weights;
   // Host scratch of the routing, reused across steps.
   std::vector<float> logits;
@@ -121,7 +126,8 @@ struct CudaModel::State final : DeviceStep {
   // Activations (see the file comment).
   DeviceBuffer residual, branch, x, x_f32;
   DeviceBuffer qkv, q, attn, attn_c;
-  DeviceBuffer mla_q, qa, qa_c, kv_a, q_nope_c, q_latent, q_latent_a, q_pe, o_latent, o_latent_c, o;
+  DeviceBuffer mla_q, qa, qa_c, kv_a, q_nope_c, q_latent, q_latent_f32, q_pe, o_latent, o_latent_c,
+      o;
   DeviceBuffer gate_up, act;
   DeviceBuffer router_logits, expert_x, expert_gate_up, expert_act, expert_out, shared_out,
       source_row, position, route_weight, expert_ids, moe_tiles;

@@ -95,6 +95,24 @@ DeviceLinear WeightUploader::linear(std::string_view name,
   return result;
 }
 
+void WeightUploader::interleave_pairs(std::string_view name, DeviceMatrix& gate_up, int64_t block) {
+  const int64_t half = gate_up.rows / 2;
+  PA_CHECK(block > 0 && gate_up.rows % 2 == 0 && half % block == 0,
+           "{}: {} rows in pairs of blocks of {} (expected an even row count whose half the block "
+           "divides)",
+           name, gate_up.rows, block);
+  const size_t block_bytes = static_cast<size_t>(block * gate_up.cols * dtype_size(gate_up.dtype));
+  DeviceBuffer interleaved(gate_up.buffer.bytes());
+  const char* source = gate_up.buffer.as<const char>();
+  const size_t half_bytes = static_cast<size_t>(half / block) * block_bytes;
+  for (int part = 0; part < 2; ++part) {  // gates into even blocks, ups into odd ones
+    PA_CUDA_CHECK(cudaMemcpy2D(interleaved.as<char>() + part * block_bytes, 2 * block_bytes,
+                               source + part * half_bytes, block_bytes, block_bytes,
+                               static_cast<size_t>(half / block), cudaMemcpyDeviceToDevice));
+  }
+  gate_up.buffer = std::move(interleaved);
+}
+
 DeviceBuffer WeightUploader::vector(std::string_view name, const TensorView& weight, int64_t size) {
   const std::vector<float> values = ops::detail::weight_vector(name, weight, size);
   return floats(values.data(), size);

@@ -57,6 +57,10 @@ class WeightUploader {
   // The linear layer of stacked checkpoint parts, in the compute dtype; their biases (absent ones
   // read as 0) in f32.
   DeviceLinear linear(std::string_view name, std::initializer_list<const LinearWeights*> parts);
+  // A stacked [gate; up] weight [2 I, in] reordered in place into blocks of `block` gate rows
+  // then their `block` up rows (I a multiple of `block`): the layout of the MoE's fused SiLU
+  // epilogue (moe.h, kMoePairBlock). Two strided device copies; the old buffer is freed.
+  void interleave_pairs(std::string_view name, DeviceMatrix& gate_up, int64_t block);
   // A 1-D weight of `size` elements (any float dtype) as f32.
   DeviceBuffer vector(std::string_view name, const TensorView& weight, int64_t size);
   // Host floats to the device.

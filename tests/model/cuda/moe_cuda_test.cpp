@@ -131,6 +131,18 @@ float round_to(DType dtype, float v) {
                                : __half2float(__float2half_rn(v));
 }
 
+// A raw 16-bit word of `dtype` as a double.
+double bf16_or_half_to_double(DType dtype, uint16_t word) {
+  if (dtype == DType::kBF16) {
+    __nv_bfloat16 b;
+    std::memcpy(&b, &word, 2);
+    return __bfloat162float(b);
+  }
+  __half h;
+  std::memcpy(&h, &word, 2);
+  return __half2float(h);
+}
+
 // Host values in `dtype` as raw 16-bit words.
 std::vector<uint16_t> to_words(DType dtype, const std::vector<float>& values) {
   std::vector<uint16_t> out(values.size());
@@ -168,6 +180,9 @@ struct GemmCase {
   int64_t n, k;
   bool all_to_one;  // every token's first choice is expert 3
   int32_t tile_rows = cuda::kMoeTileRows;
+  // moe_grouped_gemm_silu: the weights' rows read as blocks of 16 gates then 16 ups, the output
+  // act = silu(gate) * up [pairs, n / 2] in the dtype, row stride n / 2 + 2.
+  bool silu = false;
 };
 void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.name; }
 
@@ -218,14 +233,24 @@ TEST_P(MoeGroupedGemm, SortedRowsTimesEachExpertEqualFloat64) {
     pointers.push_back(d_w.back()->data);
   }
   DeviceArray<const void*> d_pointers(pointers);
-  DeviceArray<float> d_out(static_cast<size_t>(pairs * c.n));
+  DeviceArray<float> d_out(c.silu ? 1 : static_cast<size_t>(pairs * c.n));
   ASSERT_EQ(cudaMemset(d_out.data, 0xff, d_out.count * sizeof(float)), cudaSuccess);  // NaN
-  cuda::moe_grouped_gemm(d_sorted.data, c.k, d_pointers.data, c.dtype, c.n, c.k, d_tiles.data,
-                         max_tiles, d_out.data, c.n, nullptr, c.tile_rows);
+  const int64_t half = c.n / 2, ld_act = half + 2;
+  constexpr uint16_t kUnwritten = 0x7fc1;  // a NaN in both 16-bit types
+  DeviceArray<uint16_t> d_act(
+      std::vector<uint16_t>(c.silu ? static_cast<size_t>(pairs * ld_act) : size_t{1}, kUnwritten));
+  if (c.silu) {
+    cuda::moe_grouped_gemm_silu(d_sorted.data, c.k, d_pointers.data, c.dtype, c.n, c.k,
+                                d_tiles.data, max_tiles, d_act.data, ld_act, nullptr, c.tile_rows);
+  } else {
+    cuda::moe_grouped_gemm(d_sorted.data, c.k, d_pointers.data, c.dtype, c.n, c.k, d_tiles.data,
+                           max_tiles, d_out.data, c.n, nullptr, c.tile_rows);
+  }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<int32_t> position = d_position.host(), source = d_source.host(),
                              tiles = d_tiles.host();
   const std::vector<float> out = d_out.host();
+  const std::vector<uint16_t> act = d_act.host();
 
   // The sort: a permutation whose rows hold each pair's token, experts in ascending runs.
   std::vector<int32_t> row_expert(static_cast<size_t>(pairs), -1);
@@ -267,22 +292,47 @@ TEST_P(MoeGroupedGemm, SortedRowsTimesEachExpertEqualFloat64) {
     })) << "no expert ends in a tile less than half full";
   }
 
-  // Every element against float64.
-  int64_t bad = 0;
+  // Every element against float64. A dot product in f32 is within 4 k 2^-24 of the sum of the
+  // terms' magnitudes.
+  const auto dot = [&](int64_t token, int32_t e, int64_t j, double& magnitude) {
+    double sum = 0;
+    magnitude = 0;
+    for (int64_t q = 0; q < c.k; ++q) {
+      const double term = double{x[static_cast<size_t>(token * c.k + q)]} *
+                          w[static_cast<size_t>(e)][static_cast<size_t>(j * c.k + q)];
+      sum += term;
+      magnitude += std::abs(term);
+    }
+    return sum;
+  };
+  const double dot_error = 4.0 * static_cast<double>(c.k) * std::ldexp(1.0, -24);
+  const double ulp = c.dtype == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  int64_t bad = 0, stray = 0;
   double worst = 0;
   for (int64_t p = 0; p < pairs; ++p) {
     const int32_t e = ids[static_cast<size_t>(p)];
     const int64_t token = p / c.top_k, row = position[static_cast<size_t>(p)];
-    for (int64_t j = 0; j < c.n; ++j) {
-      double sum = 0, magnitude = 0;
-      for (int64_t q = 0; q < c.k; ++q) {
-        const double term = double{x[static_cast<size_t>(token * c.k + q)]} *
-                            w[static_cast<size_t>(e)][static_cast<size_t>(j * c.k + q)];
-        sum += term;
-        magnitude += std::abs(term);
+    for (int64_t j = 0; j < (c.silu ? half : c.n); ++j) {
+      double sum = 0, got = 0, bound = 0;
+      if (c.silu) {
+        // act column j = 16 b + i: gate row 32 b + i, up row 32 b + 16 + i. silu's slope is
+        // within 1.1 in magnitude; then one rounding to the dtype (and expf's few ulp).
+        const int64_t gate_row = j / 16 * 32 + j % 16;
+        double gate_magnitude = 0, up_magnitude = 0;
+        const double gate = dot(token, e, gate_row, gate_magnitude);
+        const double up = dot(token, e, gate_row + 16, up_magnitude);
+        const double silu = gate / (1.0 + std::exp(-gate));
+        sum = silu * up;
+        got = bf16_or_half_to_double(c.dtype, act[static_cast<size_t>(row * ld_act + j)]);
+        bound = 1.1 * std::abs(up) * dot_error * gate_magnitude +
+                (std::abs(silu) + dot_error * gate_magnitude) * dot_error * up_magnitude +
+                (ulp + 1e-6) * std::abs(sum) + 1e-30;
+      } else {
+        double magnitude = 0;
+        sum = dot(token, e, j, magnitude);
+        got = out[static_cast<size_t>(row * c.n + j)];
+        bound = dot_error * magnitude;
       }
-      const double got = out[static_cast<size_t>(row * c.n + j)];
-      const double bound = 4.0 * static_cast<double>(c.k) * std::ldexp(1.0, -24) * magnitude;
       const double error = std::abs(got - sum);
       worst = std::max(worst, error / std::max(bound, 1e-300));
       if (!(error <= bound)) {
@@ -294,6 +344,13 @@ TEST_P(MoeGroupedGemm, SortedRowsTimesEachExpertEqualFloat64) {
       }
     }
   }
+  if (c.silu) {  // the two columns past each act row's n / 2 are never written
+    for (int64_t r = 0; r < pairs; ++r) {
+      for (int64_t j = half; j < ld_act; ++j)
+        stray += act[static_cast<size_t>(r * ld_act + j)] != kUnwritten;
+    }
+  }
+  EXPECT_EQ(stray, 0) << c.name << ": act columns past n / 2 written";
   EXPECT_EQ(bad, 0) << c.name << ": elements outside the bound; worst error / bound " << worst;
   fmt::print("{}: {} pairs, {} tiles used, worst error / bound {:.3f}\n", c.name, pairs, used,
              worst);
@@ -317,7 +374,18 @@ INSTANTIATE_TEST_SUITE_P(
         GemmCase{"ragged_n_k_tile128_f16", DType::kF16, 200, 4, 16, 200, 264, false,
                  cuda::kMoeLargeTileRows},
         GemmCase{"all_to_one_tile128_bf16", DType::kBF16, 700, 2, 8, 136, 128, true,
-                 cuda::kMoeLargeTileRows}),
+                 cuda::kMoeLargeTileRows},
+        // The SiLU epilogue (moe_grouped_gemm_silu): DeepSeek-V2-Lite's gate_up at decode (32-row
+        // tiles, bf16) and at prefill (128-row tiles, f16); n 160 (a last 128-column tile with one
+        // pair block and a column past n) with a ragged K, one expert over many tiles.
+        GemmCase{"silu_gate_up_b64_bf16", DType::kBF16, 64, 6, 64, 2816, 2048, false,
+                 cuda::kMoeTileRows, true},
+        GemmCase{"silu_gate_up_t256_tile128_f16", DType::kF16, 256, 6, 64, 2816, 2048, false,
+                 cuda::kMoeLargeTileRows, true},
+        GemmCase{"silu_n160_all_to_one_tile128_bf16", DType::kBF16, 700, 2, 8, 160, 264, true,
+                 cuda::kMoeLargeTileRows, true},
+        GemmCase{"silu_n160_all_to_one_bf16", DType::kBF16, 200, 2, 8, 160, 264, true,
+                 cuda::kMoeTileRows, true}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -240,17 +240,25 @@ TEST(TransformHeadsErrors, NamedOnTheHost) {
 // silu_mul from f32 or bf16 gate_up rows against double, out in bf16: few rows (one group of four
 // columns a thread) and many (four groups), rows of whole float4 groups (vector loads) and of 1001
 // columns (the scalar loop), and an out row stride that is no multiple of 4 (scalar stores); the
-// columns between out's rows are never written.
+// columns between out's rows are never written. pair_block 16 (the MoE experts' interleaved
+// layout: blocks of 16 gates then their 16 ups) on whole float4 groups and with f32 input.
 TEST(SiluMul, Bf16AndF32InputsMatchFloat64) {
   REQUIRE_GPU();
   struct Shape {
-    int64_t rows, width, out_stride;
+    int64_t rows, width, out_stride, pair_block = 0;
   };
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> unit(-6.0f, 6.0f);
-  for (const Shape& shape : {Shape{7, 1000, 1000}, Shape{7, 1001, 1001}, Shape{300, 1000, 1000},
-                             Shape{300, 1001, 1001}, Shape{300, 1000, 1002}}) {
+  for (const Shape& shape :
+       {Shape{7, 1000, 1000}, Shape{7, 1001, 1001}, Shape{300, 1000, 1000}, Shape{300, 1001, 1001},
+        Shape{300, 1000, 1002}, Shape{7, 1408, 1408, 16}, Shape{300, 1408, 1410, 16}}) {
     const int64_t rows = shape.rows, width = shape.width, stride = shape.out_stride;
+    const int64_t block = shape.pair_block;
+    // Where column c's gate and up sit in a row of 2 width.
+    const auto gate_at = [&](int64_t c) {
+      return block == 0 ? c : c / block * 2 * block + c % block;
+    };
+    const int64_t up_offset = block == 0 ? width : block;
     std::vector<float> gate_up(static_cast<size_t>(rows * 2 * width));
     for (float& e : gate_up) e = bf16_to_float(float_to_bf16(unit(rng)));
     std::vector<uint16_t> gate_up16(gate_up.size());
@@ -262,24 +270,36 @@ TEST(SiluMul, Bf16AndF32InputsMatchFloat64) {
           std::vector<uint16_t>(static_cast<size_t>(rows * stride), uint16_t{0x7fc1}));
       const void* src = in == DType::kF32 ? static_cast<const void*>(d32.data)
                                           : static_cast<const void*>(d16.data);
-      cuda::silu_mul(src, in, rows, width, d_out.data, DType::kBF16, stride, nullptr);
+      cuda::silu_mul(src, in, rows, width, d_out.data, DType::kBF16, stride, nullptr, block);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<uint16_t> out = d_out.host();
       int64_t bad = 0, stray = 0;
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < width; ++c) {
-          const double g = gate_up[r * 2 * width + c], u = gate_up[r * 2 * width + width + c];
+          const double g = gate_up[r * 2 * width + gate_at(c)],
+                       u = gate_up[r * 2 * width + gate_at(c) + up_offset];
           const double expected = g / (1.0 + std::exp(-g)) * u;
           const double got = bf16_to_float(out[static_cast<size_t>(r * stride + c)]);
           bad += !(std::abs(got - expected) <= std::ldexp(std::abs(expected), -7) + 1e-6);
         }
         for (int64_t c = width; c < stride; ++c) stray += out[r * stride + c] != 0x7fc1;
       }
-      const std::string what = fmt::format("{} input, {} rows of {} (out stride {})",
-                                           dtype_name(in), rows, width, stride);
+      const std::string what = fmt::format("{} input, {} rows of {} (out stride {}, pair block {})",
+                                           dtype_name(in), rows, width, stride, block);
       EXPECT_EQ(bad, 0) << what;
       EXPECT_EQ(stray, 0) << what << ": columns between out's rows written";
     }
+  }
+}
+
+// A pair block that does not divide the width is refused on the host, before any launch.
+TEST(SiluMul, PairBlockNotDividingTheWidthIsNamed) {
+  try {
+    cuda::silu_mul(nullptr, DType::kF32, 4, 1408, nullptr, DType::kBF16, 1408, nullptr, 24);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pair_block 24 for width 1408"), std::string::npos)
+        << e.what();
   }
 }
 
