@@ -124,6 +124,45 @@ template <class V>
   return x < -87.0f ? 0.0f : poly * scale;
 }
 
+// exp_nonpositive on 8 lanes, step for step (a ymm register with AVX2; the softmax's loop
+// vectorised by hand: GCC leaves a loop that sums into one float scalar, without -ffast-math).
+using Int8 = int32_t __attribute__((vector_size(8 * sizeof(int32_t))));
+[[gnu::always_inline]] inline Chunk8 exp_nonpositive8(const Chunk8& x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;
+  const Chunk8 zero = {};
+  const Int8 tiny = x < -87.0f;
+  const Chunk8 clamped = tiny ? zero - 87.0f : x;
+  const Chunk8 shifted = clamped * kLog2e + kRound;
+  const Chunk8 n = shifted - kRound;
+  const Int8 exponent = std::bit_cast<Int8>(shifted) - std::bit_cast<int32_t>(kRound);
+  const Chunk8 r = (clamped - n * kLn2Hi) - n * kLn2Lo;
+  Chunk8 poly = zero + 1.3981999507e-3f;
+  poly = poly * r + 8.3334519073e-3f;
+  poly = poly * r + 4.1665795894e-2f;
+  poly = poly * r + 1.6666665459e-1f;
+  poly = poly * r + 5.0000001201e-1f;
+  poly = poly * r * r + r + 1.0f;
+  const Int8 scale_bits = (exponent + 127) << 23;
+  const Chunk8 scale = std::bit_cast<Chunk8>(scale_bits);
+  return tiny ? zero : poly * scale;
+}
+[[gnu::always_inline]] inline Chunk8 load8(const float* p) {
+  Chunk8 c;
+  std::memcpy(&c, p, sizeof(c));
+  return c;
+}
+[[gnu::always_inline]] inline float max8(const Chunk8& c) {
+  const Chunk4 a = __builtin_shufflevector(c, c, 0, 1, 2, 3),
+               b = __builtin_shufflevector(c, c, 4, 5, 6, 7);
+  const Chunk4 four = a > b ? a : b;
+  const float x = four[0] > four[2] ? four[0] : four[2];
+  const float y = four[1] > four[3] ? four[1] : four[3];
+  return x > y ? x : y;
+}
+
 // bf16 -> f32 of 16 elements: widen to 32 bits and shift into the high half (exact).
 using Half16 = uint16_t __attribute__((vector_size(kLanes * sizeof(uint16_t))));
 using Half8 = uint16_t __attribute__((vector_size(8 * sizeof(uint16_t))));
@@ -432,16 +471,31 @@ PA_SIMD_CLONES void softmax_block(float* __restrict s, int rows, int n, int s_st
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int r = 0; r < rows; ++r) {
     float* sr = s + static_cast<int64_t>(r) * s_stride;
-    float block_max = kNegInf;
-    for (int j = 0; j < n; ++j) block_max = sr[j] > block_max ? sr[j] : block_max;
+    // Eight lanes at a time (the max is exact in any order), the rest one by one.
+    const Chunk8 zero = {};
+    Chunk8 lanes_max = zero + kNegInf;
+    int j8 = 0;
+    for (; j8 + 8 <= n; j8 += 8) {
+      const Chunk8 x = load8(sr + j8);
+      lanes_max = x > lanes_max ? x : lanes_max;
+    }
+    float block_max = max8(lanes_max);
+    for (int j = j8; j < n; ++j) block_max = sr[j] > block_max ? sr[j] : block_max;
     const float m_new = block_max > m[r] ? block_max : m[r];
     if (m_new == kNegInf) {  // nothing visible yet: p = 0, state unchanged
       for (int j = 0; j < n; ++j) sr[j] = 0.0f;
       alpha[r] = 1.0f;
       continue;
     }
-    float total = 0;
-    for (int j = 0; j < n; ++j) {
+    // p = exp(s - m_new) eight lanes at a time, summed in eight lanes, then the rest.
+    Chunk8 lanes_total = zero;
+    for (int j = 0; j < j8; j += 8) {
+      const Chunk8 p = exp_nonpositive8(load8(sr + j) - m_new);
+      std::memcpy(sr + j, &p, sizeof(p));
+      lanes_total += p;
+    }
+    float total = sum8(lanes_total);
+    for (int j = j8; j < n; ++j) {
       const float p = exp_nonpositive(sr[j] - m_new);
       sr[j] = p;
       total += p;
