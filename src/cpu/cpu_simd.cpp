@@ -103,50 +103,32 @@ template <class V>
 
 // exp(x) for x <= 0 (scores minus their running max) and -inf: Cody-Waite reduction to
 // r in [-ln2/2, ln2/2], degree-6 polynomial, 2^n through the exponent bits. Relative error ~2 ulp;
-// x < -87 (including -inf) gives exactly 0, so masked keys carry no weight.
-[[gnu::always_inline]] inline float exp_nonpositive(float x) {
+// x < -87 (including -inf) gives exactly 0, so masked keys carry no weight. F is float, or Chunk8
+// for eight lanes at once, step for step (the softmax's loop vectorised by hand: GCC leaves a loop
+// that sums into one float scalar without -ffast-math).
+using Int8 = int32_t __attribute__((vector_size(8 * sizeof(int32_t))));
+template <class F>
+using IntLanes = std::conditional_t<std::is_same_v<F, float>, int32_t, Int8>;
+template <class F>
+[[gnu::always_inline]] inline F exp_nonpositive(const F& x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;
   constexpr float kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float clamped = x < -87.0f ? -87.0f : x;
-  const float shifted = clamped * kLog2e + kRound;
-  const float n = shifted - kRound;
-  const int32_t exponent = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRound);
-  const float r = (clamped - n * kLn2Hi) - n * kLn2Lo;
-  float poly = 1.3981999507e-3f;
+  const F zero = {};
+  const auto tiny = x < -87.0f;
+  const F clamped = tiny ? zero - 87.0f : x;
+  const F shifted = clamped * kLog2e + kRound;
+  const F n = shifted - kRound;
+  const IntLanes<F> exponent = std::bit_cast<IntLanes<F>>(shifted) - std::bit_cast<int32_t>(kRound);
+  const F r = (clamped - n * kLn2Hi) - n * kLn2Lo;
+  F poly = zero + 1.3981999507e-3f;
   poly = poly * r + 8.3334519073e-3f;
   poly = poly * r + 4.1665795894e-2f;
   poly = poly * r + 1.6666665459e-1f;
   poly = poly * r + 5.0000001201e-1f;
   poly = poly * r * r + r + 1.0f;
-  const float scale = std::bit_cast<float>((exponent + 127) << 23);
-  return x < -87.0f ? 0.0f : poly * scale;
-}
-
-// exp_nonpositive on 8 lanes, step for step (a ymm register with AVX2; the softmax's loop
-// vectorised by hand: GCC leaves a loop that sums into one float scalar, without -ffast-math).
-using Int8 = int32_t __attribute__((vector_size(8 * sizeof(int32_t))));
-[[gnu::always_inline]] inline Chunk8 exp_nonpositive8(const Chunk8& x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;
-  constexpr float kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;
-  const Chunk8 zero = {};
-  const Int8 tiny = x < -87.0f;
-  const Chunk8 clamped = tiny ? zero - 87.0f : x;
-  const Chunk8 shifted = clamped * kLog2e + kRound;
-  const Chunk8 n = shifted - kRound;
-  const Int8 exponent = std::bit_cast<Int8>(shifted) - std::bit_cast<int32_t>(kRound);
-  const Chunk8 r = (clamped - n * kLn2Hi) - n * kLn2Lo;
-  Chunk8 poly = zero + 1.3981999507e-3f;
-  poly = poly * r + 8.3334519073e-3f;
-  poly = poly * r + 4.1665795894e-2f;
-  poly = poly * r + 1.6666665459e-1f;
-  poly = poly * r + 5.0000001201e-1f;
-  poly = poly * r * r + r + 1.0f;
-  const Int8 scale_bits = (exponent + 127) << 23;
-  const Chunk8 scale = std::bit_cast<Chunk8>(scale_bits);
+  const F scale = std::bit_cast<F>(IntLanes<F>((exponent + 127) << 23));
   return tiny ? zero : poly * scale;
 }
 [[gnu::always_inline]] inline Chunk8 load8(const float* p) {
@@ -490,7 +472,7 @@ PA_SIMD_CLONES void softmax_block(float* __restrict s, int rows, int n, int s_st
     // p = exp(s - m_new) eight lanes at a time, summed in eight lanes, then the rest.
     Chunk8 lanes_total = zero;
     for (int j = 0; j < j8; j += 8) {
-      const Chunk8 p = exp_nonpositive8(load8(sr + j) - m_new);
+      const Chunk8 p = exp_nonpositive(load8(sr + j) - m_new);
       std::memcpy(sr + j, &p, sizeof(p));
       lanes_total += p;
     }

@@ -47,6 +47,18 @@ bool pdl_supported(int device) {
   return known == 2;
 }
 
+bool hopper_code(const void* kernel) {
+  cudaFuncAttributes attributes{};
+  int device = 0, major = 0;
+  const bool available =
+      cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.binaryVersion >= 90 &&
+      cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      major == 9;
+  cudaGetLastError();  // a failed query leaves nothing behind
+  return available;
+}
+
 bool pdl_for_current_device() {
   if (!pdl_enabled()) return false;
   int device = 0;

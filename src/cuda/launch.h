@@ -58,6 +58,12 @@ bool pdl_supported(int device);
 // pdl_supported(current device).
 bool pdl_for_current_device();
 
+// Whether `kernel` (a __global__ function's address) has code of sm_90 or later in this binary and
+// the current device has compute capability 9.x: where the Hopper (wgmma) kernels can run. A
+// failed query is cleared from the thread's CUDA error state. Callers cache the answer (it is
+// fixed for the process on one device).
+bool hopper_code(const void* kernel);
+
 namespace detail {
 
 // At most this many attributes of the caller's own in a launch_kernel(config, ...) call.

@@ -46,19 +46,6 @@ bool mma_forced() {
   return env != nullptr && std::strcmp(env, "mma") == 0;
 }
 
-// Whether `kernel` has code for this process's device of compute capability 9.x (sm_90 or later
-// code in the binary; both fixed for the process).
-bool hopper_code(const void* kernel) {
-  cudaFuncAttributes attributes{};
-  int device = 0, major = 0;
-  const bool available =
-      cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
-      attributes.binaryVersion >= 90 && cudaGetDevice(&device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-      major == 9;
-  cudaGetLastError();  // a failed query leaves nothing behind
-  return available;
-}
 // The warp-specialized kernel (sm_90a code), checked once.
 bool sm90_available() {
   static const bool available =

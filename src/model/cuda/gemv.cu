@@ -31,6 +31,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/launch.h"
+#include "model/cuda/activation.cuh"
 #include "model/cuda/gemv.h"
 
 namespace pagedattn::model::cuda {
@@ -276,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kM>) gemv_kernel(const Ke
       gate += a.bias[gate_row];
       up += a.bias[up_row];
     }
-    a.act[i * a.ld_act + gate_row] = from_float<T>(gate / (1.0f + expf(-gate)) * up);  // silu_mul's
+    a.act[i * a.ld_act + gate_row] = from_float<T>(silu_times(gate, up));
   }
 }
 

@@ -18,6 +18,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/launch.h"
+#include "model/cuda/activation.cuh"
 #include "model/cuda/kernels.h"
 
 namespace pagedattn::model::cuda {
@@ -536,7 +537,6 @@ __global__ void __launch_bounds__(kBlock)
   Out* o = out + r * out_stride;
   const int64_t first = (int64_t{blockIdx.y} * kBlock * kGroups + threadIdx.x) * 4;
   if (first >= width) return;
-  const auto silu_times = [](float gate, float up) { return gate / (1.0f + expf(-gate)) * up; };
   if (width % 4 == 0 && pair_block % 4 == 0 && aligned(gate_up, 4 * sizeof(In))) {
     const bool vector_out = aligned(out, 4 * sizeof(Out)) && out_stride % 4 == 0;
     float gv[kGroups][4], uv[kGroups][4];

@@ -14,6 +14,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/launch.h"
 #include "cuda/prefill/wgmma.cuh"
+#include "model/cuda/activation.cuh"
 #include "model/cuda/moe.h"
 
 namespace pagedattn::model::cuda {
@@ -307,11 +308,6 @@ __device__ __forceinline__ bool tile_work(const int32_t* tiles, const void* cons
   work.col0 = int64_t{blockIdx.x} * kBn;
   work.w = static_cast<const T*>(weights[expert]);
   return true;
-}
-
-// The epilogue's SiLU pair (kSilu): silu(gate) * up in f32, silu_mul_kernel's formula.
-__device__ __forceinline__ float silu_times(float gate, float up) {
-  return gate / (1.0f + expf(-gate)) * up;
 }
 
 // Two adjacent outputs of 16-bit T as one 32-bit store (the column even, the row stride even).
@@ -623,14 +619,8 @@ bool use_wgmma() {
     if (!choice.empty() && choice != "wgmma") {
       throw_error("PAGEDATTN_MOE_GEMM=" + choice + " (expected mma or wgmma)");
     }
-    cudaFuncAttributes attributes{};
-    int device = 0, major = 0;
-    const bool usable =
-        cudaFuncGetAttributes(&attributes, grouped_gemm_wgmma_kernel<T, false>) == cudaSuccess &&
-        attributes.binaryVersion >= 90 && cudaGetDevice(&device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-        major == 9;
-    cudaGetLastError();  // a failed query (no sm_90 code, another device) leaves nothing behind
+    const bool usable = ::pagedattn::cuda::hopper_code(
+        reinterpret_cast<const void*>(grouped_gemm_wgmma_kernel<T, false>));
     if (!usable && choice == "wgmma") {
       throw_error("PAGEDATTN_MOE_GEMM=wgmma: needs sm_90a code in this build and a 9.x device");
     }

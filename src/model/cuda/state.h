@@ -11,9 +11,9 @@
 //         neither C nor f32: cuBLAS writes f32 or its input's dtype);
 //         q_pe A [T, H, rope]; o_latent A [T, H, rank]; o_latent_c C; o C [T, H v]
 //   MLP   gate_up f32 [T, 2 I]; act C [T, I] (I the widest dense / shared MLP)
-//   MoE   router_logits f32 [T, E]; expert_x C [T k, hidden]; expert_gate_up f32 [T k, 2 I_e] (host
-//   / unfused path);
-//         expert_act C [T k, I_e]; expert_out f32 [T k, hidden]; shared_out f32 [T, hidden];
+//   MoE   router_logits f32 [T, E]; expert_x C [T k, hidden]; expert_gate_up f32 [T k, 2 I_e]
+//         (the host and unfused paths only); expert_act C [T k, I_e]; expert_out f32 [T k,
+//         hidden]; shared_out f32 [T, hidden];
 //         source_row, position i32 [T k]; route_weight f32 [T k]; expert_ids i32 [T' k] and
 //         moe_tiles i32 [moe_max_tiles(T' k, E, 32), 3] (device routing, T' = min(T,
 //         device_moe_max_tokens()))
