@@ -383,10 +383,12 @@ TEST(CudaMla, WithoutMaxQLenHint) {
   }
 }
 
-// The other kernel where the default ones run, over heads, page sizes, speculative rows, extend,
+// The other kernels where the default ones run, over heads, page sizes, speculative rows, extend,
 // split and peaked logits: PAGEDATTN_MLA_KERNEL=mma, the general mma.sync kernel (the sm_80 path,
 // which the Hopper test machine does not take on its own) on the bf16 blocks that the
-// warp-specialized wgmma kernel (64 rows) and the read-bound kernel (16 rows) take otherwise.
+// warp-specialized wgmma kernel (64 rows) and the read-bound kernel (16 rows) take otherwise;
+// PAGEDATTN_MLA_KERNEL=seesaw, the two-sided wgmma kernel (opt-in), on the 64-row blocks (odd
+// and even tile counts, a last tile cut short, P 1 / 16 / 64, split requests).
 struct OtherKernel {
   const char* label;
   std::vector<std::pair<const char*, const char*>> env;
@@ -417,7 +419,9 @@ TEST_P(CudaMlaOtherKernel, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaMlaOtherKernel,
-                         ::testing::Values(OtherKernel{"mma", {{"PAGEDATTN_MLA_KERNEL", "mma"}}}),
+                         ::testing::Values(OtherKernel{"mma", {{"PAGEDATTN_MLA_KERNEL", "mma"}}},
+                                           OtherKernel{"seesaw",
+                                                       {{"PAGEDATTN_MLA_KERNEL", "seesaw"}}}),
                          [](const auto& info) { return std::string(info.param.label); });
 
 // Clusters of the H <= 16 kernel (C CTAs share a request's chunk and combine in distributed shared

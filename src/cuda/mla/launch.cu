@@ -10,7 +10,9 @@
 //   everything else (fp8 caches, sm_80): the general mma.sync kernel (kernel.cuh, templated on the
 //     row block).
 // PAGEDATTN_MLA_KERNEL=mma forces the general kernel on bf16 too: the sm_80 path, tested on the
-// Hopper test machine (tests/cuda/mla_test.cpp, CudaMlaOtherKernel). Every PAGEDATTN_* switch is
+// Hopper test machine (tests/cuda/mla_test.cpp, CudaMlaOtherKernel); PAGEDATTN_MLA_KERNEL=seesaw
+// runs the two-sided kernel (kernel_sm90_seesaw.cuh) where the warp-specialized one would: opt-in
+// until it leads on every row (bench/RESULTS.md, under the MLA table). Every PAGEDATTN_* switch is
 // listed in ARCHITECTURE.md ("Switches"). Every kernel goes through launch_kernel (cuda/launch.h):
 // programmatic dependent launch on 9.x devices, beside the cluster dimension where there is one.
 #include <cuda_runtime.h>
@@ -23,6 +25,7 @@
 #include "cuda/launch.h"
 #include "cuda/mla/config.h"
 #include "cuda/mla/kernel.cuh"
+#include "cuda/mla/kernel_sm90_seesaw.cuh"
 #include "cuda/mla/kernel_sm90_ws.cuh"
 #include "cuda/mla/kernel_small.cuh"
 
@@ -40,11 +43,13 @@ void launch_mma(const MlaParams& params, int grid_items, int row_blocks, cudaStr
   check_launch("mla_kernel");
 }
 
-// PAGEDATTN_MLA_KERNEL=mma (ARCHITECTURE.md, "Switches"): read per call, so tests can switch.
-bool mma_forced() {
+// PAGEDATTN_MLA_KERNEL=mma|seesaw (ARCHITECTURE.md, "Switches"): read per call, so tests can
+// switch.
+bool kernel_forced(const char* name) {
   const char* env = std::getenv("PAGEDATTN_MLA_KERNEL");
-  return env != nullptr && std::strcmp(env, "mma") == 0;
+  return env != nullptr && std::strcmp(env, name) == 0;
 }
+bool mma_forced() { return kernel_forced("mma"); }
 
 // The warp-specialized kernel (sm_90a code), checked once.
 bool sm90_available() {
@@ -100,6 +105,17 @@ void launch_sm90_ws(const MlaParams& params, int grid_items, int row_blocks,
   launch_kernel(sm90ws::mla_kernel_sm90_ws, dim3(row_blocks, grid_items), sm90ws::Ws::kThreads,
                 sm90ws::Ws::kSmemBytes, stream, params);
   check_launch("mla_kernel_sm90_ws");
+}
+
+void launch_sm90_seesaw(const MlaParams& params, int grid_items, int row_blocks,
+                        cudaStream_t stream) {
+  static const cudaError_t attribute_status =
+      cudaFuncSetAttribute(seesaw::mla_kernel_sm90_seesaw,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, seesaw::Layout::kSmemBytes);
+  PA_CUDA_CHECK(attribute_status);
+  launch_kernel(seesaw::mla_kernel_sm90_seesaw, dim3(row_blocks, grid_items),
+                seesaw::Layout::kThreads, seesaw::Layout::kSmemBytes, stream, params);
+  check_launch("mla_kernel_sm90_seesaw");
 }
 
 }  // namespace
@@ -159,7 +175,11 @@ void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_i
     // One row block per CTA, all of them in grid.x (up to 2^31 - 1 blocks: no loop needed). The
     // two-warpgroup kernel that took grids past 65535 row blocks lost to this one 1.22-1.25x
     // everywhere measured and is retired (bench/RESULTS.md, "Tried and retired").
-    launch_sm90_ws(params, grid_items, row_blocks, cuda_stream);
+    if (kernel_forced("seesaw")) {
+      launch_sm90_seesaw(params, grid_items, row_blocks, cuda_stream);
+    } else {
+      launch_sm90_ws(params, grid_items, row_blocks, cuda_stream);
+    }
   } else {
     launch_mma<__nv_bfloat16, 64>(params, grid_items, grid_rows, cuda_stream);
   }
