@@ -527,6 +527,17 @@ TEST(CudaGuardMla, DecodeEveryKernel) {
   check_mutation(mla_spec(OpKind::kMlaDecode, 16, DType::kFP8E4M3), page_id(2, 100, true));
 }
 
+// The opt-in two-sided H 128 kernel (PAGEDATTN_MLA_KERNEL=seesaw): its gather warpgroup meets the
+// bad id; the math warpgroups write the block's rows as 0 / -inf (poisoned partials where split).
+TEST(CudaGuardMla, DecodeTwoSidedKernel) {
+  PA_REQUIRE_GPU();
+  const ScopedEnv force("PAGEDATTN_MLA_KERNEL", "seesaw");
+  for (const Mutation& m : {page_id(2, 100, false), page_id(2, 100, true), kv_indptr_decreasing(2),
+                            kv_indptr_past_indices(5), last_page_len(2, 0)}) {
+    check_mutation(mla_spec(OpKind::kMlaDecode, 128, DType::kBF16), m);
+  }
+}
+
 TEST(CudaGuardMla, DecodeInClusters) {
   PA_REQUIRE_GPU();
   // SMs / 2 short requests: two CTAs per request, a cluster of 2 where the H 16 kernel takes
