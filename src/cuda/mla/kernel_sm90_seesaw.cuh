@@ -350,6 +350,26 @@ __global__ void __launch_bounds__(Layout::kThreads, 1)
   auto row_of = [&](int h) { return warp * 16 + (lane >> 2) + 8 * h; };
   auto v_desc = [&](int t) { return descriptor(stage_of(t) + v_half, L::kBlockBytes, 1024); };
 
+  // O += P V_side of tile t as one wgmma group (committed, not waited for): P from registers (this
+  // side's own S) or from the P buffer (the other side's).
+  auto pv_from_registers = [&](const uint32_t(&pa)[4][4], int t) {
+    const uint64_t vd = v_desc(t);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) rs_m64n256k16_bf16(o, pa[kk], vd + ((kk * 16 * 128) >> 4));
+    wgmma_commit();
+  };
+  auto pv_from_buffer = [&](int t) {
+    const uint64_t vd = v_desc(t);
+    const uint64_t p_desc = p_descriptor();
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      ss_m64n256k16_bf16(o, p_desc + ((kk * 32) >> 4), vd + ((kk * 16 * 128) >> 4));
+    }
+    wgmma_commit();
+  };
+
   // ---------- left: S0, P0 V0_L, P0 a1 -> right, P1 V1_L ----------
   auto left_pair = [&](int t0) {
     const int t1 = t0 + 1;
@@ -369,13 +389,7 @@ __global__ void __launch_bounds__(Layout::kThreads, 1)
     rescale_o(a0);
     uint32_t pa[4][4];
     pack_p<__nv_bfloat16, kN>(s, pa);
-    {
-      const uint64_t vd = v_desc(t0);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) rs_m64n256k16_bf16(o, pa[kk], vd + ((kk * 16 * 128) >> 4));
-      wgmma_commit();
-    }
+    pv_from_registers(pa, t0);
     if (has1) {
       mbarrier_wait(bar_exchange + 8 * kXm1, (t0 >> 1) & 1);
 #pragma unroll
@@ -400,14 +414,7 @@ __global__ void __launch_bounds__(Layout::kThreads, 1)
     rescale_o(a1);
     if (has1) {
       mbarrier_wait(bar_exchange + 8 * kXp1, (t0 >> 1) & 1);
-      const uint64_t vd = v_desc(t1);
-      const uint64_t p_desc = p_descriptor();
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        ss_m64n256k16_bf16(o, p_desc + ((kk * 32) >> 4), vd + ((kk * 16 * 128) >> 4));
-      }
-      wgmma_commit();
+      pv_from_buffer(t1);
       wgmma_wait<0>();
       fence_registers(o);
       mbarrier_arrive(empty(t1, L::kGroupLeft));
@@ -451,24 +458,11 @@ __global__ void __launch_bounds__(Layout::kThreads, 1)
     uint32_t pa[4][4];
     if (has1) {
       pack_p<__nv_bfloat16, kN>(s, pa);
-      const uint64_t vd = v_desc(t1);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) rs_m64n256k16_bf16(o, pa[kk], vd + ((kk * 16 * 128) >> 4));
-      wgmma_commit();
+      pv_from_registers(pa, t1);
     }
     mbarrier_wait(bar_exchange + 8 * kXp0, (t0 >> 1) & 1);
     fence_proxy_async();
-    {
-      const uint64_t vd = v_desc(t0);
-      const uint64_t p_desc = p_descriptor();
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        ss_m64n256k16_bf16(o, p_desc + ((kk * 32) >> 4), vd + ((kk * 16 * 128) >> 4));
-      }
-      wgmma_commit();
-    }
+    pv_from_buffer(t0);
     if (has1) {
       wgmma_wait<1>();  // P1 V1_R (groups complete in order)
       mbarrier_arrive(empty(t1, L::kGroupRight));
