@@ -215,16 +215,26 @@ __device__ __forceinline__ void token_offsets(const MlaParams& p, const int32_t*
 // running sum move on, and alpha is the rescale of O. In three phases, which the warp-specialized
 // kernel interleaves with its wgmma issue; online_softmax runs them in a row.
 //
-// Phase 1: this thread's row maxima, scaled (scale_log2 > 0 keeps the order).
-__device__ __forceinline__ void softmax_local_max(const float (&s)[16], float scale_log2,
+// Phase 1: this thread's row maxima, scaled (scale_log2 > 0 keeps the order). kN 16 (32 keys) or
+// 32 (64 keys: the two-sided kernel's tiles), the same layout.
+template <int kN>
+__device__ __forceinline__ void softmax_local_max(const float (&s)[kN], float scale_log2,
                                                   float (&m)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float x = s[2 * h];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    for (int j = 0; j < kN / 4; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
     m[h] = x * scale_log2;
   }
+}
+// A row's maximum over the lane quad (this thread's `m` from phase 1), and the reference that
+// follows `from`: the maximum where it passes `from` by more than the slack, else `from`.
+__device__ __forceinline__ float quad_reference(float m, float from) {
+  float x = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  if (!(x > from + kRescaleSlack)) x = from;
+  return x;
 }
 // Phase 2: the rows' maxima over the quad; a reference max moves only where it is passed by more
 // than the slack. m_use is the max P is taken against, alpha the rescale of O and of the sum.
@@ -234,9 +244,7 @@ __device__ __forceinline__ bool softmax_move_reference(const float (&m)[2], floa
   bool moved = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float x = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 1));
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-    if (!(x > row_max[h] + kRescaleSlack)) x = row_max[h];
+    const float x = quad_reference(m[h], row_max[h]);
     m_use[h] = x == -INFINITY ? 0.0f : x;  // nothing seen yet
     alpha[h] = fast_exp2(row_max[h] - m_use[h]);
     moved |= x != row_max[h];

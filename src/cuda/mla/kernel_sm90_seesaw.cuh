@@ -79,10 +79,9 @@ struct Layout {
 };
 
 // Named barriers (0 is __syncthreads): between the math warpgroups (256 threads) ...
-inline constexpr int kBarQ = 1;    // Q landed (every math thread's copies)
-inline constexpr int kBarSum = 2;  // both row sums written
-// ... and of the whole CTA: every gather issued (s_bad_page final).
-inline constexpr int kBarEnd = 3;
+inline constexpr int kBarQ = 1;  // Q landed (every math thread's copies)
+// ... and of the whole CTA: every gather issued (s_bad_page final), both row sums written.
+inline constexpr int kBarEnd = 2;
 // The exchanges of a pair, mbarriers of 128 arrivals (every thread of the side that writes),
 // phase = pair % 2: m0 (left -> right), m1 (right -> left), P0 and P1 in the P buffer.
 inline constexpr int kXm0 = 0, kXm1 = 1, kXp0 = 2, kXp1 = 3;
@@ -290,18 +289,13 @@ __global__ void __launch_bounds__(Layout::kThreads, 1)
       }
     }
   };
-  // The reference after tile S (log2 units): moves to the rows' new max only past the slack.
+  // The reference after tile S (log2 units): moves to the rows' new max only past the slack
+  // (kernel.cuh's phases 1 and 2).
   auto new_reference = [&](const float(&s)[32], const float(&from)[2], float(&to)[2]) {
+    float m[2];
+    softmax_local_max(s, scale_log2, m);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float x = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) x = fmaxf(x, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-      x *= scale_log2;
-      x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-      x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-      to[h] = x > from[h] + kRescaleSlack ? x : from[h];
-    }
+    for (int h = 0; h < 2; ++h) to[h] = quad_reference(m[h], from[h]);
   };
   auto use_of = [](float m) { return m == -INFINITY ? 0.0f : m; };  // nothing seen yet
   // P = 2^(S scale - m_use) in place; returns nothing, adds the rows' sums into `add`.
@@ -491,8 +485,8 @@ __global__ void __launch_bounds__(Layout::kThreads, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) s_sum[side * L::kRows + row_of(h)] = sum[h];
   }
-  named_barrier_sync(kBarSum, 256);
-  named_barrier_sync(kBarEnd, L::kThreads);  // every gather issued: s_bad_page is final
+  // Every gather issued (s_bad_page final) and both sides' sums written.
+  named_barrier_sync(kBarEnd, L::kThreads);
   const bool bad_page = *s_bad_page != 0;
   if (bad_page) {
 #pragma unroll

@@ -43,13 +43,16 @@ void launch_mma(const MlaParams& params, int grid_items, int row_blocks, cudaStr
   check_launch("mla_kernel");
 }
 
-// PAGEDATTN_MLA_KERNEL=mma|seesaw (ARCHITECTURE.md, "Switches"): read per call, so tests can
-// switch.
-bool kernel_forced(const char* name) {
+// PAGEDATTN_MLA_KERNEL=mma|seesaw (ARCHITECTURE.md, "Switches"): read once per call, so tests
+// can switch.
+enum class Forced { kNone, kMma, kSeesaw };
+Forced forced_kernel() {
   const char* env = std::getenv("PAGEDATTN_MLA_KERNEL");
-  return env != nullptr && std::strcmp(env, name) == 0;
+  if (env == nullptr) return Forced::kNone;
+  if (std::strcmp(env, "mma") == 0) return Forced::kMma;
+  if (std::strcmp(env, "seesaw") == 0) return Forced::kSeesaw;
+  return Forced::kNone;
 }
-bool mma_forced() { return kernel_forced("mma"); }
 
 // The warp-specialized kernel (sm_90a code), checked once.
 bool sm90_available() {
@@ -127,7 +130,7 @@ void launch_sm90_seesaw(const MlaParams& params, int grid_items, int row_blocks,
 constexpr int kDefaultClusterLimit = 2;
 
 int mla_cluster_limit(bool fp8_kv) {
-  if (fp8_kv || mma_forced() || !small_clusters_available()) return 1;
+  if (fp8_kv || forced_kernel() == Forced::kMma || !small_clusters_available()) return 1;
   // PAGEDATTN_MLA_CLUSTER=N (ARCHITECTURE.md, "Switches"): read per call, so tests can switch.
   const char* env = std::getenv("PAGEDATTN_MLA_CLUSTER");
   if (env == nullptr || *env == '\0') return kDefaultClusterLimit;
@@ -158,7 +161,8 @@ void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_i
   // The rule (see the file comment): fp8 or PAGEDATTN_MLA_KERNEL=mma -> mma.sync; else 16-row
   // blocks -> the read-bound kernel, 64-row blocks -> the warp-specialized kernel where its sm_90a
   // code runs, mma.sync elsewhere (sm_80).
-  const bool general = fp8_kv || mma_forced();
+  const Forced forced = forced_kernel();
+  const bool general = fp8_kv || forced == Forced::kMma;
   if (block_rows == 16) {
     if (params.cluster > 1) {  // planned for the H <= 16 kernel (mla_cluster_limit)
       launch_small(params, grid_items, grid_rows, cuda_stream);
@@ -175,7 +179,7 @@ void launch_mla(const MlaParams& params, bool fp8_kv, int block_rows, int grid_i
     // One row block per CTA, all of them in grid.x (up to 2^31 - 1 blocks: no loop needed). The
     // two-warpgroup kernel that took grids past 65535 row blocks lost to this one 1.22-1.25x
     // everywhere measured and is retired (bench/RESULTS.md, "Tried and retired").
-    if (kernel_forced("seesaw")) {
+    if (forced == Forced::kSeesaw) {
       launch_sm90_seesaw(params, grid_items, row_blocks, cuda_stream);
     } else {
       launch_sm90_ws(params, grid_items, row_blocks, cuda_stream);
