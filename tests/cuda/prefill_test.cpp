@@ -330,6 +330,51 @@ TEST(CudaPrefill, LongRequestManyTiles) {
   check_case(spec);
 }
 
+// The output as a view into a wider buffer (an engine writing attention into a slice): heads
+// padded by 8 elements (each row still 16-byte aligned: the warp-specialized kernel's bulk copies
+// out of shared memory) and by 1 (unaligned: its per-element stores), tokens by three more heads;
+// every element against the float64 reference, and every element between the rows left as the
+// poison put it (no copy runs past its row).
+TEST(CudaPrefill, StridedOutput) {
+  SKIP_WITHOUT_GPU();
+  CaseSpec spec = base_spec();
+  spec.kv_lens = {300, 133};
+  spec.q_lens = {200, 133};
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (PAGEDATTN_TEST_SEED)");
+  const AttentionCase c(spec, seed);
+  std::vector<double> ref_lse;
+  const std::vector<double> ref = testing::reference_prefill(c.prefill_args(), &ref_lse);
+  const int64_t tokens = c.prefill_args().out.size(0), heads = spec.num_qo_heads;
+  const int64_t dim = spec.head_dim_vo;
+  for (const int64_t pad : {8, 1}) {
+    SCOPED_TRACE("head stride " + std::to_string(dim + pad));
+    const int64_t head_stride = dim + pad, token_stride = (heads + 3) * head_stride;
+    HostTensor wide(spec.q_dtype, {tokens * token_stride});
+    PrefillArgs args = c.prefill_args();
+    args.out.data = wide.view().data;
+    args.out.strides[0] = token_stride;
+    args.out.strides[1] = head_stride;
+    args.out.strides[2] = 1;
+    for (const std::string& kernel : kKernelList) {
+      SCOPED_TRACE("kernel " + (kernel.empty() ? std::string("default") : kernel));
+      const Result gpu = run_gpu_args(args, kernel.c_str());
+      EXPECT_EQ(testing::compare(gpu.out, ref, testing::tolerance_for(spec.q_dtype), "out"), "");
+      EXPECT_EQ(testing::compare(gpu.lse, ref_lse, kLseTolerance, "lse"), "");
+      // The copied-back extent: every 16-bit element outside the rows still 0xffff.
+      const auto* bits = static_cast<const uint16_t*>(wide.view().data);
+      const int64_t extent = (tokens - 1) * token_stride + (heads - 1) * head_stride + dim;
+      int64_t touched = 0;
+      for (int64_t i = 0; i < extent; ++i) {
+        const int64_t in_token = i % token_stride;
+        const bool in_row = in_token < heads * head_stride && in_token % head_stride < dim;
+        if (!in_row && bits[i] != 0xffffu) ++touched;
+      }
+      EXPECT_EQ(touched, 0) << "elements written between the output rows";
+    }
+  }
+}
+
 TEST(CudaPrefill, HndLayoutAndLargeAllocationPages) {
   SKIP_WITHOUT_GPU();
   CaseSpec spec = base_spec();

@@ -167,13 +167,21 @@ __device__ __forceinline__ bool softmax_tile(const PrefillParams& p, float (&s)[
   const bool needs_mask = n0 + kBlockN > hi || (p.causal && n0 + kBlockN - 1 > first_pos) ||
                           (p.window_left >= 0 && n0 < last_pos - p.window_left);
   if (needs_mask) {
+    // Element i holds key n0 + 2 (lane % 4) + c, c = 8 (i / 4) + i % 2, of row h = (i / 2) % 2:
+    // visible when c lies in [lo[h], hi[h]], the row's first and last visible keys less the
+    // thread's first key (two compares an element, against constants).
+    const int key0 = n0 + 2 * (lane & 3);
+    int lo[2], hi[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      hi[h] = (p.causal ? min(key_end - 1, row_pos[h]) : key_end - 1) - key0;
+      lo[h] = p.window_left >= 0 ? row_pos[h] - p.window_left - key0 : 0;
+    }
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
-      const int key = n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
-      const int pos = row_pos[(i >> 1) & 1];
-      const bool visible = key < key_end && (!p.causal || key <= pos) &&
-                           (p.window_left < 0 || key >= pos - p.window_left);
-      if (!visible) s[i] = -INFINITY;
+      const int c = (i >> 2) * 8 + (i & 1);
+      const int h = (i >> 1) & 1;
+      if (c > hi[h] || c < lo[h]) s[i] = -INFINITY;
     }
   }
   bool moved = false;

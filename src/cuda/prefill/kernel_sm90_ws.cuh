@@ -21,12 +21,12 @@
 // v_full[s] (128, cp.async.mbarrier.arrive as each gatherer's copies land), k_empty[s],
 // v_empty[s] (256: every math thread once its product that read the stage has completed), q_empty
 // (256: every math thread once the unit's last S has completed), unit[2] (128: the gatherers are
-// done with a unit's page ids, so its page-fault slot is final), fetch_full[2] (1: thread 0 wrote
-// the next unit) and fetch_empty[2] (384: every thread read it). Named barriers: 1 (the
-// gatherers, 128: a tile's offsets written), 2 and 3 (the turns, 256).
+// done with a unit's page ids, so its page-fault slot is final), fetch_full[2] (1: thread 0
+// wrote the next unit and its work) and fetch_empty[2] (384: every thread read it). Named
+// barriers: 1 (the gatherers, 128: a tile's offsets written), 2 and 3 (the turns, 256).
 // Shared memory: Q [128 x D], K and V [2 stages][128 x D] (wgmma's 128-byte swizzle, as in
-// kernel_sm90.cuh), the offsets of two tiles, the barriers: 165 KiB at D = 128; one CTA per SM
-// (the registers: 384 threads x 168).
+// kernel_sm90.cuh), the offsets of two tiles, the output's staging rows, the barriers: 199 KiB at
+// D = 128; one CTA per SM (the registers: 384 threads x 168).
 // A page id outside the pool (key_offsets) sets the unit's page-fault slot; the math warpgroups
 // then write the unit's rows as 0 / -inf (a poisoned partial when split), as kernel.cuh.
 #pragma once
@@ -51,7 +51,11 @@ struct WsConfig {
   static constexpr int kK = kQ + kTileBytes;
   static constexpr int kV = kK + kStages * kTileBytes;
   static constexpr int kOffsets = kV + kStages * kTileBytes;  // int64 [stage][K | V][kBlockN]
-  static constexpr int kBars = kOffsets + kStages * 2 * kBlockN * 8;
+  // The output's staging rows (write_rows_staged): 16 rows a math warp, 2 x D bytes each at a
+  // pitch of 2 x D + 16 (stmatrix's eight rows then fall in eight distinct bank groups).
+  static constexpr int kOutPitch = 2 * kHeadDim + 16;
+  static constexpr int kOut = kOffsets + kStages * 2 * kBlockN * 8;
+  static constexpr int kBars = kOut + kBlockM * kOutPitch;
   // q_full, k_full, v_full, k_empty, v_empty, q_empty, a unit's page-fault slot (2), the fetched
   // unit's slot full (2) and empty (2)
   static constexpr int kNumBars = 1 + 4 * kStages + 1 + 2 + 4;
@@ -65,8 +69,8 @@ struct WsConfig {
 };
 
 // Work unit `unit` (a query tile of a request and a KV head: a CTA's whole work when the grid
-// has a CTA per unit), as each role finds it on its own (find_tile_warp, then tile_work: the same
-// values in every thread); false past the last tile.
+// has a CTA per unit), as one warp finds it (find_tile_warp, then tile_work: the same values in
+// every lane); false past the last tile.
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ bool ws_unit(const PrefillParams& p, int unit, TileWork& u) {
   int request = 0, tile = 0;
@@ -75,16 +79,87 @@ __device__ __forceinline__ bool ws_unit(const PrefillParams& p, int unit, TileWo
   return true;
 }
 
+// A math warp's 16 rows of O / l to out (and lse) through shared memory, for a unit with no KV
+// split, no bad page and an output whose rows are 16-byte aligned (the caller's check): the rows
+// packed to T go into the warp's staging rows with stmatrix (four 8 x 8 blocks an instruction,
+// the accumulators' own layout), then lanes 0..15 each copy a row out with one bulk copy
+// (cp.async.bulk, 2 x D bytes) that runs on while the warp starts its next unit. Before the
+// staging is written again, the warp's copies of the unit before have read it (wait_group.read).
+// The same values as write_rows (kernel_sm90.cuh), in a quarter of the instructions.
+template <class T, int kD>
+__device__ __forceinline__ void write_rows_staged(const PrefillParams& p, const float (&o)[kD / 2],
+                                                  const float (&row_sum)[2],
+                                                  const float (&row_max)[2], int wg_row0,
+                                                  int num_rows, int q_begin, int kv_head,
+                                                  uint32_t staging, int pitch) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int lane = static_cast<int>(threadIdx.x & 31),
+            warp = static_cast<int>(threadIdx.x >> 5) & 3;
+  const int g = p.group_size;
+  float l[2], inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] = row_sum[h];
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+  }
+  if (lane < 16) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  __syncwarp();
+  // Block pair j, j + 1 (8 columns each): matrices rows 0-7 / 8-15 of block j, then of j + 1;
+  // lanes 8 m .. 8 m + 7 give matrix m's row addresses.
+  const int m = lane >> 3;
+  const uint32_t row_addr = staging + static_cast<uint32_t>(((lane & 7) + 8 * (m & 1)) * pitch);
+#pragma unroll
+  for (int j = 0; j < kD / 8; j += 2) {
+    const uint32_t r0 = Mma<T>::pack(o[4 * j] * inv[0], o[4 * j + 1] * inv[0]);
+    const uint32_t r1 = Mma<T>::pack(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1]);
+    const uint32_t r2 = Mma<T>::pack(o[4 * j + 4] * inv[0], o[4 * j + 5] * inv[0]);
+    const uint32_t r3 = Mma<T>::pack(o[4 * j + 6] * inv[1], o[4 * j + 7] * inv[1]);
+    const uint32_t addr = row_addr + static_cast<uint32_t>((j + (m >> 1)) * 16);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to the bulk copies
+  __syncwarp();
+  if (lane < 16) {
+    const int row = wg_row0 + warp * 16 + lane;
+    if (row < num_rows) {
+      const int token = row / g;
+      const int head = kv_head * g + (row - token * g);
+      T* dst = static_cast<T*>(p.out) + (q_begin + token) * p.out_stride_token +
+               head * p.out_stride_head;
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
+                   "r"(staging + static_cast<uint32_t>(lane * pitch)),
+                   "n"(kD * static_cast<int>(sizeof(T)))
+                   : "memory");
+    }
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  }
+  if (p.lse != nullptr && (lane & 3) == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = wg_row0 + warp * 16 + (lane >> 2) + h * 8;
+      if (row >= num_rows) continue;
+      const int token = row / g;
+      const int head = kv_head * g + (row - token * g);
+      p.lse[(q_begin + token) * p.lse_stride_token + head * p.lse_stride_head] =
+          l[h] > 0.0f ? (row_max[h] + __log2f(l[h])) / kLog2e : -INFINITY;
+    }
+  }
+}
+
 // Units: num_tiles_bound x num_kv_heads (x the KV chunks in grid.y), in the order of find_tile
 // (requests in turn, each one's last, longest tiles first). Without counters (unit_counters null:
 // a CTA per unit) CTA b takes unit b (b, b + grid, ... in a smaller grid). A persistent grid (a
 // CTA per SM: the launcher's choice, launch.cuh) takes them in that order as its CTAs come free:
-// thread 0 fetches the next from the counter and hands it to every thread through a slot of
-// shared memory (fetch_full / fetch_empty, two slots); the CTA that fetches past the end last
-// zeroes the counters for the next launch. Within a CTA the roles run unit after unit without
-// meeting: the gatherer loads the next unit's Q once both math warpgroups have issued the last S
-// of the unit before (q_empty) and its first K / V tiles as the stages free, while the math
-// warpgroups still run that unit's last P V and write its rows.
+// thread 0 fetches the next from the counter; the CTA that fetches past the end last zeroes the
+// counters for the next launch. Either way warp 0 looks the unit up and hands it, with its work,
+// to every thread through a slot of shared memory (fetch_full / fetch_empty, two slots). Within a
+// CTA the roles run unit after unit without meeting: the gatherer loads the next unit's Q once both
+// math warpgroups have issued the last S of the unit before (q_empty) and its first K / V tiles as
+// the stages free, while the math warpgroups still run that unit's last P V and write its rows.
 template <class T, int kHeadDim, bool kPingPong>
 __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     prefill_kernel_sm90_ws(const __grid_constant__ PrefillParams p) {
@@ -115,33 +190,59 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
   auto v_tile = [&](int stage) -> uint32_t { return base + C::kV + stage * C::kTileBytes; };
   // A page id outside the pool met by the gatherers in a unit (key_offsets), per unit slot.
   __shared__ CtaPageFault faults[2];
-  __shared__ int fetched[2];  // the persistent grid's units, as thread 0 fetched them
+  // The CTA's units as warp 0 fetched and looked them up (next_unit), two slots.
+  struct FetchedUnit {
+    TileWork work;
+    int unit;   // -1 past the CTA's last
+    int found;  // ws_unit's result (0: a unit past the last tile)
+  };
+  __shared__ FetchedUnit fetched[2];
 
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid >> 7;
   const int g = p.group_size;
   const int units = p.num_tiles_bound * p.num_kv_heads;
-  // The CTA's f-th unit, or -1 past its last; every thread calls it for f = 0, 1, ... in turn.
-  auto next_unit = [&](int f) -> int {
-    if (p.unit_counters == nullptr) {  // units b, b + grid, ... (a CTA per unit: b alone)
-      const int64_t unit = blockIdx.x + int64_t{f} * gridDim.x;
-      return unit < units ? static_cast<int>(unit) : -1;
-    }
+  // The CTA's f-th unit, or -1 past its last, with its work (`found` false: a unit past the last
+  // tile); every thread calls it for f = 0, 1, ... in turn. Warp 0 (gatherers, ahead of the math)
+  // fetches the unit and looks it up (ws_unit: the request's metadata read and checked once a
+  // unit, not by each role), and hands both to every thread through a slot of shared memory, so
+  // the math warpgroups start a unit with no global-memory round trip.
+  auto next_unit = [&](int f, TileWork& u, bool& found) -> int {
     const int slot = f & 1;
     const uint32_t round = static_cast<uint32_t>((f >> 1) & 1);
-    if (tid == 0) {
-      mbarrier_wait(bar_fetch_empty(slot), round ^ 1);  // fetch f - 2 read by every thread
-      const int unit = atomicAdd(p.unit_counters, 1);
-      fetched[slot] = unit < units ? unit : -1;
-      if (unit >= units && atomicAdd(p.unit_counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
-        // The last CTA past the end: every CTA has fetched its last, so the counters are free.
-        atomicExch(p.unit_counters, 0);
-        atomicExch(p.unit_counters + 1, 0);
+    if (tid < 32) {
+      if (tid == 0) mbarrier_wait(bar_fetch_empty(slot), round ^ 1);  // f - 2 read by every thread
+      __syncwarp();
+      int unit = -1;
+      if (p.unit_counters == nullptr) {  // units b, b + grid, ... (a CTA per unit: b alone)
+        const int64_t next = blockIdx.x + int64_t{f} * gridDim.x;
+        unit = next < units ? static_cast<int>(next) : -1;
+      } else {
+        if (tid == 0) {
+          unit = atomicAdd(p.unit_counters, 1);
+          if (unit >= units &&
+              atomicAdd(p.unit_counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+            // The last CTA past the end: every CTA has fetched its last, so the counters are free.
+            atomicExch(p.unit_counters, 0);
+            atomicExch(p.unit_counters + 1, 0);
+          }
+          if (unit >= units) unit = -1;
+        }
+        unit = __shfl_sync(0xffffffffu, unit, 0);
       }
-      mbarrier_arrive(bar_fetch_full(slot));
+      TileWork work{};
+      const bool ok = unit >= 0 && ws_unit<C::kBlockM, kBlockN>(p, unit, work);
+      if (tid == 0) {
+        fetched[slot].work = work;
+        fetched[slot].unit = unit;
+        fetched[slot].found = ok ? 1 : 0;
+        mbarrier_arrive(bar_fetch_full(slot));
+      }
     }
     mbarrier_wait(bar_fetch_full(slot), round);
-    const int unit = fetched[slot];
+    const int unit = fetched[slot].unit;
+    found = fetched[slot].found != 0;
+    u = fetched[slot].work;
     mbarrier_arrive(bar_fetch_empty(slot));
     return unit;
   };
@@ -174,10 +275,10 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     regs_decrease<C::kGatherRegs>();
     int n = 0, k = 0;
     for (int f = 0;; ++f) {
-      const int unit = next_unit(f);
-      if (unit < 0) break;
       TileWork u;
-      if (!ws_unit<C::kBlockM, kBlockN>(p, unit, u) || u.num_blocks == 0) continue;
+      bool found = false;
+      if (next_unit(f, u, found) < 0) break;
+      if (!found || u.num_blocks == 0) continue;
       // Both math warpgroups are done with the previous unit's Q, and so with the unit before's
       // fault slot (they read it before they start the next unit).
       if (k > 0) mbarrier_wait(bar_q_empty, static_cast<uint32_t>((k - 1) & 1));
@@ -214,6 +315,11 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
   regs_increase<C::kMathRegs>();
   const int mw = wg - 1;
   const int t_in_wg = tid & 127;
+  // Rows out through shared memory and bulk copies (write_rows_staged) where each row is one
+  // 16-byte aligned run of 2 x D bytes and the KV is not split (partials go as before).
+  const bool staged_out = p.num_kv_chunks <= 1 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
+                          p.out_stride_token % (16 / sizeof(T)) == 0 &&
+                          p.out_stride_head % (16 / sizeof(T)) == 0;
   const int lane = tid & 31, warp = t_in_wg >> 5;
   const uint32_t q_rows = s_q + mw * 64 * 128;  // 64-row A operand: 8 KiB into each block
 
@@ -234,10 +340,10 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
   bool started = false;
   int n = 0, k = 0;
   for (int f = 0;; ++f) {
-    const int unit = next_unit(f);
-    if (unit < 0) break;
     TileWork u;
-    if (!ws_unit<C::kBlockM, kBlockN>(p, unit, u)) continue;
+    bool found = false;
+    if (next_unit(f, u, found) < 0) break;
+    if (!found) continue;
     const int wg_row0 = u.row0 + 64 * mw;
     int row_pos[2];  // this thread's rows: 16 * warp + lane / 4 (+ 8) of the warpgroup
 #pragma unroll
@@ -306,11 +412,19 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
       bad_page = fault.flag != 0;
       ++k;
     }
-    write_rows<T, kD>(p, o, row_sum, row_max, wg_row0, u.num_rows, u.q_begin, u.kv_head, 1.0f,
-                      bad_page);
+    if (staged_out && !bad_page) {
+      write_rows_staged<T, kD>(p, o, row_sum, row_max, wg_row0, u.num_rows, u.q_begin, u.kv_head,
+                               base + C::kOut + (mw * 64 + warp * 16) * C::kOutPitch, C::kOutPitch);
+    } else {
+      write_rows<T, kD>(p, o, row_sum, row_max, wg_row0, u.num_rows, u.q_begin, u.kv_head, 1.0f,
+                        bad_page);
+    }
     if (bad_page && tid == 128) report_page(p.guard, u.request, fault.index, fault.page);
   }
   if (kPingPong && mw == 0 && started) named_barrier_sync(kTurn, 256);  // the last hand-over
+  // The last rows' bulk copies complete before the CTA ends (its shared memory is read, and the
+  // writes are done by the time a dependent launch's wait returns).
+  if (lane < 16) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 #else
   __trap();  // launched only where the sm_90a code exists (see launch.cuh)
 #endif

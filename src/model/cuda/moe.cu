@@ -464,15 +464,19 @@ __global__ void __launch_bounds__(GemmTile<kBm>::kThreads, GemmTile<kBm>::kMinBl
 // the next step's issue overlap a step of products; the stage a load overwrites is two steps
 // old, done by both warpgroups (the barrier at the top of the step orders it). A warpgroup
 // whose 64 rows lie wholly past the tile's rows (an expert's last tile) only loads.
+// Three stages (97 KiB) let two CTAs share an SM, one CTA's loads, prologue and epilogue under
+// the other's products: against six stages and one CTA an SM, DeepSeek-V2-Lite's prefill 16 x
+// 512 took 4% less time and 1 x 2048 the same (H100, bench/RESULTS.md, "MoE").
 
 constexpr int kWgThreads = 256;
-constexpr int kWgStages = 6;
+constexpr int kWgStages = 3;
+constexpr int kWgMinBlocks = 2;  // CTAs an SM
 constexpr int kWgAhead = kWgStages - 2;
 constexpr int kWgTileBytes = kMoeLargeTileRows * kBk * 2;  // 128 rows x 128 bytes
 constexpr int kWgStageBytes = 2 * kWgTileBytes;            // A, then B
 // + 1024: the dynamic shared memory is aligned up to 1024 bytes (the swizzle's period).
 constexpr size_t kWgSmemBytes = 1024 + size_t{kWgStages} * kWgStageBytes;
-static_assert(kBn == kMoeLargeTileRows && kWgSmemBytes <= 227 * 1024);
+static_assert(kBn == kMoeLargeTileRows && kWgMinBlocks * kWgSmemBytes <= 228 * 1024 - 2048);
 
 template <class T>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b,
@@ -486,7 +490,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uin
 
 // kSilu: as grouped_gemm_kernel's.
 template <class T, bool kSilu>
-__global__ void __launch_bounds__(kWgThreads, 1)
+__global__ void __launch_bounds__(kWgThreads, kWgMinBlocks)
     grouped_gemm_wgmma_kernel(const T* a, int64_t lda, const void* const* weights, int64_t n,
                               int64_t k, const int32_t* tiles, void* c, int64_t ldc) {
   pdl_wait();  // first (cuda/launch.h)
