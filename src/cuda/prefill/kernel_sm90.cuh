@@ -221,6 +221,31 @@ __device__ __forceinline__ void pack_p(const float (&s)[kBlockN / 2],
   }
 }
 
+// The sum of a row's values over the quad of lanes that holds it (the accumulators' layout).
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Packed row `row` of a query tile of KV head kv_head (group query heads a token): its token,
+// counted from the request's first, and its query head.
+struct RowDest {
+  int token, head;
+};
+__device__ __forceinline__ RowDest row_dest(int row, int group, int kv_head) {
+  const int token = row / group;
+  return {token, kv_head * group + (row - token * group)};
+}
+
+// A row's lse (natural log) into p.lse, from its running max (log2 units) and sum l: -inf when l
+// is 0 (no visible key).
+__device__ __forceinline__ void write_lse(const PrefillParams& p, int q_begin, RowDest d,
+                                          float row_max, float l) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  p.lse[(q_begin + d.token) * p.lse_stride_token + d.head * p.lse_stride_head] =
+      l > 0.0f ? (row_max + __log2f(l)) / kLog2e : -INFINITY;
+}
+
 // A warpgroup's 64 rows from wg_row0 on: O / l (times out_scale: an fp8 cache's V scale) to out
 // and lse, or the f32 partials of a split chunk (params.h); a CTA that met a page id outside the
 // pool (bad_page) writes 0 / -inf, or a poisoned partial lse (kernel.cuh).
@@ -230,10 +255,8 @@ __device__ __forceinline__ void write_rows(const PrefillParams& p, float (&o)[kH
                                            int wg_row0, int num_rows, int q_begin, int kv_head,
                                            float out_scale, bool bad_page) {
   constexpr int kORegs = kHeadDimVo / 2;
-  constexpr float kLog2e = 1.4426950408889634f;
   const int lane = static_cast<int>(threadIdx.x & 31),
             warp = static_cast<int>(threadIdx.x >> 5) & 3;
-  const int g = p.group_size;
   if (bad_page) {
 #pragma unroll
     for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
@@ -242,13 +265,10 @@ __device__ __forceinline__ void write_rows(const PrefillParams& p, float (&o)[kH
   T* out = static_cast<T*>(p.out);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = quad_sum(row_sum[h]);
     const int row = wg_row0 + warp * 16 + (lane >> 2) + h * 8;
     if (row >= num_rows) continue;
-    const int token = row / g;
-    const int head = kv_head * g + (row - token * g);
+    const auto [token, head] = row_dest(row, p.group_size, kv_head);
     const float inv = l > 0.0f ? out_scale / l : 0.0f;
     if (p.num_kv_chunks > 1) {
       const int64_t index = partial_index(p, q_begin + token, head);
@@ -272,10 +292,7 @@ __device__ __forceinline__ void write_rows(const PrefillParams& p, float (&o)[kH
       *reinterpret_cast<uint32_t*>(dst + j * 8) =
           Mma<T>::pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
     }
-    if (p.lse != nullptr && (lane & 3) == 0) {
-      p.lse[(q_begin + token) * p.lse_stride_token + head * p.lse_stride_head] =
-          l > 0.0f ? (row_max[h] + __log2f(l)) / kLog2e : -INFINITY;
-    }
+    if (p.lse != nullptr && (lane & 3) == 0) write_lse(p, q_begin, {token, head}, row_max[h], l);
   }
 }
 

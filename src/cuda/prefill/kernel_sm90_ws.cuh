@@ -94,16 +94,12 @@ __device__ __forceinline__ void write_rows_staged(const PrefillParams& p, const 
                                                   const float (&row_max)[2], int wg_row0,
                                                   int num_rows, int q_begin, int kv_head,
                                                   uint32_t staging, int pitch) {
-  constexpr float kLog2e = 1.4426950408889634f;
   const int lane = static_cast<int>(threadIdx.x & 31),
             warp = static_cast<int>(threadIdx.x >> 5) & 3;
-  const int g = p.group_size;
   float l[2], inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    l[h] = row_sum[h];
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    l[h] = quad_sum(row_sum[h]);
     inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
   }
   if (lane < 16) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
@@ -128,8 +124,7 @@ __device__ __forceinline__ void write_rows_staged(const PrefillParams& p, const 
   if (lane < 16) {
     const int row = wg_row0 + warp * 16 + lane;
     if (row < num_rows) {
-      const int token = row / g;
-      const int head = kv_head * g + (row - token * g);
+      const auto [token, head] = row_dest(row, p.group_size, kv_head);
       T* dst = static_cast<T*>(p.out) + (q_begin + token) * p.out_stride_token +
                head * p.out_stride_head;
       asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
@@ -143,11 +138,8 @@ __device__ __forceinline__ void write_rows_staged(const PrefillParams& p, const 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = wg_row0 + warp * 16 + (lane >> 2) + h * 8;
-      if (row >= num_rows) continue;
-      const int token = row / g;
-      const int head = kv_head * g + (row - token * g);
-      p.lse[(q_begin + token) * p.lse_stride_token + head * p.lse_stride_head] =
-          l[h] > 0.0f ? (row_max[h] + __log2f(l[h])) / kLog2e : -INFINITY;
+      if (row < num_rows)
+        write_lse(p, q_begin, row_dest(row, p.group_size, kv_head), row_max[h], l[h]);
     }
   }
 }
