@@ -82,12 +82,8 @@ __device__ __forceinline__ bool ws_unit(const PrefillParams& p, int unit, TileWo
 // A math warp's 16 rows of O / l to out (and lse) through shared memory, for a unit with no KV
 // split, no bad page and an output whose rows are 16-byte aligned (the caller's check): the rows
 // packed to T go into the warp's staging rows with stmatrix (four 8 x 8 blocks an instruction,
-// the accumulators' own layout), then lanes 0..15 each copy a row out with one bulk copy
-// (cp.async.bulk, 2 x D bytes) that runs on while the warp starts its next unit. Before the
-// staging is written again, the warp's copies of the unit before have read it (wait_group.read).
-// The same values as write_rows (kernel_sm90.cuh). The bulk copy's operands must be uniform, so
-// the compiler issues the 16 copies one lane at a time (a loop of 16: 2% of the samples at 16 x
-// 2048 on the H100); 16-byte loads back from the staging and coalesced stores would avoid it.
+// the accumulators' own layout), then are read back 16 bytes a lane and stored with coalesced
+// 16-byte stores, consecutive lanes along a row. The same values as write_rows (kernel_sm90.cuh).
 template <class T, int kD>
 __device__ __forceinline__ void write_rows_staged(const PrefillParams& p, const float (&o)[kD / 2],
                                                   const float (&row_sum)[2],
@@ -102,8 +98,7 @@ __device__ __forceinline__ void write_rows_staged(const PrefillParams& p, const 
     l[h] = quad_sum(row_sum[h]);
     inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
   }
-  if (lane < 16) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-  __syncwarp();
+  __syncwarp();  // the warp is done reading its staging rows of the unit before
   // Block pair j, j + 1 (8 columns each): matrices rows 0-7 / 8-15 of block j, then of j + 1;
   // lanes 8 m .. 8 m + 7 give matrix m's row addresses.
   const int m = lane >> 3;
@@ -119,20 +114,31 @@ __device__ __forceinline__ void write_rows_staged(const PrefillParams& p, const 
                  "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                  : "memory");
   }
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to the bulk copies
   __syncwarp();
+  // Lane l < 16: where row l goes (null past the unit's rows).
+  T* row_dst = nullptr;
   if (lane < 16) {
     const int row = wg_row0 + warp * 16 + lane;
     if (row < num_rows) {
       const auto [token, head] = row_dest(row, p.group_size, kv_head);
-      T* dst = static_cast<T*>(p.out) + (q_begin + token) * p.out_stride_token +
-               head * p.out_stride_head;
-      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
-                   "r"(staging + static_cast<uint32_t>(lane * pitch)),
-                   "n"(kD * static_cast<int>(sizeof(T)))
-                   : "memory");
+      row_dst = static_cast<T*>(p.out) + (q_begin + token) * p.out_stride_token +
+                head * p.out_stride_head;
     }
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  }
+  // 32 / chunks rows a step, a lane a 16-byte chunk: coalesced 16-byte stores.
+  constexpr int kChunks = kD * static_cast<int>(sizeof(T)) / 16;
+  constexpr int kRowsPerStep = 32 / kChunks;
+  const int c = lane % kChunks;
+#pragma unroll
+  for (int step = 0; step < 16 / kRowsPerStep; ++step) {
+    const int r = step * kRowsPerStep + lane / kChunks;
+    T* dst =
+        reinterpret_cast<T*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(row_dst), r));
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(staging + static_cast<uint32_t>(r * pitch + c * 16)));
+    if (dst != nullptr) *reinterpret_cast<uint4*>(dst + c * (16 / sizeof(T))) = v;
   }
   if (p.lse != nullptr && (lane & 3) == 0) {
 #pragma unroll
@@ -201,6 +207,9 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
   // fetches the unit and looks it up (ws_unit: the request's metadata read and checked once a
   // unit, not by each role), and hands both to every thread through a slot of shared memory, so
   // the math warpgroups start a unit with no global-memory round trip.
+  // Thread 0's next value of the counter, fetched a unit ahead (the atomic's round trip runs under
+  // the unit before); -1: none yet.
+  int prefetched = -1;
   auto next_unit = [&](int f, TileWork& u, bool& found) -> int {
     const int slot = f & 1;
     const uint32_t round = static_cast<uint32_t>((f >> 1) & 1);
@@ -213,7 +222,9 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
         unit = next < units ? static_cast<int>(next) : -1;
       } else {
         if (tid == 0) {
-          unit = atomicAdd(p.unit_counters, 1);
+          unit = prefetched >= 0 ? prefetched : atomicAdd(p.unit_counters, 1);
+          // The next one now, unless this one is past the end (a CTA's last fetch).
+          prefetched = unit < units ? atomicAdd(p.unit_counters, 1) : -1;
           if (unit >= units &&
               atomicAdd(p.unit_counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
             // The last CTA past the end: every CTA has fetched its last, so the counters are free.
@@ -309,7 +320,7 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
   regs_increase<C::kMathRegs>();
   const int mw = wg - 1;
   const int t_in_wg = tid & 127;
-  // Rows out through shared memory and bulk copies (write_rows_staged) where each row is one
+  // Rows out through shared memory (write_rows_staged) where each row is one
   // 16-byte aligned run of 2 x D bytes and the KV is not split (partials go as before).
   const bool staged_out = p.num_kv_chunks <= 1 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
                           p.out_stride_token % (16 / sizeof(T)) == 0 &&
@@ -416,9 +427,6 @@ __global__ void __launch_bounds__(WsConfig<kHeadDim>::kThreads, 1)
     if (bad_page && tid == 128) report_page(p.guard, u.request, fault.index, fault.page);
   }
   if (kPingPong && mw == 0 && started) named_barrier_sync(kTurn, 256);  // the last hand-over
-  // The last rows' bulk copies complete before the CTA ends (its shared memory is read, and the
-  // writes are done by the time a dependent launch's wait returns).
-  if (lane < 16) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 #else
   __trap();  // launched only where the sm_90a code exists (see launch.cuh)
 #endif
