@@ -388,7 +388,8 @@ TEST(CudaMla, WithoutMaxQLenHint) {
 // which the Hopper test machine does not take on its own) on the bf16 blocks that the
 // warp-specialized wgmma kernel (64 rows) and the read-bound kernel (16 rows) take otherwise;
 // PAGEDATTN_MLA_KERNEL=seesaw, the two-sided wgmma kernel (opt-in), on the 64-row blocks (odd
-// and even tile counts, a last tile cut short, P 1 / 16 / 64, split requests).
+// and even tile counts, a last tile cut short, P 1 / 16 / 64 / 128, split requests), with its
+// copy-engine path for whole 64-token tiles (P a multiple of 64) and without (PAGEDATTN_MLA_TMA=0).
 struct OtherKernel {
   const char* label;
   std::vector<std::pair<const char*, const char*>> env;
@@ -412,16 +413,30 @@ TEST_P(CudaMlaOtherKernel, MatchesReference) {
   CaseSpec peaked = base_mla(128, 16);
   peaked.sm_scale = 4.0f;
   peaked.kv_lens = {700, 3000};
-  for (const CaseSpec& s : {spec, extend, base_mla(64, 64), small, peaked}) {
+  // Pages of 64 and 128 tokens: the seesaw kernel's copy-engine path (whole 64-token tiles on one
+  // page) beside its gather (a last tile cut short, KV chunks of split requests), with allocation
+  // pages of two attention pages, and ckv / kpe in buffers of their own.
+  CaseSpec whole = base_mla(128, 64);
+  whole.kv_lens = {3000, 64, 129, 640};
+  whole.q_lens = {1, 2, 1, 1};
+  CaseSpec alloc = base_mla(64, 128);
+  alloc.alloc_page_size = 256;
+  alloc.kv_lens = {1000, 128, 300, 2049};
+  for (const CaseSpec& s : {spec, extend, base_mla(64, 64), small, peaked, whole, alloc}) {
     const std::string report = check_case(s);
     EXPECT_TRUE(report.empty()) << GetParam().label << ": " << report;
   }
+  const std::string report = check_case(whole, true);
+  EXPECT_TRUE(report.empty()) << GetParam().label << " (ckv and kpe apart): " << report;
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaMlaOtherKernel,
                          ::testing::Values(OtherKernel{"mma", {{"PAGEDATTN_MLA_KERNEL", "mma"}}},
                                            OtherKernel{"seesaw",
-                                                       {{"PAGEDATTN_MLA_KERNEL", "seesaw"}}}),
+                                                       {{"PAGEDATTN_MLA_KERNEL", "seesaw"}}},
+                                           OtherKernel{"seesaw_gather",
+                                                       {{"PAGEDATTN_MLA_KERNEL", "seesaw"},
+                                                        {"PAGEDATTN_MLA_TMA", "0"}}}),
                          [](const auto& info) { return std::string(info.param.label); });
 
 // Clusters of the H <= 16 kernel (C CTAs share a request's chunk and combine in distributed shared

@@ -74,6 +74,13 @@ struct MlaParams {
 
   // The metadata taken on trust is checked against these (common/guard.h).
   MetadataGuard guard;
+
+  // The seesaw kernel's fast path (launch.cu; kernel_sm90_seesaw.cuh): where `tma` is set, ckv and
+  // kpe as 3-D tensor maps (CUtensorMap, opaque here: dims {dim, alloc page size, alloc pages},
+  // boxes of 64 columns x 64 tokens, 128-byte swizzle), for tiles of 64 tokens on one page.
+  alignas(64) unsigned char tma_ckv[128] = {};
+  alignas(64) unsigned char tma_kpe[128] = {};
+  int32_t tma = 0;
 };
 
 // The largest cluster of CTAs per work item the H <= 16 kernel takes for this process and cache

@@ -12,9 +12,12 @@
 // other's products keep the tensor cores busy.
 //
 // Roles (384 threads):
-//   WG 0 (gather)  fills two 64-token stages with cp.async, one group of columns at a time as the
-//                  math warpgroups release them: the rope block (released by the S that read it),
+//   WG 0 (gather)  fills two 64-token stages, one group of columns at a time as the math
+//                  warpgroups release them: the rope block (released by the S that read it),
 //                  columns 0..255 (released by the left warpgroup's P V), 256..511 (the right's);
+//                  a whole tile on one page (P a multiple of 64, launch.cu's tensor maps) by the
+//                  copy engine (one box of 64 tokens x 64 columns a block, issued by one thread),
+//                  any other tile with cp.async (8 threads a 128-byte row);
 //   WG 1 (left)    O[:, 0..255]; S of even tiles;
 //   WG 2 (right)   O[:, 256..511]; S of odd tiles.
 // A pair of tiles (t0 = 2 i, t1 = 2 i + 1), with m the running reference max both sides hold:
@@ -31,11 +34,13 @@
 //
 // Memory (one CTA an SM): Q 72 KiB (nine 64-column blocks of 64 rows x 128 bytes, wgmma's 128-byte
 // swizzle), two stages of 72 KiB (the same layout, 64 tokens), P 8 KiB, the exchanged maxima, the
-// row sums, mbarriers. Barriers: full[s][g] (128 gather threads' cp.async arrivals) and empty[s][g]
-// (the 128 threads of the warpgroup that releases group g) per stage s and column group g; one
-// mbarrier per exchange between the math warpgroups (m0, m1, P0, P1: 128 arrivals, every thread
-// of the writing side, phase = pair % 2; named barriers' arrive / sync pairs here were reported
-// as races by racecheck). Registers: setmaxnreg moves the CTA's 3 x 168 per thread to 56 (gather)
+// row sums, mbarriers. Barriers: full[s][g] (128 gather threads' arrivals: cp.async's, or 127 plain
+// ones and the copy engine's issuer's with the group's bytes as its transaction count) and
+// empty[s][g] (the 128 threads of the warpgroup that releases group g) per stage s and column group
+// g; one mbarrier per exchange between the math warpgroups (m0, m1, P0, P1: 128 arrivals, every
+// thread of the writing side, phase = pair % 2; named barriers' arrive / sync pairs here were
+// reported as races by racecheck). Registers: setmaxnreg moves the CTA's 3 x 168 per thread to 56
+// (gather)
 // + 2 x 224, with no spills (ptxas).
 // Tokens past the range re-read the last one (real data, masked). A gatherer that meets a page id
 // outside the pool sets a shared flag; after the last barrier the block's rows are written as 0
@@ -168,11 +173,25 @@ __global__ void __launch_bounds__(Layout::kThreads, 1)
     }
     for (int t = 0; t < num_tiles; ++t) {
       int64_t ckv_off[4], kpe_off[4];
+      int page0 = 0;  // the checked id of this thread's first token (key_of(t, 0))
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int key = key_of(t, i);
-        latent_offsets(p, checked_page(p, pages, key, page_next[i], page_guard), key, ckv_off[i],
-                       kpe_off[i]);
+        const int page = checked_page(p, pages, key, page_next[i], page_guard);
+        if (i == 0) page0 = page;
+        latent_offsets(p, page, key, ckv_off[i], kpe_off[i]);
+      }
+      // The fast path (p.tma: P a multiple of 64): a whole tile of 64 tokens starting on a
+      // multiple of 64, so on one page, comes in by the copy engine, a box of 64 tokens x 64
+      // columns a block, issued by thread 0 (whose first token is the tile's first); the other
+      // gatherers only arrive. Else (the last, partial tile; a KV chunk not 64-aligned) cp.async.
+      const int key0 = chunk_begin + t * kN;
+      const bool fast = p.tma != 0 && (key0 & (kN - 1)) == 0 && key0 + kN <= block_end;
+      int tma_alloc = 0, tma_token = 0;  // box coordinates of the tile (thread 0)
+      if (fast && t_in_wg == 0) {
+        tma_alloc = page0 / p.pages_per_alloc;
+        tma_token = (page0 - tma_alloc * p.pages_per_alloc) * p.page_size +
+                    (key0 - page_slot(p, key0) * p.page_size);
       }
       if (t + 1 < num_tiles) {  // a tile ahead
 #pragma unroll
@@ -186,6 +205,28 @@ __global__ void __launch_bounds__(Layout::kThreads, 1)
       for (int g = 0; g < 3; ++g) {
         const int group = g == 0 ? L::kGroupRope : g == 1 ? second : 1 - second;
         if (t >= 2) mbarrier_wait(empty(t, group), ((t >> 1) - 1) & 1);
+        if (fast) {
+          if (t_in_wg == 0) {
+            // This stage's earlier contents came by cp.async (generic proxy) in some tiles: order
+            // those writes before the copy engine's.
+            fence_proxy_async();
+            const int block0 = group == L::kGroupRope ? 8 : group_first_block(group);
+            const int blocks = group == L::kGroupRope ? 1 : 4;
+            mbarrier_arrive_expect_tx(full(t, group), blocks * L::kBlockBytes);
+            for (int b = 0; b < blocks; ++b) {
+              if (group == L::kGroupRope) {
+                tma_load_3d(stage + 8 * L::kBlockBytes, p.tma_kpe, 0, tma_token, tma_alloc,
+                            full(t, group));
+              } else {
+                tma_load_3d(stage + (block0 + b) * L::kBlockBytes, p.tma_ckv, 64 * (block0 + b),
+                            tma_token, tma_alloc, full(t, group));
+              }
+            }
+          } else {
+            mbarrier_arrive(full(t, group));
+          }
+          continue;
+        }
         if (group == L::kGroupRope) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {

@@ -12,9 +12,13 @@
 // PAGEDATTN_MLA_KERNEL=mma forces the general kernel on bf16 too: the sm_80 path, tested on the
 // Hopper test machine (tests/cuda/mla_test.cpp, CudaMlaOtherKernel); PAGEDATTN_MLA_KERNEL=seesaw
 // runs the two-sided kernel (kernel_sm90_seesaw.cuh) where the warp-specialized one would: opt-in
-// until it leads on every row (bench/RESULTS.md, under the MLA table). Every PAGEDATTN_* switch is
+// until it leads on every row (bench/RESULTS.md, under the MLA table); at page sizes that are a
+// multiple of 64 it loads whole 64-token tiles by the copy engine (tensor maps encoded here per
+// launch; PAGEDATTN_MLA_TMA=0 turns that off). Every PAGEDATTN_* switch is
 // listed in ARCHITECTURE.md ("Switches"). Every kernel goes through launch_kernel (cuda/launch.h):
 // programmatic dependent launch on 9.x devices, beside the cluster dimension where there is one.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -110,14 +114,79 @@ void launch_sm90_ws(const MlaParams& params, int grid_items, int row_blocks,
   check_launch("mla_kernel_sm90_ws");
 }
 
+// The driver's tensor-map encoder, through the runtime (no link against libcuda); null where the
+// driver has none.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// `base` (bf16, `dim` columns of a token, tokens `stride_token` and alloc pages `stride_page`
+// elements apart) as a 3-D tensor map {dim, alloc page tokens, alloc pages} with boxes of 64
+// columns x 64 tokens x 1 page in the 128-byte swizzle (the seesaw kernel's stage layout) into
+// `out`; false where the copy engine cannot address it (alignment, strides) or the driver has no
+// encoder.
+bool encode_latent_map(unsigned char (&out)[128], const void* base, int dim, int64_t stride_token,
+                       int64_t stride_page, int64_t alloc_tokens, int64_t alloc_pages) {
+  static_assert(sizeof(CUtensorMap) == 128, "MlaParams holds a tensor map in 128 bytes");
+  PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr || base == nullptr || alloc_pages <= 0 || alloc_tokens < 64) return false;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(alloc_tokens),
+                              static_cast<cuuint64_t>(alloc_pages)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(stride_token) * 2,
+                                 static_cast<cuuint64_t>(stride_page) * 2};
+  const cuuint32_t box[3] = {64, 64, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  CUtensorMap map;
+  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides,
+             box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    return false;
+  }
+  std::memcpy(out, &map, sizeof(map));
+  return true;
+}
+
+// PAGEDATTN_MLA_TMA=0 (ARCHITECTURE.md, "Switches"): the seesaw kernel gathers every tile with
+// cp.async, as at page sizes that are not a multiple of 64.
+bool tma_allowed() {
+  const char* env = std::getenv("PAGEDATTN_MLA_TMA");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
 void launch_sm90_seesaw(const MlaParams& params, int grid_items, int row_blocks,
                         cudaStream_t stream) {
   static const cudaError_t attribute_status =
       cudaFuncSetAttribute(seesaw::mla_kernel_sm90_seesaw,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, seesaw::Layout::kSmemBytes);
   PA_CUDA_CHECK(attribute_status);
+  // The fast path where attention pages hold whole 64-token tiles: ckv and kpe as tensor maps.
+  MlaParams p = params;
+  p.tma = 0;
+  if (p.page_size % 64 == 0 && tma_allowed()) {
+    const int64_t alloc_tokens = int64_t{p.page_size} * p.pages_per_alloc;
+    const int64_t alloc_pages =
+        (int64_t{p.guard.pool_pages} + p.pages_per_alloc - 1) / p.pages_per_alloc;
+    p.tma = encode_latent_map(p.tma_ckv, p.ckv, kRank, p.ckv_stride_token, p.ckv_stride_page,
+                              alloc_tokens, alloc_pages) &&
+                    encode_latent_map(p.tma_kpe, p.kpe, kRope, p.kpe_stride_token,
+                                      p.kpe_stride_page, alloc_tokens, alloc_pages)
+                ? 1
+                : 0;
+  }
   launch_kernel(seesaw::mla_kernel_sm90_seesaw, dim3(row_blocks, grid_items),
-                seesaw::Layout::kThreads, seesaw::Layout::kSmemBytes, stream, params);
+                seesaw::Layout::kThreads, seesaw::Layout::kSmemBytes, stream, p);
   check_launch("mla_kernel_sm90_seesaw");
 }
 

@@ -33,6 +33,24 @@ using prefill::sm90::wgmma_commit;
 using prefill::sm90::wgmma_fence;
 using prefill::sm90::wgmma_wait;
 
+// ---- the bulk tensor copy (TMA) of the seesaw kernel's fast path ----
+// Arrives on `bar` and adds `bytes` to the transaction count its phase waits for (the copies
+// below complete them).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// One box of the 3-D tensor map at `map` (a __grid_constant__ parameter's address) at coordinates
+// (c0, c1, c2) into shared memory at `dst`, completing its bytes on `bar`.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
 __device__ __forceinline__ void ss_m64n32k16_bf16(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
                                                   int scale_d) {
   asm volatile(
