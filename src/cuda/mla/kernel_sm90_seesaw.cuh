@@ -40,8 +40,7 @@
 // g; one mbarrier per exchange between the math warpgroups (m0, m1, P0, P1: 128 arrivals, every
 // thread of the writing side, phase = pair % 2; named barriers' arrive / sync pairs here were
 // reported as races by racecheck). Registers: setmaxnreg moves the CTA's 3 x 168 per thread to 56
-// (gather)
-// + 2 x 224, with no spills (ptxas).
+// (gather) + 2 x 224, with no spills (ptxas).
 // Tokens past the range re-read the last one (real data, masked). A gatherer that meets a page id
 // outside the pool sets a shared flag; after the last barrier the block's rows are written as 0
 // and its lse as -inf, or poisoned for a split request (kernel.cuh).
@@ -210,17 +209,13 @@ __global__ void __launch_bounds__(Layout::kThreads, 1)
             // This stage's earlier contents came by cp.async (generic proxy) in some tiles: order
             // those writes before the copy engine's.
             fence_proxy_async();
-            const int block0 = group == L::kGroupRope ? 8 : group_first_block(group);
-            const int blocks = group == L::kGroupRope ? 1 : 4;
+            const bool rope = group == L::kGroupRope;  // block 8, from kpe; else 4 of ckv
+            const int block0 = rope ? 8 : group_first_block(group);
+            const int blocks = rope ? 1 : 4;
             mbarrier_arrive_expect_tx(full(t, group), blocks * L::kBlockBytes);
-            for (int b = 0; b < blocks; ++b) {
-              if (group == L::kGroupRope) {
-                tma_load_3d(stage + 8 * L::kBlockBytes, p.tma_kpe, 0, tma_token, tma_alloc,
-                            full(t, group));
-              } else {
-                tma_load_3d(stage + (block0 + b) * L::kBlockBytes, p.tma_ckv, 64 * (block0 + b),
-                            tma_token, tma_alloc, full(t, group));
-              }
+            for (int b = block0; b < block0 + blocks; ++b) {
+              tma_load_3d(stage + b * L::kBlockBytes, rope ? p.tma_kpe : p.tma_ckv,
+                          rope ? 0 : 64 * b, tma_token, tma_alloc, full(t, group));
             }
           } else {
             mbarrier_arrive(full(t, group));

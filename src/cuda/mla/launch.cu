@@ -13,8 +13,8 @@
 // Hopper test machine (tests/cuda/mla_test.cpp, CudaMlaOtherKernel); PAGEDATTN_MLA_KERNEL=seesaw
 // runs the two-sided kernel (kernel_sm90_seesaw.cuh) where the warp-specialized one would: opt-in
 // until it leads on every row (bench/RESULTS.md, under the MLA table); at page sizes that are a
-// multiple of 64 it loads whole 64-token tiles by the copy engine (tensor maps encoded here per
-// launch; PAGEDATTN_MLA_TMA=0 turns that off). Every PAGEDATTN_* switch is
+// multiple of 64 it loads whole 64-token tiles by the copy engine (tensor maps encoded here, once
+// per cache; PAGEDATTN_MLA_TMA=0 turns that off). Every PAGEDATTN_* switch is
 // listed in ARCHITECTURE.md ("Switches"). Every kernel goes through launch_kernel (cuda/launch.h):
 // programmatic dependent launch on 9.x devices, beside the cluster dimension where there is one.
 #include <cuda.h>
@@ -158,6 +158,43 @@ bool encode_latent_map(unsigned char (&out)[128], const void* base, int dim, int
   return true;
 }
 
+// p.tma_ckv / p.tma_kpe for p's cache (whole pages of a multiple of 64 tokens); false where they
+// cannot be made. A cache's maps are encoded once and kept while the same cache comes back (one
+// per host thread: the layers of a step all read the same pool), not on every launch.
+bool latent_maps(MlaParams& p) {
+  struct Cache {
+    const void* ckv;
+    const void* kpe;
+    int64_t ckv_stride_token, ckv_stride_page, kpe_stride_token, kpe_stride_page;
+    int64_t alloc_tokens, alloc_pages;
+    bool operator==(const Cache&) const = default;
+  };
+  const int64_t alloc_tokens = int64_t{p.page_size} * p.pages_per_alloc;
+  const Cache key{p.ckv,
+                  p.kpe,
+                  p.ckv_stride_token,
+                  p.ckv_stride_page,
+                  p.kpe_stride_token,
+                  p.kpe_stride_page,
+                  alloc_tokens,
+                  (int64_t{p.guard.pool_pages} + p.pages_per_alloc - 1) / p.pages_per_alloc};
+  thread_local bool have = false, ok = false;
+  thread_local Cache last{};
+  thread_local unsigned char ckv_map[128], kpe_map[128];
+  if (!have || !(last == key)) {
+    ok = encode_latent_map(ckv_map, key.ckv, kRank, key.ckv_stride_token, key.ckv_stride_page,
+                           key.alloc_tokens, key.alloc_pages) &&
+         encode_latent_map(kpe_map, key.kpe, kRope, key.kpe_stride_token, key.kpe_stride_page,
+                           key.alloc_tokens, key.alloc_pages);
+    last = key;
+    have = true;
+  }
+  if (!ok) return false;
+  std::memcpy(p.tma_ckv, ckv_map, sizeof(ckv_map));
+  std::memcpy(p.tma_kpe, kpe_map, sizeof(kpe_map));
+  return true;
+}
+
 // PAGEDATTN_MLA_TMA=0 (ARCHITECTURE.md, "Switches"): the seesaw kernel gathers every tile with
 // cp.async, as at page sizes that are not a multiple of 64.
 bool tma_allowed() {
@@ -173,18 +210,7 @@ void launch_sm90_seesaw(const MlaParams& params, int grid_items, int row_blocks,
   PA_CUDA_CHECK(attribute_status);
   // The fast path where attention pages hold whole 64-token tiles: ckv and kpe as tensor maps.
   MlaParams p = params;
-  p.tma = 0;
-  if (p.page_size % 64 == 0 && tma_allowed()) {
-    const int64_t alloc_tokens = int64_t{p.page_size} * p.pages_per_alloc;
-    const int64_t alloc_pages =
-        (int64_t{p.guard.pool_pages} + p.pages_per_alloc - 1) / p.pages_per_alloc;
-    p.tma = encode_latent_map(p.tma_ckv, p.ckv, kRank, p.ckv_stride_token, p.ckv_stride_page,
-                              alloc_tokens, alloc_pages) &&
-                    encode_latent_map(p.tma_kpe, p.kpe, kRope, p.kpe_stride_token,
-                                      p.kpe_stride_page, alloc_tokens, alloc_pages)
-                ? 1
-                : 0;
-  }
+  p.tma = p.page_size % 64 == 0 && tma_allowed() && latent_maps(p) ? 1 : 0;
   launch_kernel(seesaw::mla_kernel_sm90_seesaw, dim3(row_blocks, grid_items),
                 seesaw::Layout::kThreads, seesaw::Layout::kSmemBytes, stream, p);
   check_launch("mla_kernel_sm90_seesaw");
