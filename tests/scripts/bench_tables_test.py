@@ -319,6 +319,28 @@ class MadeUpDocuments(unittest.TestCase):
             self.assertEqual(rows[1], ["1x8192", "2.50", "2.00", "1.25", "0.80", "2.2", "yes", "c1",
                                        "2026-01-02 03:04Z"])
 
+    def test_decode_graph_step_beside_its_floor(self):
+        with tempfile.TemporaryDirectory() as directory:
+            graph = {"batch": 1, "kv_len": 1024, "layers": 32, "page_size": 16,
+                     "graph_step_wall_us": 140.0, "eager_step_wall_us": 300.0,
+                     "graph_host_us_per_step": 5.0, "eager_host_us_per_step": 150.0}
+            self.write(directory, "decode.json", {
+                "benchmark": "cuda_decode", "date": "2026-01-02T03:04:05Z", "reps": 3,
+                "l2_flush": "clean", "ceilings": {"read_gbs": 2000.0, "device": "Test GPU"},
+                "shape": {}, "rows": [{"batch": 3, "kv_len": 100, "page_size": 16, "kv_tbs": 1.5}],
+                "graphs": [dict(graph, graph_floor_wall_us=35.0),
+                           dict(graph, batch=8, graph_step_wall_us=500.0)]})
+            tables = tables_by_header(blocks(run_writer(directory, "--commit", "c1").stdout)[
+                "decode"])
+            self.assertEqual(tables[1]["header"][5:7], ["floor us", "graph / floor"])
+            # 140 / 35 = 4.00; 140 us against issue 18's 160: met. B 8 has no floor (older JSON)
+            # and no target.
+            self.assertEqual(tables[1]["rows"][0],
+                             ["1x1024", "32", "16", "140.0", "300.0", "35.0", "4.00", "5.0",
+                              "150.0", "<= 160", "yes", "c1", "2026-01-02 03:04Z"])
+            self.assertEqual(tables[1]["rows"][1][5:7], ["-", "-"])
+            self.assertEqual(tables[1]["rows"][1][9:11], ["-", "-"])
+
     def test_throughput_target_only_for_the_whole_workload(self):
         with tempfile.TemporaryDirectory() as directory:
             row = {"device": "cuda", "model": "qwen3-0.6b", "requests": 256,
