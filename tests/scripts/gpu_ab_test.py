@@ -27,7 +27,8 @@ BENCH = """#!{python}
 import json, os, sys
 log = {log!r}
 with open(log, "a") as handle:
-    handle.write({name!r} + " " + " ".join(sys.argv[1:]) + " LD=" + os.environ.get("LD_LIBRARY_PATH", "") + "\\n")
+    library_path = os.environ.get("LD_LIBRARY_PATH", "")
+    handle.write({name!r} + " " + " ".join(sys.argv[1:]) + " LD=" + library_path + "\\n")
 with open(log) as handle:
     runs = len([line for line in handle if line.startswith({name!r} + " ")])
 times = {times!r}[runs]
