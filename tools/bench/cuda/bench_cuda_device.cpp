@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 
 #include "core/check.h"
@@ -48,36 +49,41 @@ PagedKv cache_view(void* k, void* v, int64_t pages, int32_t page_size) {
 // mean of `steps`. What is left of a step above it is the attention kernels' own critical path.
 double graph_step_floor_us(int32_t layers, int64_t table_bytes, int steps, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  int device = 0, sms = 132;
+  int device = 0, sms = 0;
   PA_CUDA_CHECK(cudaGetDevice(&device));
   PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  cuda::DeviceBuffer words(static_cast<size_t>(sms) * 4), tables(static_cast<size_t>(table_bytes));
+  const auto bytes = static_cast<size_t>(table_bytes);
+  cuda::DeviceBuffer words(static_cast<size_t>(sms) * 4), tables(bytes);
   PA_CUDA_CHECK(cudaMemsetAsync(words.data(), 0, static_cast<size_t>(sms) * 4, s));
-  void* staging = nullptr;
-  PA_CUDA_CHECK(cudaMallocHost(&staging, static_cast<size_t>(table_bytes)));
-  std::memset(staging, 0, static_cast<size_t>(table_bytes));
+  void* pinned = nullptr;
+  PA_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
+  const std::unique_ptr<void, cudaError_t (*)(void*)> staging(pinned, cudaFreeHost);
+  std::memset(staging.get(), 0, bytes);
   auto* w = static_cast<uint32_t*>(words.data());
-  for (int i = 0; i <= layers; ++i) cuda::dependent_link(sms, w, stream);  // loaded before capture
+  auto enqueue = [&] {
+    for (int i = 0; i <= layers; ++i) cuda::dependent_link(sms, w, stream);
+  };
+  enqueue();  // the kernel loaded before the capture
   PA_CUDA_CHECK(cudaStreamSynchronize(s));
   cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
   PA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i <= layers; ++i) cuda::dependent_link(sms, w, stream);
+  enqueue();
   PA_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  PA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphExec_t instantiated = nullptr;
+  const cudaError_t status = cudaGraphInstantiate(&instantiated, graph, 0);
+  cudaGraphDestroy(graph);  // the executable graph is all that is launched
+  PA_CUDA_CHECK(status);
+  const std::unique_ptr<CUgraphExec_st, cudaError_t (*)(cudaGraphExec_t)> exec(
+      instantiated, cudaGraphExecDestroy);
   auto step = [&] {
-    PA_CUDA_CHECK(cudaMemcpyAsync(tables.data(), staging, static_cast<size_t>(table_bytes),
-                                  cudaMemcpyHostToDevice, s));
-    PA_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    PA_CUDA_CHECK(cudaMemcpyAsync(tables.data(), staging.get(), bytes, cudaMemcpyHostToDevice, s));
+    PA_CUDA_CHECK(cudaGraphLaunch(exec.get(), s));
     PA_CUDA_CHECK(cudaStreamSynchronize(s));
   };
   for (int i = 0; i < 5; ++i) step();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   const auto t1 = std::chrono::steady_clock::now();
-  PA_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  PA_CUDA_CHECK(cudaGraphDestroy(graph));
-  PA_CUDA_CHECK(cudaFreeHost(staging));
   return std::chrono::duration<double, std::micro>(t1 - t0).count() / steps;
 }
 
