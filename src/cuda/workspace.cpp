@@ -125,42 +125,16 @@ MlaShape mla_launch_shape(const MlaCapacity& capacity, int32_t heads, int32_t pa
   return shape;
 }
 
-DecodeShape decode_launch_shape(int32_t num_sms, int32_t num_qo_heads, int32_t num_kv_heads,
-                                int32_t page_size, int32_t batch, const DecodeClusters& clusters) {
-  DecodeShape shape;
-  shape.config.enable = true;
-  shape.config.target_items = decode_split_target(num_sms, num_qo_heads, num_kv_heads, batch);
-  // The smallest chunk, 64 tokens a CTA: at B 1 x 1024 (8 KV heads) it gives 16 chunks a head where
+SplitKvConfig CudaWorkspace::split_config(const OpDesc& op, int32_t batch) const {
+  SplitKvConfig config;
+  config.enable = true;
+  config.target_items = decode_split_target(num_sms_, op.num_qo_heads, op.num_kv_heads, batch);
+  // The smallest chunk, 64 tokens: at B 1 x 1024 (8 KV heads) it gives 16 chunks a head where
   // 256 gave 4, and the CUDA-graph step of 32 layers went from 453 to 317 us (H100, 2026-12-06;
   // 128: 348 us); B 8 x 1024 and B 64 x 1024 moved by under 3%.
-  constexpr int32_t kMinChunkTokens = 64;
-  const int32_t page = std::max(1, page_size);
-  shape.config.min_chunk_pages = std::max(1, kMinChunkTokens / page);
-  if (batch < 1) return shape;
-  const int32_t kv_heads = std::max(1, num_kv_heads);
-  const int32_t group = std::max(1, num_qo_heads / kv_heads);
-  const int64_t ctas_per_item =
-      int64_t{kv_heads} * ((group + kDecodeMaxGroupPerCta - 1) / kDecodeMaxGroupPerCta);
-  const int64_t per_request =
-      std::max<int64_t>(1, int64_t{num_sms} * kDecodeCtasPerSm / ctas_per_item) / batch;
-  int64_t cluster = std::bit_floor(static_cast<uint64_t>(
-      std::clamp<int64_t>(std::min<int64_t>(per_request, clusters.limit), 1, 16)));
-  while (cluster > 1 && clusters.active[std::countr_zero(static_cast<uint64_t>(cluster))] <
-                            batch * ctas_per_item) {
-    cluster /= 2;
-  }
-  if (cluster < 2) return shape;
-  shape.cluster = static_cast<int32_t>(cluster);
-  shape.config.target_items = static_cast<int32_t>(batch * (per_request / cluster));
-  shape.config.min_chunk_pages =
-      static_cast<int32_t>(std::max<int64_t>(1, kMinChunkTokens * cluster / page));
-  return shape;
-}
-
-DecodeShape CudaWorkspace::decode_shape(const OpDesc& op, int32_t batch,
-                                        const DecodeClusters& clusters) const {
-  return decode_launch_shape(num_sms_, op.num_qo_heads, op.num_kv_heads, op.page_size, batch,
-                             clusters);
+  constexpr int min_chunk_tokens = 64;
+  config.min_chunk_pages = std::max(1, min_chunk_tokens / std::max(1, op.page_size));
+  return config;
 }
 
 PartitionView CudaWorkspace::partition() const {

@@ -19,7 +19,6 @@
 // time: plan() and run_*() must be issued on the same stream, in order.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -83,18 +82,6 @@ struct MlaShape {
   int cluster = 1;         // CTAs per work item (mla::MlaParams::cluster)
 };
 
-// What the decode launch shape needs to know of clusters on this device for one kernel.
-struct DecodeClusters {
-  int32_t limit = 1;  // the largest cluster allowed (PAGEDATTN_DECODE_CLUSTER; 1: none)
-  std::array<int32_t, 5> active{};  // active[k]: clusters of 2^k CTAs the device holds at once
-};
-
-// The launch shape of a decode step (decode.cpp): the split-KV config and the CTAs per work item.
-struct DecodeShape {
-  SplitKvConfig config;
-  int32_t cluster = 1;  // DecodeParams::cluster
-};
-
 class CudaWorkspace final : public Workspace {
  public:
   explicit CudaWorkspace(const WorkspaceLimits& limits);
@@ -105,8 +92,11 @@ class CudaWorkspace final : public Workspace {
   int num_sms() const { return num_sms_; }
 
   // ---- split-KV partition (decode) ----
-  // The shape plan() uses for `op` on `batch` requests (decode_launch_shape on this device's SMs).
-  DecodeShape decode_shape(const OpDesc& op, int32_t batch, const DecodeClusters& clusters) const;
+  // The configuration plan() uses for `op` on `batch` requests: target items = resident CTAs /
+  // CTAs per item (KV heads x head tiles), rounded down to a multiple of the batch when the batch
+  // is smaller, so that requests of one length get equal chunks and fill one wave (a target of
+  // 33 items for 16 requests would cut each into two long chunks and a short third).
+  SplitKvConfig split_config(const OpDesc& op, int32_t batch) const;
   // Upper bound on items for any plan of this workspace (the grid size of the decode kernel).
   int32_t max_items() const { return max_items_; }
   int32_t* work_request() const { return work_request_.as<int32_t>(); }
@@ -149,7 +139,6 @@ class CudaWorkspace final : public Workspace {
   OpDesc planned_op;
   StepMetadata planned_meta;
   SplitKvConfig planned_split;
-  int32_t planned_decode_cluster = 1;  // DecodeShape::cluster of the last decode plan
   // MLA: plan() ran the step's partition for this shape (when the metadata carried max_q_len).
   bool mla_partitioned = false;
   // run_decode calls since the last plan_decode(): the first one after a plan reads its metadata
@@ -183,18 +172,6 @@ inline constexpr int kDecodeMaxGroupPerCta = 16;
 // smaller, so that requests of one length get equal chunks that fill one wave. At least 1.
 int32_t decode_split_target(int32_t num_sms, int32_t num_qo_heads, int32_t num_kv_heads,
                             int32_t batch);
-
-// The decode launch shape (host arithmetic, unit-tested without a device). Without clusters: the
-// split target above and chunks of at least 64 tokens. With them, where the batch leaves a request
-// s = slots / batch >= 2 item slots (small batches): items of C = the largest power of two
-// <= min(s, clusters.limit) CTAs whose clusters the device holds at once, one cluster per item and
-// head tile for every request (batch x CTAs per item <= clusters.active[log2 C]); the split
-// target batch x (s / C) (requests of one length get equal chunks) and chunks of at least 64 C
-// tokens (64 a CTA). The C CTAs of an item combine through distributed shared memory: at B 1 x
-// 1024 with 8 KV heads on 132 SMs, one item of 16 CTAs per head instead of 16 items merged
-// through L2.
-DecodeShape decode_launch_shape(int32_t num_sms, int32_t num_qo_heads, int32_t num_kv_heads,
-                                int32_t page_size, int32_t batch, const DecodeClusters& clusters);
 
 // What an MLA launch shape depends on besides the step: the device's SMs and the workspace's
 // item and partial capacities.

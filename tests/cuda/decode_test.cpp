@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
@@ -232,58 +231,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeTest, ::testing::ValuesIn(cuda_decode_
                          [](const auto& info) {
                            return info.param.name() + "_c" + std::to_string(info.index);
                          });
-
-// Clusters of CTAs per work item (small batches; PAGEDATTN_DECODE_CLUSTER sets the limit, default
-// 16): every limit from none to 16 on one request that fits one item (1024 keys: one cluster per
-// head, the combine in distributed shared memory), one split into items whose clusters' partials
-// meet in the merge (12000 keys), ragged requests with empty ones at P 1, and head dims 64 / 256
-// with a window, a soft-cap and group 7.
-TEST(CudaDecode, ClusterLimits) {
-  PA_REQUIRE_GPU();
-  std::vector<CaseSpec> specs;
-  for (int32_t len : {1024, 12000}) {
-    CaseSpec spec = base_decode();
-    spec.num_qo_heads = 32;
-    spec.num_kv_heads = 8;
-    spec.kv_lens = {len};
-    specs.push_back(spec);
-  }
-  {
-    CaseSpec spec = base_decode();
-    spec.page_size = 1;
-    spec.alloc_page_size = 16;
-    spec.layout = KvLayout::kHND;
-    spec.kv_lens = {3000, 0, 1, 640, 17};
-    specs.push_back(spec);
-  }
-  {
-    CaseSpec spec = base_decode();
-    spec.q_dtype = spec.kv_dtype = DType::kF16;
-    spec.head_dim_qk = spec.head_dim_vo = 64;
-    spec.logits_soft_cap = 10.0f;
-    spec.value_range = 3.0f;
-    spec.window_left = 900;
-    spec.kv_lens = {2000, 5};
-    specs.push_back(spec);
-  }
-  {
-    CaseSpec spec = base_decode();
-    spec.head_dim_qk = spec.head_dim_vo = 256;
-    spec.num_qo_heads = 14;  // group 7
-    spec.page_size = 64;
-    spec.kv_lens = {4000, 70};
-    specs.push_back(spec);
-  }
-  for (const char* limit : {"1", "2", "4", "8", ""}) {
-    const ScopedEnv set_limit("PAGEDATTN_DECODE_CLUSTER",
-                              *limit != '\0' ? std::optional<std::string>(limit) : std::nullopt);
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const std::string report = check_cuda_decode(specs[i], fresh_seed());
-      EXPECT_TRUE(report.empty()) << "limit " << (*limit != '\0' ? limit : "16 (default)")
-                                  << ", case " << i << " (" << specs[i].name() << "): " << report;
-    }
-  }
-}
 
 // The same logical KV with P = 1, 16 and 64 gives the same outputs (within rounding).
 TEST(CudaDecode, PageSizeInvariance) {

@@ -191,53 +191,6 @@ TEST(DecodeSplitTarget, FillsOneWaveWithEqualChunks) {
   }
 }
 
-// The decode launch shape (host arithmetic): clusters of C CTAs a request where the batch leaves a
-// request s >= 2 item slots, C the largest power of two <= min(s, limit) whose clusters (one per
-// item and head tile of every request) the device holds at once; then batch x (s / C) items and
-// chunks of at least 64 C tokens. Otherwise the split target above, chunks of 64 tokens.
-TEST(DecodeLaunchShape, ClustersForSmallBatches) {
-  // 132 SMs; the device holds 64 / 32 / 16 / 8 clusters of 2 / 4 / 8 / 16 CTAs.
-  const cuda::DecodeClusters h100{16, {0, 64, 32, 16, 8}};
-  struct Case {
-    int32_t qo_heads, kv_heads, page, batch;
-    cuda::DecodeClusters clusters;
-    int32_t cluster, target, min_chunk_pages;
-  };
-  for (const Case& c : {
-           // B 1, 8 KV heads: 33 slots -> clusters of 16 (8 of them), 2 items, 1024-token chunks.
-           Case{32, 8, 16, 1, h100, 16, 2, 64},
-           Case{32, 8, 1, 1, h100, 16, 2, 1024},
-           Case{32, 8, 64, 1, h100, 16, 2, 16},
-           // The limit, and a device that holds fewer big clusters.
-           Case{32, 8, 16, 1, {8, {0, 64, 32, 16, 8}}, 8, 4, 32},
-           Case{32, 8, 16, 1, {16, {0, 64, 32, 16, 4}}, 8, 4, 32},
-           Case{32, 8, 16, 1, {1, {0, 64, 32, 16, 8}}, 1, 33, 4},
-           // No clusters on this device (fp8 KV, or not a 9.x): the split target.
-           Case{32, 8, 16, 1, {16, {}}, 1, 33, 4},
-           // B 8: 4 slots a request, but 64 clusters of 4 are more than the 32 held: clusters of 2.
-           Case{32, 8, 16, 8, h100, 2, 16, 8},
-           // B 4: 8 slots a request; 32 clusters of 8 > 16 held, 32 of 4 fit.
-           Case{32, 8, 16, 4, h100, 4, 8, 16},
-           // B 16 and more: at most 2 slots a request, then none.
-           Case{32, 8, 16, 16, {16, {0, 128, 32, 16, 8}}, 2, 16, 8},
-           Case{32, 8, 16, 17, h100, 1, 17, 4},
-           Case{32, 8, 16, 64, h100, 1, 33, 4},
-           // MHA, 32 KV heads: 8 slots; a request of 32 head tiles needs 32 clusters.
-           Case{32, 32, 16, 1, h100, 4, 2, 16},
-           // Empty batch: the split target, no clusters.
-           Case{32, 8, 16, 0, h100, 1, 33, 4},
-       }) {
-    const cuda::DecodeShape shape =
-        cuda::decode_launch_shape(132, c.qo_heads, c.kv_heads, c.page, c.batch, c.clusters);
-    const std::string what = fmt::format("{}/{} heads, P {}, batch {}, limit {}", c.qo_heads,
-                                         c.kv_heads, c.page, c.batch, c.clusters.limit);
-    EXPECT_EQ(shape.cluster, c.cluster) << what;
-    EXPECT_EQ(shape.config.target_items, c.target) << what;
-    EXPECT_EQ(shape.config.min_chunk_pages, c.min_chunk_pages) << what;
-    EXPECT_TRUE(shape.config.enable) << what;
-  }
-}
-
 // The MLA launch shape: 16-row blocks up to 16 rows per request (else 64), one wave of one-CTA
 // items with the split target a multiple of the batch, chunks of at least 128 tokens, the grid
 // bounded by the workspace's items, and no split when the partials do not fit.

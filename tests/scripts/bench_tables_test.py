@@ -118,9 +118,7 @@ class CommittedJson(unittest.TestCase):
                                         f"{g['graph_step_wall_us'] / floor:.2f}" if floor else "-",
                                         f"{g['graph_host_us_per_step']:.1f}",
                                         f"{g['eager_host_us_per_step']:.1f}"])
-            off = g.get("graph_no_cluster_wall_us")
-            self.assertEqual(row[9], f"{off:.1f}" if off else "-")
-        self.assertEqual(graph["1x1024"][10:12], ["<= 160", "no"])  # 256.8 us against 160
+        self.assertEqual(graph["1x1024"][9:11], ["<= 160", "no"])  # 256.8 us against 160
 
     def test_prefill_rows(self):
         doc = load("prefill.json")
@@ -330,7 +328,7 @@ class MadeUpDocuments(unittest.TestCase):
                 "benchmark": "cuda_decode", "date": "2026-01-02T03:04:05Z", "reps": 3,
                 "l2_flush": "clean", "ceilings": {"read_gbs": 2000.0, "device": "Test GPU"},
                 "shape": {}, "rows": [{"batch": 3, "kv_len": 100, "page_size": 16, "kv_tbs": 1.5}],
-                "graphs": [dict(graph, graph_floor_wall_us=35.0, graph_no_cluster_wall_us=180.0),
+                "graphs": [dict(graph, graph_floor_wall_us=35.0),
                            dict(graph, batch=8, graph_step_wall_us=500.0)]})
             tables = tables_by_header(blocks(run_writer(directory, "--commit", "c1").stdout)[
                 "decode"])
@@ -339,7 +337,7 @@ class MadeUpDocuments(unittest.TestCase):
             # and no target.
             self.assertEqual(tables[1]["rows"][0],
                              ["1x1024", "32", "16", "140.0", "300.0", "35.0", "4.00", "5.0",
-                              "150.0", "180.0", "<= 160", "yes", "c1", "2026-01-02 03:04Z"])
+                              "150.0", "<= 160", "yes", "c1", "2026-01-02 03:04Z"])
             self.assertEqual(tables[1]["rows"][1][5:7], ["-", "-"])
             self.assertEqual(tables[1]["rows"][1][9:11], ["-", "-"])
 

@@ -3,28 +3,20 @@
 //
 // plan: the split-KV partition of kv_indptr (planner.h's rule, target = resident decode CTAs /
 // KV heads) is computed on the device into the workspace; the host never learns the item count,
-// so the decode grid is the bound batch + target_items and CTAs past info->num_items exit. Small
-// batches take clusters of CTAs per item instead of more items (decode_launch_shape,
-// cuda/workspace.h): the cluster combines in distributed shared memory, not through L2.
+// so the decode grid is the bound batch + target_items and CTAs past info->num_items exit.
 // run: one decode kernel instantiation per (head dim, q dtype, KV dtype), chosen by the KV dtype
 // alone (decode_launch.cu): tensor cores for KV of q's dtype, CUDA cores for fp8 KV; page size,
 // layout, group size, soft-cap and window are runtime values. The partials of split requests are
 // combined
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i
 // by the last CTA of each (request, head tile) in the tensor-core kernel, and by a merge kernel
-// (one CTA per request and query head) after the CUDA-core kernel. One environment switch,
-// PAGEDATTN_DECODE_CLUSTER (the cluster limit; 1: none). The other alternatives measured against
-// these (the CUDA-core kernel for bf16 KV, the merge kernel after the tensor-core one,
-// evict-first KV loads) are in bench/RESULTS.md, "Tried and retired".
+// (one CTA per request and query head) after the CUDA-core kernel. No environment switch: the
+// alternatives measured against these (the CUDA-core kernel for bf16 KV, the merge kernel after
+// the tensor-core one, evict-first KV loads) are in bench/RESULTS.md, "Tried and retired".
 #include "cuda/decode/decode.h"
 
-#include <array>
 #include <cmath>
-#include <cstdlib>
-#include <map>
-#include <mutex>
 #include <string_view>
-#include <tuple>
 
 #include "core/check.h"
 #include "cuda/cuda_check.h"
@@ -46,42 +38,6 @@ void check_meta_i32(std::string_view name, const TensorView& view, int64_t min_e
 }
 
 bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
-
-// The cluster limit of the tensor-core decode kernel: PAGEDATTN_DECODE_CLUSTER=N (ARCHITECTURE.md,
-// "Switches"), 1 .. 16 (1: no clusters), read per plan so that tests can switch it; default 16.
-int32_t decode_cluster_limit() {
-  constexpr int32_t kDefaultLimit = 16;
-  const char* env = std::getenv("PAGEDATTN_DECODE_CLUSTER");
-  if (env == nullptr || *env == '\0') return kDefaultLimit;
-  char* end = nullptr;
-  const long limit = std::strtol(env, &end, 10);
-  PA_CHECK(*end == '\0' && limit >= 1 && limit <= 16,
-           "PAGEDATTN_DECODE_CLUSTER={}: expected a cluster limit 1 .. 16", env);
-  return static_cast<int32_t>(limit);
-}
-
-// Clusters for `op` on the current device: the limit, and the clusters of each size the kernel's
-// device holds at once (queried once per device and kernel; none for fp8 KV, whose CUDA-core kernel
-// takes no clusters).
-DecodeClusters decode_clusters(const OpDesc& op, int device) {
-  DecodeClusters clusters;
-  clusters.limit = decode_cluster_limit();
-  if (clusters.limit < 2) return clusters;
-  static std::mutex mutex;
-  static std::map<std::tuple<int, int, DType, DType>, std::array<int32_t, 5>> known;
-  const auto key = std::tuple{device, op.head_dim_qk, op.q_dtype, op.kv_dtype};
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto found = known.find(key);
-  if (found == known.end()) {
-    std::array<int32_t, 5> active{};
-    for (int k = 1; k < 5; ++k) {
-      active[k] = decode_max_active_clusters(op.head_dim_qk, op.q_dtype, op.kv_dtype, 1 << k);
-    }
-    found = known.emplace(key, active).first;
-  }
-  clusters.active = found->second;
-  return clusters;
-}
 
 }  // namespace
 
@@ -134,9 +90,7 @@ void plan_decode(CudaWorkspace& workspace, const OpDesc& op, const StepMetadata&
     validate_on_host(meta, {.page_size = op.page_size, .one_row_per_request = true},
                      /*with_qo=*/true, device, workspace.stream);
   }
-  const DecodeShape shape =
-      workspace.decode_shape(op, batch, decode_clusters(op, workspace.device()));
-  const SplitKvConfig& config = shape.config;
+  const SplitKvConfig config = workspace.split_config(op, batch);
   launch_split_kv(meta.kv_indptr.data_as<const int32_t>(), batch, config, workspace.work_request(),
                   workspace.work_chunk(), workspace.max_items(), workspace.merge_indptr(),
                   workspace.info(), workspace.stream);
@@ -144,7 +98,6 @@ void plan_decode(CudaWorkspace& workspace, const OpDesc& op, const StepMetadata&
   workspace.planned_op = op;
   workspace.planned_meta = meta;
   workspace.planned_split = config;
-  workspace.planned_decode_cluster = shape.cluster;
   // Here, not in CudaBackend::plan: DecodeGraphRunner plans through this function directly, and
   // the next run's metadata may still be in flight (the partition above, a device planner).
   workspace.decode_runs_since_plan = 0;
@@ -262,7 +215,6 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.partial_out = workspace.partial_out();
   params.partial_lse = workspace.partial_lse();
   params.merge_counters = workspace.merge_counters();
-  params.cluster = std::max(1, workspace.planned_decode_cluster);
   params.guard = workspace.guard(OpKind::kDecode);
   params.guard.pool_pages = pool_pages_bound(args.kv.num_attention_pages());
   params.guard.num_indices = args.meta.kv_indices.shape[0];

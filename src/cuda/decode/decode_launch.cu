@@ -152,27 +152,7 @@ bool launch_for_head_dim(int head_dim, DType kv_dtype, const DecodeParams& param
   }
 }
 
-template <class QT>
-int max_active_clusters_for(int head_dim, int cluster) {
-  switch (head_dim) {
-    case 64:
-      return decode_tc_max_active_clusters<64, QT>(cluster);
-    case 128:
-      return decode_tc_max_active_clusters<128, QT>(cluster);
-    case 256:
-      return decode_tc_max_active_clusters<256, QT>(cluster);
-    default:
-      return 0;
-  }
-}
-
 }  // namespace
-
-int decode_max_active_clusters(int head_dim, DType q_dtype, DType kv_dtype, int cluster) {
-  if (kv_dtype == DType::kFP8E4M3 || (q_dtype != DType::kBF16 && q_dtype != DType::kF16)) return 0;
-  return q_dtype == DType::kBF16 ? max_active_clusters_for<__nv_bfloat16>(head_dim, cluster)
-                                 : max_active_clusters_for<__half>(head_dim, cluster);
-}
 
 void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DType kv_dtype,
                    int grid_items, void* stream) {

@@ -43,10 +43,6 @@ struct DecodeParams {
   PartitionView partition;
   float* partial_out;  // [items, Hq, D]
   float* partial_lse;  // [items, Hq]
-  // Tensor-core kernel: CTAs per work item, launched as a cluster (1: none; 2 .. 16, a power of
-  // two, on 9.x devices: decode_launch_shape in cuda/workspace.h). The grid is then
-  // grid_items x head tiles x cluster.
-  int32_t cluster;
   // Tensor-core kernel: [B * Hkv * group_tiles] arrival counters, zero on entry and on exit; the
   // last CTA of a split (request, head tile) merges its partials (no merge kernel).
   int32_t* merge_counters;
@@ -77,15 +73,6 @@ void launch_decode_kernel(const DecodeParams& params, int grid_items, void* stre
 // same type T (explicitly instantiated per head dim in decode_tc_d*.cu).
 template <int kHeadDim, class T>
 void launch_decode_tc_kernel(const DecodeParams& params, int grid_items, void* stream);
-
-// Clusters of `cluster` CTAs (2 .. 16) of that kernel the device holds at once
-// (cudaOccupancyMaxActiveClusters); 0 where it cannot run clusters (no sm_90 code in this binary,
-// or not a 9.x device). Explicitly instantiated beside the launcher.
-template <int kHeadDim, class T>
-int decode_tc_max_active_clusters(int cluster);
-
-// The same for (head_dim, q dtype) (decode_launch.cu): 0 for the CUDA-core kernel's cases.
-int decode_max_active_clusters(int head_dim, DType q_dtype, DType kv_dtype, int cluster);
 
 // The decode kernel for (head_dim, q dtype, KV dtype), then, after the CUDA-core kernel, the merge
 // of split requests (decode_launch.cu).

@@ -26,13 +26,6 @@
 // writes out / lse directly (request served by one item) or the f32 partials of its item; the
 // last CTA of a split request's head tile to finish (an atomic arrival count in the workspace,
 // reset to zero by that CTA) merges the request's partials from L2: no merge kernel.
-// Clusters (DecodeParams::cluster = C > 1, sm_90; small batches, decode_launch_shape): the C CTAs
-// of a cluster share a work item, rank k taking the k-th run of its chunk's steps. Each CTA puts
-// its (out, lse) in its shared memory, and rank k combines dims D k / C .. of every row from all C
-// CTAs through distributed shared memory, writing the output (or the item's partial, when the
-// request has several items: rank 0 then counts the item, and the last item's rank 0 merges). No
-// fence, atomic or L2 round trip where the request fits one item: at B 1 a layer's split is one
-// cluster per head tile.
 // Metadata on trust (common/guard.h): a request with bad KV metadata gets no keys (decode_work);
 // a page id outside the pool is zero-filled instead of read, and the CTA's rows are written as
 // 0 / -inf (a split item poisons its partial lse, and the merge writes 0 / -inf for the row).
@@ -50,7 +43,6 @@
 #include <cmath>
 #include <type_traits>
 
-#include "cuda/common/cluster.cuh"
 #include "cuda/common/device_utils.cuh"
 #include "cuda/common/guard.cuh"
 #include "cuda/common/pdl.cuh"
@@ -75,7 +67,6 @@ struct TcDecodeConfig {
   static constexpr int kRingElems = 2 * kStages * kStepElems;    // K and V stages of one warp
   static constexpr bool kQInRegisters = kHeadDim <= 128;
   static constexpr int kCombineStride = kHeadDim + 8;  // f32 row stride of the final combine
-  static constexpr int kMaxCluster = 16;               // CTAs of a cluster (non-portable past 8)
   static constexpr int kMinCtasPerSm = kHeadDim <= 128 ? 2 : 1;
 
   static constexpr size_t kRingBytes = size_t{2} * kWarps * kRingElems;
@@ -85,11 +76,8 @@ struct TcDecodeConfig {
   static_assert(kStep % 16 == 0 && kStep <= 32);
   static_assert(kChunksPerRow <= 32 && 32 % kChunksPerRow == 0);
   static_assert(kCopyIters * 32 == kStep * kChunksPerRow);
-  // The combine (warps' O, m, l in f32) reuses the rings, and so does the cluster's exchange
-  // after it (the CTA's out [16][D] and lse [16], f32).
-  static constexpr int kExchangeFloats = kWarps * kRows * (kCombineStride + 2);
-  static_assert(sizeof(float) * (kExchangeFloats + kRows * (kHeadDim + 1)) <= kRingBytes);
-  static_assert(kHeadDim / 4 % kMaxCluster == 0);  // float4 columns split evenly over the ranks
+  // The combine (warps' O, m, l in f32) reuses the rings.
+  static_assert(sizeof(float) * kWarps * kRows * (kCombineStride + 2) <= kRingBytes);
   static_assert(kSmemBytes * kMinCtasPerSm <= 227 * 1024);
 
   // Element offset of (row, 16-byte chunk) in a [rows][kHeadDim] swizzled tile.
@@ -187,24 +175,13 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   // Grid: items x head tiles, the head tiles of an item side by side. The work (decode_work.cuh,
   // shared with the CUDA-core kernel): the metadata reads are issued together (a chain of
   // dependent reads is a chain of latencies).
-  // With clusters, the C CTAs of (item, head tile) sit side by side (clusterDim.x = C) and return
-  // here together or not at all.
-  const int cluster = p.cluster;
-  const int rank = cluster > 1 ? static_cast<int>(cluster_rank()) : 0;
   const int head_tiles = p.num_kv_heads * p.group_tiles;
-  const int unit = static_cast<int>(blockIdx.x) / cluster;
-  const int item = unit / head_tiles;
-  const int head_tile = unit - item * head_tiles;
+  const int item = blockIdx.x / head_tiles;
+  const int head_tile = blockIdx.x - item * head_tiles;
   DecodeWork work;
   if (!decode_work(p, item, head_tile, work)) {
     if (early) pdl_wait();  // every CTA waits: this grid's end implies its predecessor's
     return;
-  }
-  if (cluster > 1 && work.tok_end > work.tok_begin) {  // rank k: the k-th run of the item's steps
-    const int steps = (work.tok_end - work.tok_begin + kStep - 1) / kStep;
-    const int per = (steps + cluster - 1) / cluster * kStep;
-    work.tok_begin = min(work.tok_end, work.tok_begin + rank * per);
-    work.tok_end = min(work.tok_end, work.tok_begin + per);
   }
   const int request = work.request;
   const bool split = work.split;
@@ -465,8 +442,6 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   float* combine_o = reinterpret_cast<float*>(smem_raw);
   float* combine_m = combine_o + C::kWarps * C::kRows * C::kCombineStride;
   float* combine_l = combine_m + C::kWarps * C::kRows;
-  float* cluster_out = combine_o + C::kExchangeFloats;     // [16][D]: this CTA's out (clusters)
-  float* cluster_lse = cluster_out + C::kRows * kHeadDim;  // [16]
   {
     float* mine = combine_o + warp * C::kRows * C::kCombineStride;
 #pragma unroll
@@ -504,13 +479,10 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     float lse = total > 0.0f ? (row_max + log2f(total)) * kLn2 : -INFINITY;
     if (bad_page) {  // 0 / -inf, or a poisoned partial that makes the merge write them
       result = 0.0f;
-      lse = split || cluster > 1 ? poisoned_partial() : -INFINITY;
+      lse = split ? poisoned_partial() : -INFINITY;
     }
     const int qo_head = qo_head0 + row;
-    if (cluster > 1) {  // combined across the cluster below
-      cluster_out[row * kHeadDim + d] = result;
-      if (d == 0) cluster_lse[row] = lse;
-    } else if (!split) {
+    if (!split) {
       T* out = static_cast<T*>(p.out) + request * p.out_stride_batch + qo_head * p.out_stride_head;
       out[d] = from_float<T>(result);
       if (p.lse != nullptr && d == 0) {
@@ -522,68 +494,6 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     }
   }
   if (bad_page && tid == 0) report_noted_page(p.guard, request, cta_bad_page_note());
-  if (cluster > 1) {
-    // ---- the cluster's CTAs combine their (out, lse) in distributed shared memory ----
-    //   lse = M + log(sum_j exp(lse_j - M)),  out = sum_j exp(lse_j - lse) out_j;
-    // rank k takes float4 columns k * width .. of every row, all C CTAs' values read at once.
-    cluster_sync();  // every CTA's out and lse are in its shared memory
-    const uint32_t out_base = tc::smem_address(cluster_out);
-    const uint32_t lse_base = tc::smem_address(cluster_lse);
-    const int width = kHeadDim / 4 / cluster;  // float4 columns per rank
-    for (int idx = tid; idx < heads * width; idx += C::kThreads) {
-      const int row = idx / width;
-      const int d = (rank * width + idx % width) * 4;
-      float lse_j[C::kMaxCluster];
-      float big = -INFINITY;
-      bool poisoned = false;  // a CTA of the cluster met a page id outside the pool
-#pragma unroll
-      for (int j = 0; j < C::kMaxCluster; ++j) {
-        lse_j[j] = j < cluster ? ld_cluster_f32(map_cluster(lse_base + 4 * row, j)) : -INFINITY;
-        poisoned |= is_poisoned(lse_j[j]);
-        big = fmaxf(big, lse_j[j]);
-      }
-      float total = 0.0f;
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (!poisoned) {
-#pragma unroll
-        for (int j = 0; j < C::kMaxCluster; ++j) {
-          if (lse_j[j] == -INFINITY) continue;  // past the cluster, or no keys seen
-          const float w = __expf(lse_j[j] - big);
-          const float4 x = ld_cluster_f32x4(map_cluster(out_base + 4 * (row * kHeadDim + d), j));
-          total += w;
-          acc.x += w * x.x;
-          acc.y += w * x.y;
-          acc.z += w * x.z;
-          acc.w += w * x.w;
-        }
-      }
-      const float scale = total > 0.0f ? 1.0f / total : 0.0f;
-      acc = make_float4(acc.x * scale, acc.y * scale, acc.z * scale, acc.w * scale);
-      float lse = total > 0.0f ? big + __logf(total) : -INFINITY;
-      if (poisoned) lse = split ? poisoned_partial() : -INFINITY;
-      const int qo_head = qo_head0 + row;
-      if (!split) {
-        T* dst =
-            static_cast<T*>(p.out) + request * p.out_stride_batch + qo_head * p.out_stride_head + d;
-        dst[0] = from_float<T>(acc.x);
-        dst[1] = from_float<T>(acc.y);
-        dst[2] = from_float<T>(acc.z);
-        dst[3] = from_float<T>(acc.w);
-        if (p.lse != nullptr && d == 0) {
-          p.lse[request * p.lse_stride_batch + qo_head * p.lse_stride_head] = lse;
-        }
-      } else {
-        float* dst = p.partial_out + (int64_t{item} * p.num_qo_heads + qo_head) * kHeadDim + d;
-        *reinterpret_cast<float4*>(dst) = acc;
-        if (d == 0) p.partial_lse[int64_t{item} * p.num_qo_heads + qo_head] = lse;
-      }
-    }
-    // Split: every rank's columns of the partial are visible device-wide before rank 0 counts the
-    // item (the fence, then the cluster barrier's release / acquire).
-    if (split) __threadfence();
-    cluster_sync();  // ... and the others are done reading this CTA's shared memory
-    if (rank != 0) return;
-  }
   if (!split) return;
 
   // ---- split request: the last of its items to finish (for this head tile) merges them ----
@@ -644,65 +554,19 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   }
 }
 
-// The kernel's launch configuration for `grid` CTAs in clusters of `cluster` (none when 1;
-// `attribute` holds the cluster dimension the configuration points to); its attributes (shared
-// memory, clusters past the portable 8) set once per process.
-template <int kHeadDim, class T>
-cudaLaunchConfig_t decode_tc_config(int grid, int cluster, cudaStream_t stream,
-                                    cudaLaunchAttribute& attribute) {
-  using C = TcDecodeConfig<kHeadDim>;
-  auto* kernel = decode_tc_kernel<kHeadDim, T>;
-  static const cudaError_t attribute_status = [&] {
-    const cudaError_t status = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::kSmemBytes));
-    if (status != cudaSuccess || !hopper_code(reinterpret_cast<const void*>(kernel))) {
-      return status;
-    }
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  }();
-  PA_CUDA_CHECK(attribute_status);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(C::kThreads);
-  config.dynamicSmemBytes = C::kSmemBytes;
-  config.stream = stream;
-  attribute = cudaLaunchAttribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = cluster > 1 ? 1 : 0;
-  return config;
-}
-
 template <int kHeadDim, class T>
 void launch_decode_tc_kernel(const DecodeParams& params, int grid_items, void* stream) {
-  // One dimension, the head tiles of an item side by side (and a cluster's CTAs side by side
-  // within them): CTAs that run together read the same pages (neighbouring rows of NHD pages,
-  // neighbouring blocks of HND pages).
-  const int grid = grid_items * params.num_kv_heads * params.group_tiles * params.cluster;
-  cudaLaunchAttribute attribute;
-  const cudaLaunchConfig_t config = decode_tc_config<kHeadDim, T>(
-      grid, params.cluster, static_cast<cudaStream_t>(stream), attribute);
-  launch_kernel(config, decode_tc_kernel<kHeadDim, T>, params);
+  using C = TcDecodeConfig<kHeadDim>;
+  auto* kernel = decode_tc_kernel<kHeadDim, T>;
+  static const cudaError_t attribute_status = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::kSmemBytes));
+  PA_CUDA_CHECK(attribute_status);
+  // One dimension, the head tiles of an item side by side: CTAs that run together read the same
+  // pages (neighbouring rows of NHD pages, neighbouring blocks of HND pages).
+  const int grid = grid_items * params.num_kv_heads * params.group_tiles;
+  launch_kernel(kernel, grid, C::kThreads, C::kSmemBytes, static_cast<cudaStream_t>(stream),
+                params);
   check_launch("decode_tc_kernel");
-}
-
-template <int kHeadDim, class T>
-int decode_tc_max_active_clusters(int cluster) {
-  if (!hopper_code(reinterpret_cast<const void*>(decode_tc_kernel<kHeadDim, T>))) return 0;
-  cudaLaunchAttribute attribute;
-  const cudaLaunchConfig_t config =
-      decode_tc_config<kHeadDim, T>(cluster, cluster, nullptr, attribute);
-  int clusters = 0;
-  const cudaError_t status = cudaOccupancyMaxActiveClusters(
-      &clusters, reinterpret_cast<const void*>(decode_tc_kernel<kHeadDim, T>), &config);
-  if (status != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());  // not an error of the caller's: no clusters here
-    return 0;
-  }
-  return clusters;
 }
 
 }  // namespace pagedattn::cuda

@@ -15,13 +15,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
-#include <string>
-#include <utility>
-#include <vector>
 
 #include "core/check.h"
 #include "cuda/cuda_backend.h"
@@ -295,7 +291,7 @@ nlohmann::json bench_decode_rows(const DecodeRowsConfig& config, const CudaCeili
 std::vector<GraphRow> default_graph_rows() { return {{1, 1024}, {1, 4096}, {8, 1024}, {64, 1024}}; }
 
 nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& graph_rows, void* stream) {
-  constexpr int32_t kPage = 16, kLayers = 32, kSteps = 200, kRounds = 3;
+  constexpr int32_t kPage = 16, kLayers = 32, kSteps = 200;
   int64_t tokens = 0;
   for (const GraphRow& row : graph_rows) {
     tokens = std::max<int64_t>(tokens, int64_t{row.batch} * row.kv_len);
@@ -306,13 +302,11 @@ nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& graph_rows, void
   std::mt19937_64 rng(7);
   fmt::print(
       "\nCUDA graphs: time per decode step (tables copied in + launch), {} layers, P {}, mean of "
-      "{} steps (graphs: the median of {} rounds in turns with the step whose decode kernel takes "
-      "no clusters, PAGEDATTN_DECODE_CLUSTER=1); floor: the same copy and a graph of {} kernels "
-      "that only wait on their predecessor and make one global round trip each\n{:>12} {:>14} "
-      "{:>14} {:>14} {:>14} {:>14} {:>12} {:>14} {:>12}\n",
-      kLayers, kPage, kSteps, kRounds, kLayers + 1, "B x kv_len", "graph_host_us", "eager_host_us",
-      "graph_wall_us", "eager_wall_us", "floor_wall_us", "graph/floor", "no_cluster_us",
-      "no_cluster/graph");
+      "{} steps; floor: the same copy and a graph of {} kernels that only wait on their "
+      "predecessor and make one global round trip each\n{:>12} {:>14} {:>14} {:>14} {:>14} "
+      "{:>14} {:>12}\n",
+      kLayers, kPage, kSteps, kLayers + 1, "B x kv_len", "graph_host_us", "eager_host_us",
+      "graph_wall_us", "eager_wall_us", "floor_wall_us", "graph/floor");
   nlohmann::json rows = nlohmann::json::array();
   for (const GraphRow& row : graph_rows) {
     const int32_t batch = row.batch, blocks = (row.kv_len + kPage - 1) / kPage;
@@ -324,64 +318,34 @@ nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& graph_rows, void
     graph.max_blocks_per_request = blocks;
     graph.num_layers = kLayers;
     cuda::DecodeGraphRunner runner(graph, stream);
-    // The same step with the decode kernel's clusters off (PAGEDATTN_DECODE_CLUSTER=1, read when
-    // the runner plans: at its construction), timed in turns with the default.
-    std::unique_ptr<cuda::DecodeGraphRunner> no_clusters;
-    {
-      const char* old = std::getenv("PAGEDATTN_DECODE_CLUSTER");
-      const std::string saved = old != nullptr ? old : "";
-      setenv("PAGEDATTN_DECODE_CLUSTER", "1", 1);
-      no_clusters = std::make_unique<cuda::DecodeGraphRunner>(graph, stream);
-      if (old != nullptr) {
-        setenv("PAGEDATTN_DECODE_CLUSTER", saved.c_str(), 1);
-      } else {
-        unsetenv("PAGEDATTN_DECODE_CLUSTER");
-      }
-    }
     std::vector<int32_t> table(int64_t{batch} * blocks), lens(batch, row.kv_len);
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
-    // (host us, wall us) per step of `steps` timed steps after 5 untimed ones.
-    const auto time_steps = [&](cuda::DecodeGraphRunner& r, bool use_graph) {
-      for (int i = 0; i < 5; ++i) r.step(table, lens, use_graph);
+    double host_us[2] = {0, 0}, wall_us[2] = {0, 0};
+    for (int mode = 0; mode < 2; ++mode) {
+      const bool use_graph = mode == 0;
+      for (int i = 0; i < 5; ++i) runner.step(table, lens, use_graph);
       PA_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
       double host = 0;
       const auto wall0 = std::chrono::steady_clock::now();
       for (int i = 0; i < kSteps; ++i) {
         const auto t0 = std::chrono::steady_clock::now();
-        r.step(table, lens, use_graph);
+        runner.step(table, lens, use_graph);
         const auto t1 = std::chrono::steady_clock::now();
         host += std::chrono::duration<double, std::micro>(t1 - t0).count();
         PA_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
       }
       const auto wall1 = std::chrono::steady_clock::now();
-      return std::pair{host / kSteps,
-                       std::chrono::duration<double, std::micro>(wall1 - wall0).count() / kSteps};
-    };
-    std::vector<double> graph_host, graph_wall, off_wall;
-    for (int round = 0; round < kRounds; ++round) {
-      const auto [host, wall] = time_steps(runner, true);
-      graph_host.push_back(host);
-      graph_wall.push_back(wall);
-      off_wall.push_back(time_steps(*no_clusters, true).second);
+      host_us[mode] = host / kSteps;
+      wall_us[mode] = std::chrono::duration<double, std::micro>(wall1 - wall0).count() / kSteps;
     }
-    const auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    const auto [eager_host, eager_wall] = time_steps(runner, false);
-    const double host_us[2] = {median(graph_host), eager_host};
-    const double wall_us[2] = {median(graph_wall), eager_wall};
-    const double no_cluster_us = median(off_wall);
-    no_clusters->check_last_step();
     runner.check_last_step();
     // The table and the lengths, as the runner copies them (int32 each).
     const int64_t table_bytes = (int64_t{batch} * blocks + batch) * 4;
     const double floor_us = graph_step_floor_us(kLayers, table_bytes, kSteps, stream);
-    fmt::print(
-        "{:>12} {:>14.1f} {:>14.1f} {:>14.1f} {:>14.1f} {:>14.1f} {:>12.2f} {:>14.1f} {:>12.2f}\n",
-        fmt::format("{}x{}", batch, row.kv_len), host_us[0], host_us[1], wall_us[0], wall_us[1],
-        floor_us, wall_us[0] / floor_us, no_cluster_us, no_cluster_us / wall_us[0]);
+    fmt::print("{:>12} {:>14.1f} {:>14.1f} {:>14.1f} {:>14.1f} {:>14.1f} {:>12.2f}\n",
+               fmt::format("{}x{}", batch, row.kv_len), host_us[0], host_us[1], wall_us[0],
+               wall_us[1], floor_us, wall_us[0] / floor_us);
     rows.push_back({{"batch", batch},
                     {"layers", kLayers},
                     {"kv_len", row.kv_len},
@@ -390,8 +354,7 @@ nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& graph_rows, void
                     {"eager_host_us_per_step", host_us[1]},
                     {"graph_step_wall_us", wall_us[0]},
                     {"eager_step_wall_us", wall_us[1]},
-                    {"graph_floor_wall_us", floor_us},
-                    {"graph_no_cluster_wall_us", no_cluster_us}});
+                    {"graph_floor_wall_us", floor_us}});
   }
   return rows;
 }
