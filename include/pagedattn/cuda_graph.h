@@ -11,6 +11,7 @@
 // reference the tests compare every replay with, and the baseline of the host-time benchmark).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -19,6 +20,31 @@
 #include "pagedattn/backend.h"
 
 namespace pagedattn::cuda {
+
+// A diagnostic, off unless DecodeGraphConfig::trace: where the tensor-core decode kernel's time
+// goes. Thread 0 of every CTA of each layer's launch stamps the device's global timer (ns) as it
+// passes each phase below, in this order; `pagedattn bench decode --device cuda` prints a table of
+// them per graph row. A stamp costs one store: the traced step is a little slower than the plain
+// one.
+struct DecodeTrace {
+  static constexpr int kPhases = 11;
+  static constexpr std::array<const char*, kPhases> kPhaseNames = {
+      "start",      // the CTA's first instruction
+      "metadata",   // its work item read (partition, request's indptr / last page length)
+      "page ids",   // the page ids of its first steps read and checked
+      "wait done",  // past the wait for the previous kernel (PDL)
+      "q loaded",   // q of its heads in shared memory (a CTA barrier)
+      "first K/V",  // warp 0's first step of K and V landed (0: no steps for warp 0)
+      "loop done",  // warp 0's last step computed
+      "combined",   // every warp done (the barrier before the warps' combine)
+      "written",    // thread 0's share of out (or of the item's partial) stored
+      "counted",    // split requests: the item's arrival counted (an atomic)
+      "end",        // the CTA's last instruction (after the merge, for the last item)
+  };
+  int32_t layers = 0;            // launches traced: the step's layers
+  int64_t ctas = 0;              // stamp rows per layer: the grid's bound (rows never run stay 0)
+  std::vector<uint64_t> stamps;  // [layers][ctas][kPhases]; 0: phase not reached
+};
 
 struct DecodeGraphConfig {
   PagedKv kv;  // the device cache (allocation page size A, attention page size P)
@@ -29,6 +55,7 @@ struct DecodeGraphConfig {
   int32_t max_blocks_per_request = 0;  // block-table row stride (allocation pages)
   int32_t num_layers = 1;              // decode launches per step (here all on `kv`)
   bool with_lse = true;
+  bool trace = false;  // record a DecodeTrace of every step (diagnostic; see above)
 };
 
 class DecodeGraphRunner {
@@ -55,6 +82,8 @@ class DecodeGraphRunner {
   // Waits for the stream and throws if the planner recorded a bad table in the last step, or the
   // decode kernels a metadata violation since the last check (Workspace::check_device_errors).
   void check_last_step() const;
+  // The stamps of the last step (config.trace; waits for the stream). Throws without trace.
+  DecodeTrace trace() const;
 
  private:
   struct State;

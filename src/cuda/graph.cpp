@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "cuda/cuda_check.h"
 #include "cuda/decode/decode.h"
+#include "cuda/decode/decode_params.h"
 #include "cuda/workspace.h"
 #include "pagedattn/cuda_graph.h"
 #include "pagedattn/cuda_planner.h"
@@ -116,6 +117,7 @@ DecodeGraphRunner::DecodeGraphRunner(const DecodeGraphConfig& config, void* stre
   limits.max_head_dim = s.head_dim;
   s.workspace = std::make_unique<CudaWorkspace>(limits);
   s.workspace->stream = stream;
+  if (config.trace) s.workspace->enable_decode_trace(config.num_layers);
   const auto i32 = sizeof(int32_t);
   s.inputs = DeviceBuffer(i32 * s.input_ints());
   PA_CUDA_CHECK(cudaMemset(s.inputs.data(), 0, i32 * s.input_ints()));
@@ -216,12 +218,31 @@ int32_t DecodeGraphRunner::step(std::span<const int32_t> block_table,
   const size_t bytes = (s.max_batch + num_reqs * s.stride) * sizeof(int32_t);
   PA_CUDA_CHECK(cudaMemcpyAsync(s.inputs.data(), staging, bytes, cudaMemcpyHostToDevice, s.stream));
   PA_CUDA_CHECK(cudaEventRecord(s.staged[half], s.stream));
+  if (s.config.trace) {  // phases a CTA does not reach this step read 0, not an older stamp
+    const size_t trace_bytes = sizeof(uint64_t) * DecodeTrace::kPhases *
+                               s.workspace->decode_trace_ctas() * s.config.num_layers;
+    PA_CUDA_CHECK(cudaMemsetAsync(s.workspace->decode_trace_data(), 0, trace_bytes, s.stream));
+  }
   if (use_graph) {
     PA_CUDA_CHECK(cudaGraphLaunch(s.graphs[index], s.stream));
   } else {
     s.enqueue(batch);
   }
   return batch;
+}
+
+DecodeTrace DecodeGraphRunner::trace() const {
+  const State& s = *state_;
+  PA_CHECK(s.config.trace, "DecodeGraphRunner::trace: the runner was built without config.trace");
+  static_assert(DecodeTrace::kPhases == kDecodeTracePhases);
+  DecodeTrace trace;
+  trace.layers = s.config.num_layers;
+  trace.ctas = s.workspace->decode_trace_ctas();
+  trace.stamps.resize(static_cast<size_t>(trace.layers * trace.ctas * DecodeTrace::kPhases));
+  PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  PA_CUDA_CHECK(cudaMemcpy(trace.stamps.data(), s.workspace->decode_trace_data(),
+                           trace.stamps.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  return trace;
 }
 
 void DecodeGraphRunner::check_last_step() const {

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "cuda/cuda_check.h"
+#include "cuda/decode/decode_params.h"
 #include "cuda/fault_log.h"
 #include "cuda/mla/config.h"
 
@@ -135,6 +136,20 @@ SplitKvConfig CudaWorkspace::split_config(const OpDesc& op, int32_t batch) const
   constexpr int min_chunk_tokens = 64;
   config.min_chunk_pages = std::max(1, min_chunk_tokens / std::max(1, op.page_size));
   return config;
+}
+
+void CudaWorkspace::enable_decode_trace(int32_t launches) {
+  PA_CHECK(launches >= 1, "enable_decode_trace: {} launches (expected >= 1)", launches);
+  const size_t bytes = sizeof(uint64_t) * kDecodeTracePhases * decode_trace_ctas() * launches;
+  decode_trace_ = DeviceBuffer(bytes);
+  PA_CUDA_CHECK(cudaMemset(decode_trace_.data(), 0, bytes));
+  decode_trace_launches_ = launches;
+}
+
+unsigned long long* CudaWorkspace::decode_trace(int64_t index) const {
+  if (index < 0 || index >= decode_trace_launches_) return nullptr;
+  return static_cast<unsigned long long*>(decode_trace_.data()) +
+         index * decode_trace_ctas() * kDecodeTracePhases;
 }
 
 PartitionView CudaWorkspace::partition() const {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -149,6 +150,107 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
     }
     report += compare(replay_lse, expected_lse, kGpuLseTolerance, "replay lse vs reference");
     ASSERT_TRUE(report.empty()) << "step " << step << "\n" << report;
+  }
+}
+
+// The decode kernel's phase stamps (DecodeGraphConfig::trace, a diagnostic): a traced runner's
+// outputs equal an untraced one's bit for bit; every CTA that read a work item stamped its phases
+// in order (first K/V and counted only where they apply) and its end; every CTA of a layer passed
+// its wait for the previous kernel only after the previous layer's last CTA ended; and a CTA
+// without an item stamped only its start and end.
+TEST(CudaGraph, TraceStampsPhasesInOrder) {
+  PA_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  constexpr int32_t kHeads = 32, kKvHeads = 8, kDim = 128, kPage = 16, kStride = 256;
+  KvCacheConfig config;
+  config.num_pages = 2 * kStride;
+  config.alloc_page_size = kPage;
+  config.num_kv_heads = kKvHeads;
+  config.head_dim = kDim;
+  HostKvCache host_cache(config);
+  const PagedKv host_kv = host_cache.paged(kPage);
+  fill_uniform(host_kv.k, rng);
+  fill_uniform(host_kv.v, rng);
+  DeviceTensor k(host_kv.k), v(host_kv.v);
+  cuda::DecodeGraphConfig graph_config;
+  graph_config.kv = host_kv;
+  graph_config.kv.k = k.view();
+  graph_config.kv.v = v.view();
+  graph_config.num_qo_heads = kHeads;
+  graph_config.options.sm_scale = 0.088f;
+  graph_config.batch_sizes = {2};
+  graph_config.max_blocks_per_request = kStride;
+  graph_config.num_layers = 3;
+  Stream stream;
+  cuda::DecodeGraphRunner plain(graph_config, stream.stream);
+  graph_config.trace = true;
+  cuda::DecodeGraphRunner traced(graph_config, stream.stream);
+
+  // One short request and one long enough to be split into several items.
+  const std::vector<int32_t> seq_lens = {300, 4000};
+  std::vector<int32_t> block_table(2 * kStride);
+  std::iota(block_table.begin(), block_table.end(), 0);
+  std::shuffle(block_table.begin(), block_table.end(), rng);
+  HostTensor q(DType::kBF16, {2, kHeads, kDim});
+  fill_uniform(q.view(), rng);
+  const int64_t out_bytes = int64_t{2} * kHeads * kDim * 2;
+  std::vector<unsigned char> outs[2];
+  for (int i = 0; i < 2; ++i) {
+    cuda::DecodeGraphRunner& runner = i == 0 ? plain : traced;
+    PA_CUDA_CHECK(cudaMemcpyAsync(runner.q().data, q.view().data, out_bytes, cudaMemcpyHostToDevice,
+                                  stream.stream));
+    runner.step(block_table, seq_lens, /*use_graph=*/true);
+    outs[i] = download(runner.out(), out_bytes, stream.stream);
+    runner.check_last_step();
+  }
+  ASSERT_EQ(outs[0], outs[1]) << "the traced step's out differs from the plain one's";
+  EXPECT_THROW(plain.trace(), Error);
+
+  const cuda::DecodeTrace trace = traced.trace();
+  ASSERT_EQ(trace.layers, 3);
+  ASSERT_EQ(trace.stamps.size(),
+            static_cast<size_t>(trace.layers * trace.ctas * cuda::DecodeTrace::kPhases));
+  enum { kStart, kMeta, kPages, kWait, kQ, kFirstKv, kLoop, kCombined, kWritten, kCounted, kEnd };
+  uint64_t previous_end = 0;
+  for (int32_t layer = 0; layer < trace.layers; ++layer) {
+    int64_t working = 0, counted = 0;
+    uint64_t last_end = 0, first_wait = UINT64_MAX;
+    for (int64_t cta = 0; cta < trace.ctas; ++cta) {
+      const uint64_t* t =
+          trace.stamps.data() + (layer * trace.ctas + cta) * cuda::DecodeTrace::kPhases;
+      const std::string where = fmt::format("layer {}, CTA {}", layer, cta);
+      if (t[kStart] == 0) {  // past the grid
+        for (int phase = 0; phase < cuda::DecodeTrace::kPhases; ++phase) {
+          ASSERT_EQ(t[phase], 0u) << where;
+        }
+        continue;
+      }
+      ASSERT_GE(t[kEnd], t[kStart]) << where;
+      last_end = std::max(last_end, t[kEnd]);
+      if (t[kMeta] == 0) {  // no work item: start and end only
+        for (int phase = kMeta; phase < kEnd; ++phase) ASSERT_EQ(t[phase], 0u) << where;
+        continue;
+      }
+      ++working;
+      uint64_t before = t[kStart];
+      for (int phase = kMeta; phase <= kEnd; ++phase) {
+        if ((phase == kFirstKv || phase == kCounted) && t[phase] == 0) continue;
+        ASSERT_NE(t[phase], 0u) << where << ", phase " << cuda::DecodeTrace::kPhaseNames[phase];
+        ASSERT_GE(t[phase], before) << where << ", phase " << cuda::DecodeTrace::kPhaseNames[phase];
+        before = t[phase];
+      }
+      counted += t[kCounted] != 0;
+      first_wait = std::min(first_wait, t[kWait]);
+    }
+    // 8 KV heads: every head of both requests has at least one item, and the long request's items
+    // count their arrivals.
+    EXPECT_GE(working, 2 * kKvHeads) << "layer " << layer;
+    EXPECT_GT(counted, 0) << "layer " << layer;
+    if (layer > 0) {
+      EXPECT_GE(first_wait, previous_end)
+          << "layer " << layer << ": a CTA passed its wait before the previous layer ended";
+    }
+    previous_end = last_end;
   }
 }
 

@@ -94,6 +94,13 @@ __device__ __forceinline__ void vec_to_float<__nv_fp8_e4m3>(const uint4& v, floa
   }
 }
 
+// The device's global timer, in ns (the same clock on every SM: stamps of different CTAs compare).
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+}
+
 // ---- asynchronous copies (sm_80+) ----
 // 16 bytes global -> shared; when `valid` is false the destination is zero-filled and the source
 // is not read (it must still be a mapped address: pass any valid pointer).

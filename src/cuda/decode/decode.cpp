@@ -220,6 +220,7 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.guard.num_indices = args.meta.kv_indices.shape[0];
   params.guard.num_rows = batch;
   params.early_metadata = workspace.decode_runs_since_plan > 0;
+  params.trace = workspace.decode_trace(workspace.decode_runs_since_plan);
   PA_CHECK(batch * hkv * params.group_tiles <= workspace.merge_counters_capacity(),
            "run_decode: {} requests x {} head tiles exceed the workspace's {} merge counters",
            batch, hkv * params.group_tiles, workspace.merge_counters_capacity());

@@ -58,7 +58,12 @@ struct DecodeParams {
   // kernel that writes the metadata must not trigger its dependents early (the API's contract,
   // include/pagedattn/backend.h).
   bool early_metadata;
+  // Diagnostic (DecodeTrace, include/pagedattn/cuda_graph.h): null, or this launch's stamp rows,
+  // kDecodeTracePhases a CTA (blockIdx.x), written by thread 0 of each CTA.
+  unsigned long long* trace;
 };
+
+inline constexpr int kDecodeTracePhases = 11;
 
 // Query heads handled by one CTA (a group larger than this takes several CTAs per KV head).
 inline constexpr int kMaxGroupPerCta = kDecodeMaxGroupPerCta;

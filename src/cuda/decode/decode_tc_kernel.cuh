@@ -30,6 +30,8 @@
 // a page id outside the pool is zero-filled instead of read, and the CTA's rows are written as
 // 0 / -inf (a split item poisons its partial lse, and the merge writes 0 / -inf for the row).
 //
+// Diagnostic: with DecodeParams::trace set, thread 0 of each CTA stamps the global timer at each
+// phase (DecodeTrace in include/pagedattn/cuda_graph.h names them); a null trace costs a branch.
 // Launched with programmatic dependent launch (cuda/launch.h): pdl_wait() is the kernel's first
 // statement, before the partition is read and before a CTA past the item count returns, except
 // where the launcher sets DecodeParams::early_metadata: then the partition, the request's
@@ -161,6 +163,16 @@ template <int kHeadDim, class T>
 __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
                                   TcDecodeConfig<kHeadDim>::kMinCtasPerSm)
     decode_tc_kernel(const DecodeParams p) {
+  // Diagnostic phase stamps (DecodeParams::trace, DecodeTrace's phases): thread 0's global timer.
+  // The stamp rows are this launch's own, so their stores may come before the wait.
+  unsigned long long* const trace = p.trace != nullptr && threadIdx.x == 0
+                                        ? p.trace + int64_t{blockIdx.x} * kDecodeTracePhases
+                                        : nullptr;
+  const auto stamp = [trace](int phase) {
+    if (trace != nullptr) [[unlikely]]
+      trace[phase] = global_timer_ns();
+  };
+  stamp(0);
   const bool early = p.early_metadata;
   if (!early) pdl_wait();  // first (cuda/launch.h), unless the metadata may be read before it
   using C = TcDecodeConfig<kHeadDim>;
@@ -181,8 +193,10 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   DecodeWork work;
   if (!decode_work(p, item, head_tile, work)) {
     if (early) pdl_wait();  // every CTA waits: this grid's end implies its predecessor's
+    stamp(10);
     return;
   }
+  stamp(1);
   const int request = work.request;
   const bool split = work.split;
   const int merge_first = work.merge_first;  // this request's items (the merge in the last CTA)
@@ -248,7 +262,9 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     int pages[C::kStages];  // all issued before the first is used
 #pragma unroll
     for (int s = 0; s < C::kStages; ++s) pages[s] = fetch_page(s);
+    stamp(2);
     if (early) pdl_wait();  // K / V, q and every write come after it
+    stamp(3);
     pdl_trigger();          // after the wait: the next kernel's early reads rely on it
 #pragma unroll
     for (int s = 0; s < C::kStages - 1; ++s) {
@@ -296,6 +312,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     }
   }
   __syncthreads();
+  stamp(4);
 
   // Per-lane ldmatrix offsets (elements). Matrix j = lane / 8 of an x4 gets row lane % 8.
   const int group_row = lane / 4;  // fragment row g: rows g and g + 8 of S and O
@@ -331,6 +348,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   for (int j = 0; j < my_steps; ++j) {
     cp_async_wait<C::kStages - 2>();
     __syncwarp();  // step j landed for every lane; every lane is done with step j - 1's stage
+    if (j == 0) stamp(5);
     {
       const int ahead = j + C::kStages - 1;
       if (ahead < my_steps) load_step(ahead, ahead % C::kStages, next_page);
@@ -430,6 +448,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     }
   }
   cp_async_wait<0>();
+  stamp(6);
 
   // ---- combine the warps: [warp][16][kCombineStride] O, then [warp][16] m and l ----
 #pragma unroll
@@ -439,6 +458,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   }
   // Every warp is done with its ring; and whether any lane met a page id outside the pool.
   const bool bad_page = __syncthreads_or(saw_bad_page) != 0;
+  stamp(7);
   float* combine_o = reinterpret_cast<float*>(smem_raw);
   float* combine_m = combine_o + C::kWarps * C::kRows * C::kCombineStride;
   float* combine_l = combine_m + C::kWarps * C::kRows;
@@ -494,7 +514,11 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     }
   }
   if (bad_page && tid == 0) report_noted_page(p.guard, request, cta_bad_page_note());
-  if (!split) return;
+  stamp(8);
+  if (!split) {
+    stamp(10);
+    return;
+  }
 
   // ---- split request: the last of its items to finish (for this head tile) merges them ----
   //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
@@ -508,7 +532,11 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     if (arrived == merge_items) *counter = 0;  // zero again for the next call (graph replays)
   }
   __syncthreads();
-  if (!last_arrival) return;
+  stamp(9);
+  if (!last_arrival) {
+    stamp(10);
+    return;
+  }
   __threadfence();  // the other CTAs' partials: read below with ld.cg (L2, never a stale L1)
   // Row statistics, one warp per row (warp_logsumexp_cg).
   float* total_lse = combine_m;  // [heads]
@@ -552,6 +580,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     dst[2] = from_float<T>(value.z);
     dst[3] = from_float<T>(value.w);
   }
+  stamp(10);
 }
 
 template <int kHeadDim, class T>

@@ -18,12 +18,16 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/fill.h"
 #include "pagedattn/cuda_graph.h"
+#include "tools/bench/decode_trace_summary.h"
 
 namespace pagedattn::tools {
 namespace {
@@ -308,6 +312,7 @@ nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& graph_rows, void
       kLayers, kPage, kSteps, kLayers + 1, "B x kv_len", "graph_host_us", "eager_host_us",
       "graph_wall_us", "eager_wall_us", "floor_wall_us", "graph/floor");
   nlohmann::json rows = nlohmann::json::array();
+  std::vector<std::pair<std::string, DecodeTraceSummary>> traces;
   for (const GraphRow& row : graph_rows) {
     const int32_t batch = row.batch, blocks = (row.kv_len + kPage - 1) / kPage;
     cuda::DecodeGraphConfig graph;
@@ -346,6 +351,24 @@ nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& graph_rows, void
     fmt::print("{:>12} {:>14.1f} {:>14.1f} {:>14.1f} {:>14.1f} {:>14.1f} {:>12.2f}\n",
                fmt::format("{}x{}", batch, row.kv_len), host_us[0], host_us[1], wall_us[0],
                wall_us[1], floor_us, wall_us[0] / floor_us);
+    std::fflush(stdout);
+    // The same step once more with the decode kernel's phase stamps (DecodeTrace): the last of
+    // 20 graph steps, tabled after the rows.
+    graph.trace = true;
+    cuda::DecodeGraphRunner traced(graph, stream);
+    for (int i = 0; i < 20; ++i) traced.step(table, lens, true);
+    traced.check_last_step();
+    traces.emplace_back(fmt::format("{}x{}", batch, row.kv_len),
+                        summarize_decode_trace(traced.trace()));
+    const DecodeTraceSummary& summary = traces.back().second;
+    nlohmann::json phases = nlohmann::json::array();
+    for (const DecodePhaseRow& phase : summary.phases) {
+      phases.push_back({{"phase", phase.phase},
+                        {"first_us", phase.first_us},
+                        {"median_us", phase.median_us},
+                        {"last_us", phase.last_us},
+                        {"ctas", phase.ctas}});
+    }
     rows.push_back({{"batch", batch},
                     {"layers", kLayers},
                     {"kv_len", row.kv_len},
@@ -354,8 +377,24 @@ nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& graph_rows, void
                     {"eager_host_us_per_step", host_us[1]},
                     {"graph_step_wall_us", wall_us[0]},
                     {"eager_step_wall_us", wall_us[1]},
-                    {"graph_floor_wall_us", floor_us}});
+                    {"graph_floor_wall_us", floor_us},
+                    {"traced_layer_us", summary.layer_us},
+                    {"traced_working_ctas", summary.working_ctas},
+                    {"traced_phases", phases}});
   }
+  for (const auto& [name, summary] : traces) {
+    fmt::print(
+        "\nDecode kernel phases, graph step {} (tensor-core kernel, thread 0 of each CTA; us after "
+        "the previous layer's last CTA ended, medians over layers 2 .. {}): {} CTAs with work, {} "
+        "without; a layer every {:.2f} us\n{:>10} {:>10} {:>10} {:>10} {:>6}\n",
+        name, kLayers, summary.working_ctas, summary.idle_ctas, summary.layer_us, "phase",
+        "first CTA", "median", "last CTA", "CTAs");
+    for (const DecodePhaseRow& phase : summary.phases) {
+      fmt::print("{:>10} {:>10.2f} {:>10.2f} {:>10.2f} {:>6}\n", phase.phase, phase.first_us,
+                 phase.median_us, phase.last_us, phase.ctas);
+    }
+  }
+  std::fflush(stdout);
   return rows;
 }
 
