@@ -140,37 +140,4 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// log(sum_i exp(values[i * stride])) over i < count (natural log; -inf values count as nothing),
-// by one warp in one pass: each lane (`lane`) folds its values into (max, sum), then the lanes'
-// pairs are combined. Reads with ld.cg (L2: values written by other CTAs of this grid). -inf when
-// nothing is finite, and when a value is NaN (a merge's poisoned partial, common/guard.h: the
-// merged row is then 0 / -inf). Every lane returns the result.
-__device__ __forceinline__ float warp_logsumexp_cg(const float* values, int count, int stride,
-                                                   int lane) {
-  float big = -INFINITY, sum = 0.0f;
-  bool nan = false;
-  for (int i = lane; i < count; i += 32) {
-    const float x = __ldcg(values + int64_t{i} * stride);
-    nan |= x != x;
-    if (x > big) {
-      sum = sum * __expf(big - x) + 1.0f;  // exp(-inf) = 0 on the first finite x
-      big = x;
-    } else if (x != -INFINITY) {
-      sum += __expf(x - big);
-    }
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other_big = __shfl_xor_sync(0xffffffffu, big, offset);
-    const float other_sum = __shfl_xor_sync(0xffffffffu, sum, offset);
-    const float new_big = fmaxf(big, other_big);
-    if (new_big != -INFINITY) {
-      sum = sum * __expf(big - new_big) + other_sum * __expf(other_big - new_big);
-    }
-    big = new_big;
-  }
-  if (__any_sync(0xffffffffu, nan)) return -INFINITY;
-  return sum > 0.0f ? big + __logf(sum) : -INFINITY;
-}
-
 }  // namespace pagedattn::cuda

@@ -22,10 +22,14 @@
 //   soft  rows live in 4 lanes: max by two shuffles, exp2 in place, per-lane partial sums.
 //   O    += P V: P's A fragments are the S accumulators packed to 16 bits (no shared memory);
 //         V's B fragments by ldmatrix.trans.
-// At the end the warps' (m, l, O) meet once in shared memory (reusing the rings) and the CTA
-// writes out / lse directly (request served by one item) or the f32 partials of its item; the
-// last CTA of a split request's head tile to finish (an atomic arrival count in the workspace,
-// reset to zero by that CTA) merges the request's partials from L2: no merge kernel.
+// At the end the warps' (m, l, O) meet once in shared memory (reusing the rings): each row's warp
+// weights and lse are computed once, then the CTA writes out / lse directly (request served by
+// one item) or the f32 partials of its item; the last CTA of a split request's head tile to
+// finish (an acquire-release arrival count in the workspace, reset to zero by that CTA; no fences)
+// merges the request's partials from L2 in one pass, a batch of items' lse and partials read at
+// once: no merge kernel. These three cut the CUDA-graph step at B 1 x 1024 by 15% (H100,
+// bench/RESULTS.md, session 30), from where the phase stamps (DecodeParams::trace) showed the
+// time going: the merge 2.8 us of a 7.7 us layer.
 // Metadata on trust (common/guard.h): a request with bad KV metadata gets no keys (decode_work);
 // a page id outside the pool is zero-filled instead of read, and the CTA's rows are written as
 // 0 / -inf (a split item poisons its partial lse, and the merge writes 0 / -inf for the row).
@@ -79,7 +83,9 @@ struct TcDecodeConfig {
   static_assert(kChunksPerRow <= 32 && 32 % kChunksPerRow == 0);
   static_assert(kCopyIters * 32 == kStep * kChunksPerRow);
   // The combine (warps' O, m, l in f32) reuses the rings.
-  static_assert(sizeof(float) * kWarps * kRows * (kCombineStride + 2) <= kRingBytes);
+  // ... and so do the rows' warp weights and lse after it.
+  static_assert(sizeof(float) * (kWarps * kRows * (kCombineStride + 3) + kRows) <= kRingBytes);
+  static_assert(kCombineStride % 4 == 0);  // float4 rows
   static_assert(kSmemBytes * kMinCtasPerSm <= 227 * 1024);
 
   // Element offset of (row, 16-byte chunk) in a [rows][kHeadDim] swizzled tile.
@@ -141,6 +147,16 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// atomicAdd with acquire-release semantics at GPU scope; returns the old value.
+__device__ __forceinline__ int atomic_add_acq_rel_gpu(int* address, int value) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], %2;\n"
+               : "=r"(old)
+               : "l"(address), "r"(value)
+               : "memory");
+  return old;
 }
 
 // Two floats as one register of two 16-bit T (x in the low half).
@@ -480,36 +496,63 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     }
   }
   __syncthreads();
-
-  for (int idx = tid; idx < heads * kHeadDim; idx += C::kThreads) {
-    const int row = idx / kHeadDim;
-    const int d = idx % kHeadDim;
+  // Per row, once (a thread a row): each warp's weight exp2(m_w - M) times v_scale / total, and
+  // the row's lse; then every 4 dims of a row are a kWarps-term sum of float4 (where each element
+  // recomputed the row's maximum and weights).
+  float* row_weight = combine_l + C::kWarps * C::kRows;  // [16][kWarps]
+  float* row_lse = row_weight + C::kRows * C::kWarps;    // [16]
+  if (tid < heads) {
+    const int row = tid;
     float row_max = -INFINITY;
 #pragma unroll
     for (int w = 0; w < C::kWarps; ++w) row_max = fmaxf(row_max, combine_m[w * C::kRows + row]);
-    float total = 0.0f, value = 0.0f;
+    float weight[C::kWarps];
+    float total = 0.0f;
 #pragma unroll
     for (int w = 0; w < C::kWarps; ++w) {
       const float mw = combine_m[w * C::kRows + row];
-      const float weight = mw == -INFINITY ? 0.0f : fast_exp2(mw - row_max);
-      total += weight * combine_l[w * C::kRows + row];
-      value += weight * combine_o[(w * C::kRows + row) * C::kCombineStride + d];
+      weight[w] = mw == -INFINITY ? 0.0f : fast_exp2(mw - row_max);
+      total += weight[w] * combine_l[w * C::kRows + row];
     }
-    float result = total > 0.0f ? value * (p.v_scale / total) : 0.0f;
+    // 0 / -inf, or a poisoned partial that makes the merge write them, for a bad page id.
+    const float scale = total > 0.0f && !bad_page ? p.v_scale / total : 0.0f;
+#pragma unroll
+    for (int w = 0; w < C::kWarps; ++w) row_weight[row * C::kWarps + w] = weight[w] * scale;
     float lse = total > 0.0f ? (row_max + log2f(total)) * kLn2 : -INFINITY;
-    if (bad_page) {  // 0 / -inf, or a poisoned partial that makes the merge write them
-      result = 0.0f;
-      lse = split ? poisoned_partial() : -INFINITY;
+    if (bad_page) lse = split ? poisoned_partial() : -INFINITY;
+    row_lse[row] = lse;
+  }
+  __syncthreads();
+  constexpr int kRowQuads = kHeadDim / 4;
+  for (int idx = tid; idx < heads * kRowQuads; idx += C::kThreads) {
+    const int row = idx / kRowQuads;
+    const int d = (idx % kRowQuads) * 4;
+    float4 result = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < C::kWarps; ++w) {
+      const float weight = row_weight[row * C::kWarps + w];
+      const float4 x = *reinterpret_cast<const float4*>(
+          combine_o + (w * C::kRows + row) * C::kCombineStride + d);
+      result.x += weight * x.x;
+      result.y += weight * x.y;
+      result.z += weight * x.z;
+      result.w += weight * x.w;
     }
+    const float lse = row_lse[row];
     const int qo_head = qo_head0 + row;
     if (!split) {
-      T* out = static_cast<T*>(p.out) + request * p.out_stride_batch + qo_head * p.out_stride_head;
-      out[d] = from_float<T>(result);
+      T* out =
+          static_cast<T*>(p.out) + request * p.out_stride_batch + qo_head * p.out_stride_head + d;
+      out[0] = from_float<T>(result.x);
+      out[1] = from_float<T>(result.y);
+      out[2] = from_float<T>(result.z);
+      out[3] = from_float<T>(result.w);
       if (p.lse != nullptr && d == 0) {
         p.lse[request * p.lse_stride_batch + qo_head * p.lse_stride_head] = lse;
       }
     } else {
-      p.partial_out[(int64_t{item} * p.num_qo_heads + qo_head) * kHeadDim + d] = result;
+      *reinterpret_cast<float4*>(
+          p.partial_out + (int64_t{item} * p.num_qo_heads + qo_head) * kHeadDim + d) = result;
       if (d == 0) p.partial_lse[int64_t{item} * p.num_qo_heads + qo_head] = lse;
     }
   }
@@ -523,11 +566,13 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   // ---- split request: the last of its items to finish (for this head tile) merges them ----
   //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
   __shared__ int last_arrival;
-  __threadfence();  // this CTA's partials are visible device-wide before it is counted
-  __syncthreads();  // ... every thread's; and the combine buffers are free
+  __syncthreads();  // every thread's partials are written; and the combine buffers are free
   if (tid == 0) {
+    // One acquire-release atomic at GPU scope, no fences: its release is cumulative (the CTA's
+    // partials, ordered before it by the barrier), its acquire makes the earlier items' partials
+    // visible to the last one (and, through the barrier below, to all its threads).
     int* counter = p.merge_counters + int64_t{request} * head_tiles + head_tile;
-    const int arrived = atomicAdd(counter, 1) + 1;
+    const int arrived = tc::atomic_add_acq_rel_gpu(counter, 1) + 1;
     last_arrival = arrived == merge_items;
     if (arrived == merge_items) *counter = 0;  // zero again for the next call (graph replays)
   }
@@ -537,48 +582,68 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     stamp(10);
     return;
   }
-  __threadfence();  // the other CTAs' partials: read below with ld.cg (L2, never a stale L1)
-  // Row statistics, one warp per row (warp_logsumexp_cg).
-  float* total_lse = combine_m;  // [heads]
-  for (int row = warp; row < heads; row += C::kWarps) {
-    const float* lse_of = p.partial_lse + int64_t{merge_first} * p.num_qo_heads + qo_head0 + row;
-    const float total = warp_logsumexp_cg(lse_of, merge_items, p.num_qo_heads, lane);
-    if (lane == 0) {
-      total_lse[row] = total;
-      if (p.lse != nullptr) {
-        p.lse[request * p.lse_stride_batch + (qo_head0 + row) * p.lse_stride_head] = total;
-      }
-    }
-  }
-  __syncthreads();
-  // The weighted sum: a thread per 4 output dims of a row (float4 partials), items unrolled so
-  // that many L2 reads are in flight at once.
+  // The other CTAs' partials: read below with ld.cg (L2, never a stale L1).
+  // A thread per 4 output dims of a row (float4 partials), in one pass: each batch of up to
+  // kMergeBatch items has every item's lse and partial read at once (one L2 round trip a batch,
+  // where the row's lse first and the weighted sum after took two or three), the running maximum
+  // rescaling the sums between batches. A poisoned partial (an item that met a bad page id, a NaN)
+  // makes the row 0 / -inf.
   constexpr int kQuads = kHeadDim / 4;
+  constexpr int kMergeBatch = 16;
   T* out = static_cast<T*>(p.out) + request * p.out_stride_batch;
   for (int idx = tid; idx < heads * kQuads; idx += C::kThreads) {
     const int row = idx / kQuads;
     const int d = (idx % kQuads) * 4;
-    const float total = total_lse[row];
     const int64_t head = qo_head0 + row;
+    float big = -INFINITY, sum = 0.0f;
     float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (total != -INFINITY) {
-#pragma unroll 8
-      for (int i = 0; i < merge_items; ++i) {
-        const int64_t slot = int64_t{merge_first + i} * p.num_qo_heads + head;
-        const float w = __expf(__ldcg(p.partial_lse + slot) - total);
-        const float4 part =
-            __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kHeadDim + d));
-        value.x += w * part.x;
-        value.y += w * part.y;
-        value.z += w * part.z;
-        value.w += w * part.w;
+    bool nan = false;
+    for (int base = 0; base < merge_items; base += kMergeBatch) {
+      float item_lse[kMergeBatch];
+      float4 part[kMergeBatch];
+#pragma unroll
+      for (int i = 0; i < kMergeBatch; ++i) {
+        item_lse[i] = -INFINITY;
+        if (base + i < merge_items) {
+          const int64_t slot = int64_t{merge_first + base + i} * p.num_qo_heads + head;
+          item_lse[i] = __ldcg(p.partial_lse + slot);
+          part[i] = __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kHeadDim + d));
+        }
       }
+      float batch_big = big;
+#pragma unroll
+      for (int i = 0; i < kMergeBatch; ++i) {
+        nan |= item_lse[i] != item_lse[i];
+        batch_big = fmaxf(batch_big, item_lse[i]);
+      }
+      if (batch_big == -INFINITY) continue;  // no keys in any item so far
+      const float rescale = big == -INFINITY ? 0.0f : __expf(big - batch_big);
+      sum *= rescale;
+      value =
+          make_float4(value.x * rescale, value.y * rescale, value.z * rescale, value.w * rescale);
+#pragma unroll
+      for (int i = 0; i < kMergeBatch; ++i) {
+        if (!(item_lse[i] > -INFINITY)) continue;  // no keys (or past the items, or a NaN)
+        const float w = __expf(item_lse[i] - batch_big);
+        sum += w;
+        value.x += w * part[i].x;
+        value.y += w * part[i].y;
+        value.z += w * part[i].z;
+        value.w += w * part[i].w;
+      }
+      big = batch_big;
     }
+    const bool keys = sum > 0.0f && !nan;
+    const float inv = keys ? 1.0f / sum : 0.0f;
     T* dst = out + head * p.out_stride_head + d;
-    dst[0] = from_float<T>(value.x);
-    dst[1] = from_float<T>(value.y);
-    dst[2] = from_float<T>(value.z);
-    dst[3] = from_float<T>(value.w);
+    dst[0] = from_float<T>(value.x * inv);
+    dst[1] = from_float<T>(value.y * inv);
+    dst[2] = from_float<T>(value.z * inv);
+    dst[3] = from_float<T>(value.w * inv);
+    if (p.lse != nullptr && d == 0) {
+      p.lse[request * p.lse_stride_batch + head * p.lse_stride_head] =
+          keys ? big + __logf(sum) : -INFINITY;
+    }
   }
   stamp(10);
 }
