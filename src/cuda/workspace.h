@@ -144,6 +144,7 @@ class CudaWorkspace final : public Workspace {
   // run_decode calls since the last plan_decode(): the first one after a plan reads its metadata
   // only after its wait for the previous kernel (DecodeParams::early_metadata).
   int64_t decode_runs_since_plan = 0;
+  MlaShape mla_shape;
 
   // ---- diagnostic: the decode kernel's phase stamps (DecodeTrace, pagedattn/cuda_graph.h) ----
   // Stamp rows for the first `launches` run_decode calls after each plan, kDecodeTracePhases u64
@@ -151,10 +152,8 @@ class CudaWorkspace final : public Workspace {
   void enable_decode_trace(int32_t launches);
   // Launch `index`'s rows (null when tracing is off or index >= the launches enabled).
   unsigned long long* decode_trace(int64_t index) const;
-  int32_t decode_trace_launches() const { return decode_trace_launches_; }
   int64_t decode_trace_ctas() const { return int64_t{max_items_} * limits_.max_qo_heads; }
   void* decode_trace_data() const { return decode_trace_.data(); }
-  MlaShape mla_shape;
 
  private:
   WorkspaceLimits limits_;
