@@ -219,9 +219,8 @@ int32_t DecodeGraphRunner::step(std::span<const int32_t> block_table,
   PA_CUDA_CHECK(cudaMemcpyAsync(s.inputs.data(), staging, bytes, cudaMemcpyHostToDevice, s.stream));
   PA_CUDA_CHECK(cudaEventRecord(s.staged[half], s.stream));
   if (s.config.trace) {  // phases a CTA does not reach this step read 0, not an older stamp
-    const size_t trace_bytes = sizeof(uint64_t) * DecodeTrace::kPhases *
-                               s.workspace->decode_trace_ctas() * s.config.num_layers;
-    PA_CUDA_CHECK(cudaMemsetAsync(s.workspace->decode_trace_data(), 0, trace_bytes, s.stream));
+    const DeviceBuffer& stamps = s.workspace->decode_trace_buffer();
+    PA_CUDA_CHECK(cudaMemsetAsync(stamps.data(), 0, stamps.bytes(), s.stream));
   }
   if (use_graph) {
     PA_CUDA_CHECK(cudaGraphLaunch(s.graphs[index], s.stream));
@@ -238,10 +237,11 @@ DecodeTrace DecodeGraphRunner::trace() const {
   DecodeTrace trace;
   trace.layers = s.config.num_layers;
   trace.ctas = s.workspace->decode_trace_ctas();
-  trace.stamps.resize(static_cast<size_t>(trace.layers * trace.ctas * DecodeTrace::kPhases));
+  const DeviceBuffer& stamps = s.workspace->decode_trace_buffer();  // [layers][ctas][kPhases]
+  trace.stamps.resize(stamps.bytes() / sizeof(uint64_t));
   PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  PA_CUDA_CHECK(cudaMemcpy(trace.stamps.data(), s.workspace->decode_trace_data(),
-                           trace.stamps.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  PA_CUDA_CHECK(
+      cudaMemcpy(trace.stamps.data(), stamps.data(), stamps.bytes(), cudaMemcpyDeviceToHost));
   return trace;
 }
 

@@ -153,7 +153,7 @@ class CudaWorkspace final : public Workspace {
   // Launch `index`'s rows (null when tracing is off or index >= the launches enabled).
   unsigned long long* decode_trace(int64_t index) const;
   int64_t decode_trace_ctas() const { return int64_t{max_items_} * limits_.max_qo_heads; }
-  void* decode_trace_data() const { return decode_trace_.data(); }
+  const DeviceBuffer& decode_trace_buffer() const { return decode_trace_; }  // every launch's rows
 
  private:
   WorkspaceLimits limits_;
