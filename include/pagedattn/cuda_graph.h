@@ -27,19 +27,20 @@ namespace pagedattn::cuda {
 // them per graph row. A stamp costs one store: the traced step is a little slower than the plain
 // one.
 struct DecodeTrace {
-  static constexpr int kPhases = 11;
+  static constexpr int kPhases = 12;
   static constexpr std::array<const char*, kPhases> kPhaseNames = {
-      "start",      // the CTA's first instruction
-      "metadata",   // its work item read (partition, request's indptr / last page length)
-      "page ids",   // the page ids of its first steps read and checked
-      "wait done",  // past the wait for the previous kernel (PDL)
-      "q loaded",   // q of its heads in shared memory (a CTA barrier)
-      "first K/V",  // warp 0's first step of K and V landed (0: no steps for warp 0)
-      "loop done",  // warp 0's last step computed
-      "combined",   // every warp done (the barrier before the warps' combine)
-      "written",    // thread 0's share of out (or of the item's partial) stored
-      "counted",    // split requests: the item's arrival counted (an atomic)
-      "end",        // the CTA's last instruction (after the merge, for the last item)
+      "start",       // the CTA's first instruction
+      "metadata",    // its work item read (partition, request's indptr / last page length)
+      "page ids",    // the page ids of its first steps read and checked
+      "wait done",   // past the wait for the previous kernel (PDL)
+      "q loaded",    // q of its heads in shared memory (a CTA barrier)
+      "first K/V",   // warp 0's first step of K and V landed (0: no steps for warp 0)
+      "loop done",   // warp 0's last step computed
+      "combined",    // every warp done (the barrier before the warps' combine)
+      "written",     // thread 0's share of out (or of the item's partial) stored
+      "counted",     // split requests: the item's arrival counted (an atomic)
+      "merge read",  // split requests, the last item: thread 0's first batch of partials summed
+      "end",         // the CTA's last instruction (after the merge, for the last item)
   };
   int32_t layers = 0;            // launches traced: the step's layers
   int64_t ctas = 0;              // stamp rows per layer: the grid's bound (rows never run stay 0)

@@ -155,9 +155,10 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
 
 // The decode kernel's phase stamps (DecodeGraphConfig::trace, a diagnostic): a traced runner's
 // outputs equal an untraced one's bit for bit; every CTA that read a work item stamped its phases
-// in order (first K/V and counted only where they apply) and its end; every CTA of a layer passed
-// its wait for the previous kernel only after the previous layer's last CTA ended; and a CTA
-// without an item stamped only its start and end.
+// in order (first K/V, counted and merge read only where they apply) and its end; one CTA per KV
+// head of each split request merged, after it counted; every CTA of a layer passed its wait for
+// the previous kernel only after the previous layer's last CTA ended; and a CTA without an item
+// stamped only its start and end.
 TEST(CudaGraph, TraceStampsPhasesInOrder) {
   PA_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -210,10 +211,23 @@ TEST(CudaGraph, TraceStampsPhasesInOrder) {
   ASSERT_EQ(trace.layers, 3);
   ASSERT_EQ(trace.stamps.size(),
             static_cast<size_t>(trace.layers * trace.ctas * cuda::DecodeTrace::kPhases));
-  enum { kStart, kMeta, kPages, kWait, kQ, kFirstKv, kLoop, kCombined, kWritten, kCounted, kEnd };
+  enum {
+    kStart,
+    kMeta,
+    kPages,
+    kWait,
+    kQ,
+    kFirstKv,
+    kLoop,
+    kCombined,
+    kWritten,
+    kCounted,
+    kMergeRead,
+    kEnd
+  };
   uint64_t previous_end = 0;
   for (int32_t layer = 0; layer < trace.layers; ++layer) {
-    int64_t working = 0, counted = 0;
+    int64_t working = 0, counted = 0, merged = 0;
     uint64_t last_end = 0, first_wait = UINT64_MAX;
     for (int64_t cta = 0; cta < trace.ctas; ++cta) {
       const uint64_t* t =
@@ -234,18 +248,24 @@ TEST(CudaGraph, TraceStampsPhasesInOrder) {
       ++working;
       uint64_t before = t[kStart];
       for (int phase = kMeta; phase <= kEnd; ++phase) {
-        if ((phase == kFirstKv || phase == kCounted) && t[phase] == 0) continue;
+        if ((phase == kFirstKv || phase == kCounted || phase == kMergeRead) && t[phase] == 0)
+          continue;
         ASSERT_NE(t[phase], 0u) << where << ", phase " << cuda::DecodeTrace::kPhaseNames[phase];
         ASSERT_GE(t[phase], before) << where << ", phase " << cuda::DecodeTrace::kPhaseNames[phase];
         before = t[phase];
       }
       counted += t[kCounted] != 0;
+      merged += t[kMergeRead] != 0;
+      if (t[kMergeRead] != 0) ASSERT_NE(t[kCounted], 0u) << where << ": merged without counting";
       first_wait = std::min(first_wait, t[kWait]);
     }
     // 8 KV heads: every head of both requests has at least one item, and the long request's items
     // count their arrivals.
     EXPECT_GE(working, 2 * kKvHeads) << "layer " << layer;
     EXPECT_GT(counted, 0) << "layer " << layer;
+    // The long request is split, the short one may be: a merge per KV head of each split one.
+    EXPECT_TRUE(merged == kKvHeads || merged == 2 * kKvHeads)
+        << "layer " << layer << ": " << merged;
     if (layer > 0) {
       EXPECT_GE(first_wait, previous_end)
           << "layer " << layer << ": a CTA passed its wait before the previous layer ended";

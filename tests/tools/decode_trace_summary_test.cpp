@@ -20,11 +20,11 @@ cuda::DecodeTrace made_up_trace() {
   cuda::DecodeTrace trace;
   trace.layers = 3;
   trace.ctas = 3;
-  const Stamps l0_work = {1000, 1100, 0, 0, 0, 0, 0, 0, 0, 0, 5000};
-  const Stamps l0_idle = {1000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1500};
-  const Stamps l1_a = {4000, 4500, 5200, 6000, 6500, 7000, 7200, 7400, 7500, 0, 8000};
-  const Stamps l1_b = {4200, 4600, 5300, 6100, 6600, 0, 6700, 7400, 7600, 0, 9000};
-  const Stamps l1_idle = {4300, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6000};
+  const Stamps l0_work = {1000, 1100, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5000};
+  const Stamps l0_idle = {1000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1500};
+  const Stamps l1_a = {4000, 4500, 5200, 6000, 6500, 7000, 7200, 7400, 7500, 0, 0, 8000};
+  const Stamps l1_b = {4200, 4600, 5300, 6100, 6600, 0, 6700, 7400, 7600, 0, 0, 9000};
+  const Stamps l1_idle = {4300, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6000};
   const Stamps none{};
   const auto shifted = [](Stamps s) {
     for (uint64_t& x : s) x = x != 0 ? x + 4000 : 0;
@@ -55,7 +55,7 @@ TEST(DecodeTraceSummary, PhasesAfterThePreviousLayersEnd) {
       {"q loaded", 1.5, 1.55, 1.6, 2},  {"first K/V", 2.0, 2.0, 2.0, 1},
       {"loop done", 1.7, 1.95, 2.2, 2}, {"combined", 2.4, 2.4, 2.4, 2},
       {"written", 2.5, 2.55, 2.6, 2},   {"counted", 0, 0, 0, 0},
-      {"end", 3.0, 3.5, 4.0, 2},
+      {"merge read", 0, 0, 0, 0},       {"end", 3.0, 3.5, 4.0, 2},
   };
   for (size_t i = 0; i < s.phases.size(); ++i) {
     const DecodePhaseRow& row = s.phases[i];

@@ -63,7 +63,22 @@ struct DecodeParams {
   unsigned long long* trace;
 };
 
-inline constexpr int kDecodeTracePhases = 11;
+// The phases a CTA stamps, in order (DecodeTrace::kPhaseNames names them).
+enum DecodeTracePhase : int {
+  kTraceStart,
+  kTraceMetadata,
+  kTracePageIds,
+  kTraceWaitDone,
+  kTraceQLoaded,
+  kTraceFirstKv,
+  kTraceLoopDone,
+  kTraceCombined,
+  kTraceWritten,
+  kTraceCounted,
+  kTraceMergeRead,
+  kTraceEnd,
+  kDecodeTracePhases,
+};
 
 // Query heads handled by one CTA (a group larger than this takes several CTAs per KV head).
 inline constexpr int kMaxGroupPerCta = kDecodeMaxGroupPerCta;

@@ -184,11 +184,11 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   unsigned long long* const trace = p.trace != nullptr && threadIdx.x == 0
                                         ? p.trace + int64_t{blockIdx.x} * kDecodeTracePhases
                                         : nullptr;
-  const auto stamp = [trace](int phase) {
+  const auto stamp = [trace](DecodeTracePhase phase) {
     if (trace != nullptr) [[unlikely]]
       trace[phase] = global_timer_ns();
   };
-  stamp(0);
+  stamp(kTraceStart);
   const bool early = p.early_metadata;
   if (!early) pdl_wait();  // first (cuda/launch.h), unless the metadata may be read before it
   using C = TcDecodeConfig<kHeadDim>;
@@ -209,10 +209,10 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   DecodeWork work;
   if (!decode_work(p, item, head_tile, work)) {
     if (early) pdl_wait();  // every CTA waits: this grid's end implies its predecessor's
-    stamp(10);
+    stamp(kTraceEnd);
     return;
   }
-  stamp(1);
+  stamp(kTraceMetadata);
   const int request = work.request;
   const bool split = work.split;
   const int merge_first = work.merge_first;  // this request's items (the merge in the last CTA)
@@ -278,9 +278,9 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     int pages[C::kStages];  // all issued before the first is used
 #pragma unroll
     for (int s = 0; s < C::kStages; ++s) pages[s] = fetch_page(s);
-    stamp(2);
+    stamp(kTracePageIds);
     if (early) pdl_wait();  // K / V, q and every write come after it
-    stamp(3);
+    stamp(kTraceWaitDone);
     pdl_trigger();          // after the wait: the next kernel's early reads rely on it
 #pragma unroll
     for (int s = 0; s < C::kStages - 1; ++s) {
@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     }
   }
   __syncthreads();
-  stamp(4);
+  stamp(kTraceQLoaded);
 
   // Per-lane ldmatrix offsets (elements). Matrix j = lane / 8 of an x4 gets row lane % 8.
   const int group_row = lane / 4;  // fragment row g: rows g and g + 8 of S and O
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   for (int j = 0; j < my_steps; ++j) {
     cp_async_wait<C::kStages - 2>();
     __syncwarp();  // step j landed for every lane; every lane is done with step j - 1's stage
-    if (j == 0) stamp(5);
+    if (j == 0) stamp(kTraceFirstKv);
     {
       const int ahead = j + C::kStages - 1;
       if (ahead < my_steps) load_step(ahead, ahead % C::kStages, next_page);
@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     }
   }
   cp_async_wait<0>();
-  stamp(6);
+  stamp(kTraceLoopDone);
 
   // ---- combine the warps: [warp][16][kCombineStride] O, then [warp][16] m and l ----
 #pragma unroll
@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   }
   // Every warp is done with its ring; and whether any lane met a page id outside the pool.
   const bool bad_page = __syncthreads_or(saw_bad_page) != 0;
-  stamp(7);
+  stamp(kTraceCombined);
   float* combine_o = reinterpret_cast<float*>(smem_raw);
   float* combine_m = combine_o + C::kWarps * C::kRows * C::kCombineStride;
   float* combine_l = combine_m + C::kWarps * C::kRows;
@@ -557,9 +557,9 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     }
   }
   if (bad_page && tid == 0) report_noted_page(p.guard, request, cta_bad_page_note());
-  stamp(8);
+  stamp(kTraceWritten);
   if (!split) {
-    stamp(10);
+    stamp(kTraceEnd);
     return;
   }
 
@@ -577,9 +577,9 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     if (arrived == merge_items) *counter = 0;  // zero again for the next call (graph replays)
   }
   __syncthreads();
-  stamp(9);
+  stamp(kTraceCounted);
   if (!last_arrival) {
-    stamp(10);
+    stamp(kTraceEnd);
     return;
   }
   // The other CTAs' partials: read below with ld.cg (L2, never a stale L1).
@@ -632,6 +632,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
         value.w += w * part[i].w;
       }
       big = batch_big;
+      if (base == 0 && idx == tid) stamp(kTraceMergeRead);  // the first batch read and summed
     }
     const bool keys = sum > 0.0f && !nan;
     const float inv = keys ? 1.0f / sum : 0.0f;
@@ -645,7 +646,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
           keys ? big + __logf(sum) : -INFINITY;
     }
   }
-  stamp(10);
+  stamp(kTraceEnd);
 }
 
 template <int kHeadDim, class T>
