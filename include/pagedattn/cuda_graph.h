@@ -54,7 +54,11 @@ struct DecodeGraphConfig {
   AttentionOptions options;
   std::vector<int32_t> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
   int32_t max_blocks_per_request = 0;  // block-table row stride (allocation pages)
-  int32_t num_layers = 1;              // decode launches per step (here all on `kv`)
+  int32_t num_layers = 1;              // decode launches per step
+  // One cache per layer, as a model has (num_layers of them, each shaped like `kv`: dtype,
+  // layout, pages, page sizes, heads, head dim); empty: every layer reads `kv` (which then stays
+  // in the L2 from layer to layer where it fits).
+  std::vector<PagedKv> layer_kv;
   bool with_lse = true;
   bool trace = false;  // record a DecodeTrace of every step (diagnostic; see above)
 };

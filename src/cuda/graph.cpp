@@ -83,7 +83,10 @@ struct DecodeGraphRunner::State {
     args.options = config.options;
     args.stream = stream;
     plan_decode(*workspace, describe_op(args), args.meta);
-    for (int32_t layer = 0; layer < config.num_layers; ++layer) run_decode(*workspace, args);
+    for (int32_t layer = 0; layer < config.num_layers; ++layer) {
+      if (!config.layer_kv.empty()) args.kv = config.layer_kv[layer];
+      run_decode(*workspace, args);
+    }
   }
 };
 
@@ -104,6 +107,19 @@ DecodeGraphRunner::DecodeGraphRunner(const DecodeGraphConfig& config, void* stre
   PA_CHECK(s.stream != nullptr,
            "DecodeGraphRunner: stream is null (the legacy default stream cannot be captured)");
   config.kv.validate(config.kv.k.device);
+  PA_CHECK(config.layer_kv.empty() || std::ssize(config.layer_kv) == config.num_layers,
+           "DecodeGraphConfig.layer_kv: {} caches for {} layers (expected one a layer, or none)",
+           config.layer_kv.size(), config.num_layers);
+  for (size_t layer = 0; layer < config.layer_kv.size(); ++layer) {
+    const PagedKv& kv = config.layer_kv[layer];
+    kv.validate(config.kv.k.device);
+    PA_CHECK(kv.k.dtype == config.kv.k.dtype && kv.layout == config.kv.layout &&
+                 kv.page_size == config.kv.page_size && kv.k.shape == config.kv.k.shape &&
+                 kv.v.shape == config.kv.v.shape,
+             "DecodeGraphConfig.layer_kv[{}]: not shaped like kv (dtype, layout, page size and "
+             "K / V shapes must match)",
+             layer);
+  }
   s.max_batch = config.batch_sizes.back();
   s.stride = config.max_blocks_per_request;
   s.head_dim = config.kv.head_dim();

@@ -2,7 +2,8 @@
 // decode for padded batch sizes 1..32 once, then many steps with changing batch sizes, lengths
 // (empty requests included) and page tables replay those graphs; every replay's out and lse must
 // equal, bit for bit, the same step launched eagerly, and a sample of steps is checked against the
-// float64 reference (the step's metadata rebuilt with the host planner).
+// float64 reference (the step's metadata rebuilt with the host planner) over the last layer's own
+// cache.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -58,6 +59,15 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
   PagedKv device_kv = host_kv;
   device_kv.k = k.view();
   device_kv.v = v.view();
+  // A second layer with its own cache: each step's out is the last layer's, over this one.
+  HostKvCache host_cache_2(config);
+  const PagedKv host_kv_2 = host_cache_2.paged(kPage);
+  fill_uniform(host_kv_2.k, rng);
+  fill_uniform(host_kv_2.v, rng);
+  DeviceTensor k_2(host_kv_2.k), v_2(host_kv_2.v);
+  PagedKv device_kv_2 = host_kv_2;
+  device_kv_2.k = k_2.view();
+  device_kv_2.v = v_2.view();
 
   Stream stream;
   cuda::DecodeGraphConfig graph_config;
@@ -67,6 +77,14 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
   graph_config.batch_sizes = {1, 2, 4, 8, 16, 32};
   graph_config.max_blocks_per_request = kStride;
   graph_config.num_layers = 2;
+  // Rejected: a cache for one of the two layers, and a second cache of another page size.
+  graph_config.layer_kv = {device_kv};
+  EXPECT_THROW(cuda::DecodeGraphRunner(graph_config, stream.stream), Error);
+  PagedKv other_page_size = device_kv_2;
+  other_page_size.page_size = kPage / 2;
+  graph_config.layer_kv = {device_kv, other_page_size};
+  EXPECT_THROW(cuda::DecodeGraphRunner(graph_config, stream.stream), Error);
+  graph_config.layer_kv = {device_kv, device_kv_2};
   cuda::DecodeGraphRunner runner(graph_config, stream.stream);
 
   const int64_t q_row_bytes = int64_t{kHeads} * kDim * 2;
@@ -123,7 +141,7 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
     std::memcpy(out.view().data, graph_out.data(), graph_out.size());
     DecodeArgs args;
     args.q = q_padded.view();
-    args.kv = host_kv;
+    args.kv = host_kv_2;  // the last layer's cache
     args.meta.batch_size = batch;
     args.meta.qo_indptr =
         TensorView::contiguous(plan_storage.qo_indptr.data(), DType::kI32, {batch + 1});
