@@ -274,7 +274,9 @@ TEST(CudaGraph, TraceStampsPhasesInOrder) {
       }
       counted += t[kCounted] != 0;
       merged += t[kMergeRead] != 0;
-      if (t[kMergeRead] != 0) ASSERT_NE(t[kCounted], 0u) << where << ": merged without counting";
+      if (t[kMergeRead] != 0) {
+        ASSERT_NE(t[kCounted], 0u) << where << ": merged without counting";
+      }
       first_wait = std::min(first_wait, t[kWait]);
     }
     // 8 KV heads: every head of both requests has at least one item, and the long request's items
