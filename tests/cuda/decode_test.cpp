@@ -10,9 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
@@ -296,58 +298,70 @@ std::string against_reference(const AttentionCase& c, const DeviceTensor& out,
   return report;
 }
 
+// The L2 prefetch modes of a later run's K / V (PAGEDATTN_DECODE_KV_PREFETCH; unset: none).
+const std::vector<std::optional<std::string>> kKvPrefetchModes = {std::nullopt, "lines", "bulk"};
+
+std::string prefetch_name(const std::optional<std::string>& mode) {
+  return "KV prefetch " + mode.value_or("off");
+}
+
 // A step's later layers: every run_decode after the first since plan() reads the partition and
 // the metadata before it waits for the previous kernel (DecodeParams::early_metadata), the first
 // one after that wait. Four runs on one plan, back to back on a stream (each run's predecessor
 // is the previous decode, still draining), each into its own poisoned out / lse: runs 2-4 equal
-// run 1 bit for bit, and run 1 matches the float64 reference. Split requests included.
+// run 1 bit for bit, and run 1 matches the float64 reference. Split requests included; with each
+// L2 prefetch mode of the later runs' K / V.
 TEST(CudaDecode, LaterRunsOfOnePlanEqualTheFirst) {
   PA_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  CaseSpec spec = base_decode();
-  spec.kv_lens = {700, 3, 0, 129, 3000, 64};
-  const AttentionCase c(spec, seed);
-  const DeviceDecodeCase device_case(c);
-  StepOnStream step(device_case);
-  Backend* backend = step.backend.get();
-  Workspace* workspace = step.workspace.get();
-  cudaStream_t stream = step.stream;
-  DecodeArgs args = step.args;
-  std::vector<DeviceTensor> outs, lses;
-  for (int run = 0; run < 4; ++run) {
-    outs.push_back(DeviceTensor::poisoned_like(c.out()));
-    lses.push_back(DeviceTensor::poisoned_like(c.lse()));
-  }
-  for (int run = 0; run < 4; ++run) {
-    args.out = outs[static_cast<size_t>(run)].view();
-    args.lse = lses[static_cast<size_t>(run)].view();
-    backend->run_decode(*workspace, args);
-  }
-  PA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  EXPECT_NO_THROW(workspace->check_device_errors());
-  std::vector<std::vector<double>> out_runs, lse_runs;
-  for (int run = 0; run < 4; ++run) {
-    outs[static_cast<size_t>(run)].copy_to(c.out());
-    lses[static_cast<size_t>(run)].copy_to(c.lse());
-    out_runs.push_back(to_doubles(c.out()));
-    lse_runs.push_back(to_doubles(c.lse()));
-  }
-  std::vector<double> expected_lse;
-  const std::vector<double> expected = c.reference(&expected_lse);
-  std::string report = compare_rows(out_runs[0], expected, spec.head_dim_vo,
-                                    gpu_row_tolerance(spec.q_dtype), "run 1 vs reference");
-  report += compare(lse_runs[0], expected_lse, kGpuLseTolerance, "run 1 lse vs reference");
-  EXPECT_EQ(report, "") << "seed " << seed;
-  const auto differ = [](const std::vector<double>& a, const std::vector<double>& b) {
-    int64_t n = 0;
-    for (size_t i = 0; i < a.size(); ++i) n += !(a[i] == b[i] || (a[i] != a[i] && b[i] != b[i]));
-    return n;
-  };
-  for (int run = 1; run < 4; ++run) {
-    EXPECT_EQ(differ(out_runs[static_cast<size_t>(run)], out_runs[0]), 0)
-        << "out of run " << run + 1 << " differs from run 1 (seed " << seed << ")";
-    EXPECT_EQ(differ(lse_runs[static_cast<size_t>(run)], lse_runs[0]), 0)
-        << "lse of run " << run + 1 << " differs from run 1 (seed " << seed << ")";
+  for (const auto& mode : kKvPrefetchModes) {
+    SCOPED_TRACE(prefetch_name(mode));
+    const ScopedEnv env("PAGEDATTN_DECODE_KV_PREFETCH", mode);
+    const uint64_t seed = fresh_seed();
+    CaseSpec spec = base_decode();
+    spec.kv_lens = {700, 3, 0, 129, 3000, 64};
+    const AttentionCase c(spec, seed);
+    const DeviceDecodeCase device_case(c);
+    StepOnStream step(device_case);
+    Backend* backend = step.backend.get();
+    Workspace* workspace = step.workspace.get();
+    cudaStream_t stream = step.stream;
+    DecodeArgs args = step.args;
+    std::vector<DeviceTensor> outs, lses;
+    for (int run = 0; run < 4; ++run) {
+      outs.push_back(DeviceTensor::poisoned_like(c.out()));
+      lses.push_back(DeviceTensor::poisoned_like(c.lse()));
+    }
+    for (int run = 0; run < 4; ++run) {
+      args.out = outs[static_cast<size_t>(run)].view();
+      args.lse = lses[static_cast<size_t>(run)].view();
+      backend->run_decode(*workspace, args);
+    }
+    PA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_NO_THROW(workspace->check_device_errors());
+    std::vector<std::vector<double>> out_runs, lse_runs;
+    for (int run = 0; run < 4; ++run) {
+      outs[static_cast<size_t>(run)].copy_to(c.out());
+      lses[static_cast<size_t>(run)].copy_to(c.lse());
+      out_runs.push_back(to_doubles(c.out()));
+      lse_runs.push_back(to_doubles(c.lse()));
+    }
+    std::vector<double> expected_lse;
+    const std::vector<double> expected = c.reference(&expected_lse);
+    std::string report = compare_rows(out_runs[0], expected, spec.head_dim_vo,
+                                      gpu_row_tolerance(spec.q_dtype), "run 1 vs reference");
+    report += compare(lse_runs[0], expected_lse, kGpuLseTolerance, "run 1 lse vs reference");
+    EXPECT_EQ(report, "") << "seed " << seed;
+    const auto differ = [](const std::vector<double>& a, const std::vector<double>& b) {
+      int64_t n = 0;
+      for (size_t i = 0; i < a.size(); ++i) n += !(a[i] == b[i] || (a[i] != a[i] && b[i] != b[i]));
+      return n;
+    };
+    for (int run = 1; run < 4; ++run) {
+      EXPECT_EQ(differ(out_runs[static_cast<size_t>(run)], out_runs[0]), 0)
+          << "out of run " << run + 1 << " differs from run 1 (seed " << seed << ")";
+      EXPECT_EQ(differ(lse_runs[static_cast<size_t>(run)], lse_runs[0]), 0)
+          << "lse of run " << run + 1 << " differs from run 1 (seed " << seed << ")";
+    }
   }
 }
 
@@ -356,65 +370,71 @@ TEST(CudaDecode, LaterRunsOfOnePlanEqualTheFirst) {
 // step's store may still be writing the newest tokens' rows. Here those rows are NaN until a
 // kernel that lets its dependents start at once rewrites them after 200 us; the run after it must
 // see the rewritten rows (out and lse equal the float64 reference; a row read early would be NaN).
-// Requests of one item and split ones, the newest token first, inside or last in its step.
+// Requests of one item and split ones, the newest token first, inside or last in its step. With
+// each L2 prefetch mode too: a prefetch before the wait may meet the NaN rows, and must not make
+// the run after the store read them.
 TEST(CudaDecode, LaterRunsReadTheNewestTokenAfterTheStore) {
   PA_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  for (const KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
-    CaseSpec spec = base_decode();
-    spec.layout = layout;
-    spec.kv_lens = {700, 1, 0, 129, 3000, 64, 17};
-    const AttentionCase c(spec, seed);
-    const DeviceDecodeCase device_case(c);
-    // Byte offsets of the newest token's rows (each KV head) in the K and V pools.
-    const TensorView& k = device_case.k.view();
-    const TensorView& v = device_case.v.view();
-    ASSERT_EQ(k.strides, v.strides);
-    const int64_t pages_per_alloc = k.shape[layout == KvLayout::kNHD ? 1 : 2] / spec.page_size;
-    std::vector<int64_t> offsets;
-    for (size_t r = 0; r < c.kv_lens().size(); ++r) {
-      const int32_t kv_len = c.kv_lens()[r];
-      if (kv_len == 0) continue;
-      const int32_t pos = kv_len - 1;
-      const int32_t page =
-          c.kv_indices()[static_cast<size_t>(c.kv_indptr()[r] + pos / spec.page_size)];
-      const int64_t alloc = page / pages_per_alloc;
-      const int64_t token = (page % pages_per_alloc) * spec.page_size + pos % spec.page_size;
-      for (int64_t h = 0; h < spec.num_kv_heads; ++h) {
-        const int64_t element =
-            alloc * k.strides[0] + (layout == KvLayout::kNHD
-                                        ? token * k.strides[1] + h * k.strides[2]
-                                        : h * k.strides[1] + token * k.strides[2]);
-        offsets.push_back(element * dtype_size(k.dtype));
+  for (const auto& mode : kKvPrefetchModes) {
+    SCOPED_TRACE(prefetch_name(mode));
+    const ScopedEnv env("PAGEDATTN_DECODE_KV_PREFETCH", mode);
+    const uint64_t seed = fresh_seed();
+    for (const KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
+      CaseSpec spec = base_decode();
+      spec.layout = layout;
+      spec.kv_lens = {700, 1, 0, 129, 3000, 64, 17};
+      const AttentionCase c(spec, seed);
+      const DeviceDecodeCase device_case(c);
+      // Byte offsets of the newest token's rows (each KV head) in the K and V pools.
+      const TensorView& k = device_case.k.view();
+      const TensorView& v = device_case.v.view();
+      ASSERT_EQ(k.strides, v.strides);
+      const int64_t pages_per_alloc = k.shape[layout == KvLayout::kNHD ? 1 : 2] / spec.page_size;
+      std::vector<int64_t> offsets;
+      for (size_t r = 0; r < c.kv_lens().size(); ++r) {
+        const int32_t kv_len = c.kv_lens()[r];
+        if (kv_len == 0) continue;
+        const int32_t pos = kv_len - 1;
+        const int32_t page =
+            c.kv_indices()[static_cast<size_t>(c.kv_indptr()[r] + pos / spec.page_size)];
+        const int64_t alloc = page / pages_per_alloc;
+        const int64_t token = (page % pages_per_alloc) * spec.page_size + pos % spec.page_size;
+        for (int64_t h = 0; h < spec.num_kv_heads; ++h) {
+          const int64_t element =
+              alloc * k.strides[0] + (layout == KvLayout::kNHD
+                                          ? token * k.strides[1] + h * k.strides[2]
+                                          : h * k.strides[1] + token * k.strides[2]);
+          offsets.push_back(element * dtype_size(k.dtype));
+        }
       }
-    }
-    const DeviceTensor device_offsets = DeviceTensor(TensorView::contiguous(
-        offsets.data(), DType::kI64, {static_cast<int64_t>(offsets.size())}));
-    const DeviceTensor good_k(c.k_tensor().view()), good_v(c.v_tensor().view());
-    const DeviceTensor nan_k = DeviceTensor::poisoned_like(c.k_tensor().view());
-    const DeviceTensor nan_v = DeviceTensor::poisoned_like(c.v_tensor().view());
-    const int row_bytes = static_cast<int>(spec.head_dim_qk * dtype_size(k.dtype));
-    const int count = static_cast<int>(offsets.size());
-    const auto* rows = static_cast<const int64_t*>(device_offsets.view().data);
+      const DeviceTensor device_offsets = DeviceTensor(TensorView::contiguous(
+          offsets.data(), DType::kI64, {static_cast<int64_t>(offsets.size())}));
+      const DeviceTensor good_k(c.k_tensor().view()), good_v(c.v_tensor().view());
+      const DeviceTensor nan_k = DeviceTensor::poisoned_like(c.k_tensor().view());
+      const DeviceTensor nan_v = DeviceTensor::poisoned_like(c.v_tensor().view());
+      const int row_bytes = static_cast<int>(spec.head_dim_qk * dtype_size(k.dtype));
+      const int count = static_cast<int>(offsets.size());
+      const auto* rows = static_cast<const int64_t*>(device_offsets.view().data);
 
-    StepOnStream step(device_case);
-    Backend* backend = step.backend.get();
-    Workspace* workspace = step.workspace.get();
-    cudaStream_t stream = step.stream;
-    DecodeArgs args = step.args;
-    backend->run_decode(*workspace, args);  // the step's first run: it waits before any read
-    launch_slow_rows_copy(nan_k.view().data, k.data, nan_v.view().data, v.data, rows, count,
-                          row_bytes, 0, stream);
-    launch_slow_rows_copy(good_k.view().data, k.data, good_v.view().data, v.data, rows, count,
-                          row_bytes, 200'000, stream);
-    const DeviceTensor out = DeviceTensor::poisoned_like(c.out());
-    const DeviceTensor lse = DeviceTensor::poisoned_like(c.lse());
-    args.out = out.view();
-    args.lse = lse.view();
-    backend->run_decode(*workspace, args);
-    PA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    EXPECT_NO_THROW(workspace->check_device_errors());
-    EXPECT_EQ(against_reference(c, out, lse), "") << layout_name(layout) << ", seed " << seed;
+      StepOnStream step(device_case);
+      Backend* backend = step.backend.get();
+      Workspace* workspace = step.workspace.get();
+      cudaStream_t stream = step.stream;
+      DecodeArgs args = step.args;
+      backend->run_decode(*workspace, args);  // the step's first run: it waits before any read
+      launch_slow_rows_copy(nan_k.view().data, k.data, nan_v.view().data, v.data, rows, count,
+                            row_bytes, 0, stream);
+      launch_slow_rows_copy(good_k.view().data, k.data, good_v.view().data, v.data, rows, count,
+                            row_bytes, 200'000, stream);
+      const DeviceTensor out = DeviceTensor::poisoned_like(c.out());
+      const DeviceTensor lse = DeviceTensor::poisoned_like(c.lse());
+      args.out = out.view();
+      args.lse = lse.view();
+      backend->run_decode(*workspace, args);
+      PA_CUDA_CHECK(cudaStreamSynchronize(stream));
+      EXPECT_NO_THROW(workspace->check_device_errors());
+      EXPECT_EQ(against_reference(c, out, lse), "") << layout_name(layout) << ", seed " << seed;
+    }
   }
 }
 
@@ -486,6 +506,12 @@ TEST(CudaDecode, RejectsBadArguments) {
   EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, bad); },
                              {"out: shape [5, 8, 64]"}),
             "");
+  {
+    const ScopedEnv env("PAGEDATTN_DECODE_KV_PREFETCH", "sideways");
+    EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, args); },
+                               {"PAGEDATTN_DECODE_KV_PREFETCH='sideways'", "lines, bulk or off"}),
+              "");
+  }
   // The poisoned output is untouched.
   device_case.out.copy_to(c.out());
   for (double value : to_doubles(c.out())) ASSERT_TRUE(value != value);

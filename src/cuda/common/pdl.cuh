@@ -10,7 +10,8 @@
 //     ...
 //   }
 //
-// Exceptions: prefetch_l2_bulk (below) may come before pdl_wait(); it reads nothing. And the
+// Exceptions: prefetch_l2_bulk and prefetch_l2_line (below) may come before pdl_wait(); they read
+// nothing. And the
 // tensor-core decode kernel reads its step metadata before it on a step's later layers
 // (DecodeParams::early_metadata, decode_params.h): safe because every kernel here triggers only
 // after its own wait, so everything before its predecessor is complete when it starts.
@@ -48,6 +49,12 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* address, unsigned b
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(address), "r"(bytes) : "memory");
 #endif
+}
+
+// The same for the one L2 line (128 bytes) that holds `address`: a plain load-unit instruction
+// (a bulk prefetch is an operation of the SM's copy engine, slower to issue many small ones of).
+__device__ __forceinline__ void prefetch_l2_line(const void* address) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(address) : "memory");
 }
 
 }  // namespace pagedattn::cuda

@@ -10,12 +10,14 @@
 // combined
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i
 // by the last CTA of each (request, head tile) in the tensor-core kernel, and by a merge kernel
-// (one CTA per request and query head) after the CUDA-core kernel. No environment switch: the
-// alternatives measured against these (the CUDA-core kernel for bf16 KV, the merge kernel after
-// the tensor-core one, evict-first KV loads) are in bench/RESULTS.md, "Tried and retired".
+// (one CTA per request and query head) after the CUDA-core kernel. One environment switch,
+// PAGEDATTN_DECODE_KV_PREFETCH (below); the alternatives measured against these (the CUDA-core
+// kernel for bf16 KV, the merge kernel after the tensor-core one, evict-first KV loads) are in
+// bench/RESULTS.md, "Tried and retired".
 #include "cuda/decode/decode.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string_view>
 
 #include "core/check.h"
@@ -27,6 +29,18 @@
 
 namespace pagedattn::cuda {
 namespace {
+
+// PAGEDATTN_DECODE_KV_PREFETCH=lines|bulk|off (ARCHITECTURE.md, "Switches"; off when unset): read
+// per call, so tests can switch.
+int32_t kv_prefetch_switch() {
+  const char* env = std::getenv("PAGEDATTN_DECODE_KV_PREFETCH");
+  if (env == nullptr) return kKvPrefetchNone;
+  const std::string_view value = env;
+  if (value == "off") return kKvPrefetchNone;
+  if (value == "lines") return kKvPrefetchLines;
+  if (value == "bulk") return kKvPrefetchBulk;
+  PA_FAIL("PAGEDATTN_DECODE_KV_PREFETCH='{}': expected lines, bulk or off", value);
+}
 
 void check_meta_i32(std::string_view name, const TensorView& view, int64_t min_elements,
                     Device device) {
@@ -220,6 +234,7 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.guard.num_indices = args.meta.kv_indices.shape[0];
   params.guard.num_rows = batch;
   params.early_metadata = workspace.decode_runs_since_plan > 0;
+  params.kv_prefetch = kv_prefetch_switch();
   params.trace = workspace.decode_trace(workspace.decode_runs_since_plan);
   PA_CHECK(batch * hkv * params.group_tiles <= workspace.merge_counters_capacity(),
            "run_decode: {} requests x {} head tiles exceed the workspace's {} merge counters",

@@ -58,10 +58,20 @@ struct DecodeParams {
   // kernel that writes the metadata must not trigger its dependents early (the API's contract,
   // include/pagedattn/backend.h).
   bool early_metadata;
+  // Tensor-core kernel, with early_metadata: ask the L2 for the first steps' K / V rows before
+  // pdl_wait() (DecodeKvPrefetch; PAGEDATTN_DECODE_KV_PREFETCH, ARCHITECTURE.md "Switches").
+  int32_t kv_prefetch;
   // Diagnostic (DecodeTrace, include/pagedattn/cuda_graph.h): null, or this launch's stamp rows,
   // kDecodeTracePhases a CTA (blockIdx.x), written by thread 0 of each CTA.
   unsigned long long* trace;
 };
+
+// DecodeParams::kv_prefetch. A prefetch reads nothing into the kernel and the L2 is the device's
+// point of coherence, so it may come before the wait even for the newest rows, which the previous
+// kernel may still be writing (common/pdl.cuh): the rows only stream in from memory while that
+// kernel drains. kLines: a prefetch.global.L2 per 128-byte line of each row, issued by the load
+// units; kBulk: a cp.async.bulk.prefetch per row, each an operation of the SM's copy engine.
+enum DecodeKvPrefetch : int32_t { kKvPrefetchNone = 0, kKvPrefetchLines = 1, kKvPrefetchBulk = 2 };
 
 // The phases a CTA stamps, in order (DecodeTrace::kPhaseNames names them).
 enum DecodeTracePhase : int {

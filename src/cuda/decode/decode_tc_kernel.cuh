@@ -43,7 +43,11 @@
 // previous kernel's tail), and q, K / V and every write come after it (decode_params.h says why
 // that is safe). (K / V before the wait too, all but the newest token's row, made the CUDA-graph
 // step of attention alone 10-16% faster but Qwen3-0.6B's decode step 3-7% slower: bench/RESULTS.md,
-// "Tried and retired".)
+// "Tried and retired".) An L2 prefetch of those rows before the wait instead (DecodeKvPrefetch, off
+// by default until a model step is measured with it) made the graph step with a cache per layer
+// 12-27% faster and the single kernels at B 1 up to 13% slower (bulk; bench/RESULTS.md, session
+// 31).
+
 #pragma once
 
 #include <cmath>
@@ -278,6 +282,31 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     int pages[C::kStages];  // all issued before the first is used
 #pragma unroll
     for (int s = 0; s < C::kStages; ++s) pages[s] = fetch_page(s);
+    if (early && p.kv_prefetch != kKvPrefetchNone && lane < kStep) {
+      // Those steps' K / V rows asked of the L2 now (DecodeKvPrefetch: safe before the wait).
+      constexpr int kRowBytes = kHeadDim * sizeof(T);
+#pragma unroll
+      for (int s = 0; s < C::kStages; ++s) {
+        if (pages[s] < 0) continue;
+        const int pos = tok_begin + (warp + s * C::kWarps) * kStep + lane;
+        const int alloc = pages[s] / p.pages_per_alloc;
+        const int token = (pages[s] - alloc * p.pages_per_alloc) * page_size + pos % page_size;
+        const char* k_row = reinterpret_cast<const char*>(k_cache + alloc * p.k_stride_page +
+                                                          token * p.k_stride_token);
+        const char* v_row = reinterpret_cast<const char*>(v_cache + alloc * p.v_stride_page +
+                                                          token * p.v_stride_token);
+        if (p.kv_prefetch == kKvPrefetchBulk) {
+          prefetch_l2_bulk(k_row, kRowBytes);
+          prefetch_l2_bulk(v_row, kRowBytes);
+        } else {
+#pragma unroll
+          for (int line = 0; line < kRowBytes; line += 128) {
+            prefetch_l2_line(k_row + line);
+            prefetch_l2_line(v_row + line);
+          }
+        }
+      }
+    }
     stamp(kTracePageIds);
     if (early) pdl_wait();  // K / V, q and every write come after it
     stamp(kTraceWaitDone);
