@@ -6,8 +6,10 @@ with times set per build and round, and appends its arguments to a log; each sta
 `test_cuda` exits with a status set per build. Checked: the builds alternate round by round with
 the arguments after -- passed through (options included) and --json added; every row's cell holds
 each round's time; the ratio is the first build's median over the rounds divided by the build's;
-CUDA (median_us, "rows") and CPU (run_us_median, "results") documents; DIR/lib on
-LD_LIBRARY_PATH; a failing build fails `bench` and `test`. Python 3 standard library only.
+CUDA (median_us, "rows"; graph_step_wall_us, "graphs") and CPU (run_us_median, "results")
+documents; a build's variant with environment variables (NAME+VAR=VALUE), and bad spellings of
+one; DIR/lib on LD_LIBRARY_PATH; a failing build fails `bench` and `test`. Python 3 standard
+library only.
 """
 
 import json
@@ -28,7 +30,9 @@ import json, os, sys
 log = {log!r}
 with open(log, "a") as handle:
     library_path = os.environ.get("LD_LIBRARY_PATH", "")
-    handle.write({name!r} + " " + " ".join(sys.argv[1:]) + " LD=" + library_path + "\\n")
+    switch = os.environ.get("GPU_AB_TEST_SWITCH", "-")
+    handle.write({name!r} + " " + " ".join(sys.argv[1:]) + " LD=" + library_path +
+                 " SWITCH=" + switch + "\\n")
 with open(log) as handle:
     runs = len([line for line in handle if line.startswith({name!r} + " ")])
 times = {times!r}[runs]
@@ -38,7 +42,12 @@ path = sys.argv[sys.argv.index("--json") + 1]
 key = {key!r}
 rows = [{{"batch": 1, "kv_len": 1024, "page_size": 16, key: times[0]}},
         {{"batch": 64, "kv_len": 1024, "page_size": 16, key: times[1]}}]
-json.dump({{{section!r}: rows}}, open(path, "w"))
+document = {{{section!r}: rows}}
+graph_times = {graph_times!r}
+if graph_times is not None:
+    document["graphs"] = [{{"batch": 1, "kv_len": 1024, "layers": 32,
+                           "graph_step_wall_us": graph_times[runs]}}]
+json.dump(document, open(path, "w"))
 """
 
 
@@ -49,15 +58,18 @@ def write_script(path, text):
 
 
 class GpuAb(unittest.TestCase):
-    def make_builds(self, directory, log, builds, key="median_us", section="rows"):
+    def make_builds(self, directory, log, builds, key="median_us", section="rows",
+                    graph_times=None):
         os.makedirs(os.path.join(directory, "lib"))
         for name, (times, fail, test_status) in builds.items():
             os.makedirs(os.path.join(directory, name))
             write_script(os.path.join(directory, name, "pagedattn"),
                          BENCH.format(python=sys.executable, log=log, name=name, times=times,
-                                      fail=fail, key=key, section=section))
+                                      fail=fail, key=key, section=section,
+                                      graph_times=graph_times))
             write_script(os.path.join(directory, name, "test_cuda"),
-                         f"#!/bin/sh\necho {name} \"$@\" >> {log}\nexit {test_status}\n")
+                         f"#!/bin/sh\necho {name} \"$@\" SWITCH=${{GPU_AB_TEST_SWITCH:--}} >> "
+                         f"{log}\nexit {test_status}\n")
 
     def run_tool(self, *args):
         return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
@@ -115,6 +127,37 @@ class GpuAb(unittest.TestCase):
             self.assertIn("failed in b", test.stderr)
             with open(log, encoding="utf-8") as handle:
                 self.assertIn("a --gtest_filter=*Mla*", handle.read())
+
+    def test_a_variant_adds_environment_and_graph_rows_are_compared(self):
+        with tempfile.TemporaryDirectory() as directory:
+            log = os.path.join(directory, "runs.log")
+            # One build run plain and with the switch, in turns: runs 1 and 3 plain, 2 and 4 on.
+            self.make_builds(directory, log, {
+                "main": ({1: [100.0, 200.0], 2: [50.0, 100.0], 3: [100.0, 200.0],
+                          4: [50.0, 100.0]}, False, 0)},
+                graph_times={1: 300.0, 2: 240.0, 3: 310.0, 4: 250.0})
+            variant = "main+GPU_AB_TEST_SWITCH=on"
+            result = self.run_tool("bench", directory, "--names", f"main,{variant}", "--rounds",
+                                   "2", "--", "bench", "decode")
+            self.assertEqual(result.returncode, 0, result.stderr)
+            with open(log, encoding="utf-8") as handle:
+                switches = [line.split()[-1] for line in handle.read().splitlines()]
+            self.assertEqual(switches, ["SWITCH=-", "SWITCH=on", "SWITCH=-", "SWITCH=on"])
+            table = self.table(result.stdout)
+            self.assertEqual(table[0], ["row", "main us", f"{variant} us", f"{variant} / main"])
+            self.assertEqual(table[1][1:], ["100.0, 100.0", "50.0, 50.0", "2.000"])
+            # The graph step: medians 305 and 245 -> 1.245.
+            self.assertEqual(table[3], ["graph batch=1 kv_len=1024", "300.0, 310.0",
+                                        "240.0, 250.0", "1.245"])
+            test = self.run_tool("test", directory, "--names", variant, "--", "--gtest_brief=1")
+            self.assertEqual(test.returncode, 0, test.stderr)
+            with open(log, encoding="utf-8") as handle:
+                self.assertIn("main --gtest_brief=1 SWITCH=on", handle.read())
+            # A '+' without VAR=VALUE, or a build that is not there: an error naming it.
+            for bad, message in (("main+ON", "expected VAR=VALUE"), ("other", "no build 'other'")):
+                result = self.run_tool("bench", directory, "--names", bad, "--", "bench", "mla")
+                self.assertNotEqual(result.returncode, 0)
+                self.assertIn(message, result.stderr)
 
     def test_command_after_the_separator_is_required(self):
         with tempfile.TemporaryDirectory() as directory:
