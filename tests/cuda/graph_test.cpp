@@ -37,6 +37,25 @@ std::vector<unsigned char> download(const TensorView& view, int64_t bytes, cudaS
   return host;
 }
 
+// A layer's cache: uniform values on the host, copied to the device.
+struct LayerCache {
+  LayerCache(const KvCacheConfig& config, int32_t page_size, std::mt19937_64& rng)
+      : host(config), host_kv(filled(host.paged(page_size), rng)), k(host_kv.k), v(host_kv.v) {
+    device_kv = host_kv;
+    device_kv.k = k.view();
+    device_kv.v = v.view();
+  }
+  static PagedKv filled(PagedKv kv, std::mt19937_64& rng) {
+    fill_uniform(kv.k, rng);
+    fill_uniform(kv.v, rng);
+    return kv;
+  }
+  HostKvCache host;
+  PagedKv host_kv;
+  DeviceTensor k, v;
+  PagedKv device_kv;
+};
+
 TEST(CudaGraph, ReplaysMatchEagerAndReference) {
   PA_REQUIRE_GPU();
   const uint64_t seed = fresh_seed();
@@ -51,23 +70,12 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
   config.num_kv_heads = kKvHeads;
   config.head_dim = kDim;
   config.layout = KvLayout::kHND;
-  HostKvCache host_cache(config);
-  const PagedKv host_kv = host_cache.paged(kPage);
-  fill_uniform(host_kv.k, rng);
-  fill_uniform(host_kv.v, rng);
-  DeviceTensor k(host_kv.k), v(host_kv.v);
-  PagedKv device_kv = host_kv;
-  device_kv.k = k.view();
-  device_kv.v = v.view();
+  const LayerCache layer_1(config, kPage, rng);
   // A second layer with its own cache: each step's out is the last layer's, over this one.
-  HostKvCache host_cache_2(config);
-  const PagedKv host_kv_2 = host_cache_2.paged(kPage);
-  fill_uniform(host_kv_2.k, rng);
-  fill_uniform(host_kv_2.v, rng);
-  DeviceTensor k_2(host_kv_2.k), v_2(host_kv_2.v);
-  PagedKv device_kv_2 = host_kv_2;
-  device_kv_2.k = k_2.view();
-  device_kv_2.v = v_2.view();
+  const LayerCache layer_2(config, kPage, rng);
+  const PagedKv& device_kv = layer_1.device_kv;
+  const PagedKv& device_kv_2 = layer_2.device_kv;
+  const PagedKv& host_kv_2 = layer_2.host_kv;
 
   Stream stream;
   cuda::DecodeGraphConfig graph_config;
@@ -186,15 +194,9 @@ TEST(CudaGraph, TraceStampsPhasesInOrder) {
   config.alloc_page_size = kPage;
   config.num_kv_heads = kKvHeads;
   config.head_dim = kDim;
-  HostKvCache host_cache(config);
-  const PagedKv host_kv = host_cache.paged(kPage);
-  fill_uniform(host_kv.k, rng);
-  fill_uniform(host_kv.v, rng);
-  DeviceTensor k(host_kv.k), v(host_kv.v);
+  const LayerCache cache(config, kPage, rng);
   cuda::DecodeGraphConfig graph_config;
-  graph_config.kv = host_kv;
-  graph_config.kv.k = k.view();
-  graph_config.kv.v = v.view();
+  graph_config.kv = cache.device_kv;
   graph_config.num_qo_heads = kHeads;
   graph_config.options.sm_scale = 0.088f;
   graph_config.batch_sizes = {2};
