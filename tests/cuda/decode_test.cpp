@@ -7,6 +7,7 @@
 // varies one axis around a base so the table stays small enough for compute-sanitizer. Outputs
 // are poisoned (0xFF) before each run.
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -298,24 +299,35 @@ std::string against_reference(const AttentionCase& c, const DeviceTensor& out,
   return report;
 }
 
-// The L2 prefetch modes of a later run's K / V (PAGEDATTN_DECODE_KV_PREFETCH; unset: none).
-const std::vector<std::optional<std::string>> kKvPrefetchModes = {std::nullopt, "lines", "bulk"};
+// The tensor-core kernel's switches (ARCHITECTURE.md, "Switches"): the L2 prefetch of a later
+// run's K / V and the merge's bulk read, each alone, both, and neither (the defaults).
+const std::vector<std::vector<ScopedEnv::Setting>> kDecodeSwitches = {
+    {{"PAGEDATTN_DECODE_KV_PREFETCH", std::nullopt}, {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
+    {{"PAGEDATTN_DECODE_KV_PREFETCH", "lines"}, {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
+    {{"PAGEDATTN_DECODE_KV_PREFETCH", "bulk"}, {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
+    {{"PAGEDATTN_DECODE_KV_PREFETCH", std::nullopt}, {"PAGEDATTN_DECODE_MERGE_READ", "bulk"}},
+    {{"PAGEDATTN_DECODE_KV_PREFETCH", "lines"}, {"PAGEDATTN_DECODE_MERGE_READ", "bulk"}},
+};
 
-std::string prefetch_name(const std::optional<std::string>& mode) {
-  return "KV prefetch " + mode.value_or("off");
+std::string switches_name(const std::vector<ScopedEnv::Setting>& settings) {
+  std::string name;
+  for (const auto& [variable, value] : settings) {
+    name += fmt::format("{}{}={}", name.empty() ? "" : " ", variable, value.value_or("unset"));
+  }
+  return name;
 }
 
 // A step's later layers: every run_decode after the first since plan() reads the partition and
 // the metadata before it waits for the previous kernel (DecodeParams::early_metadata), the first
 // one after that wait. Four runs on one plan, back to back on a stream (each run's predecessor
 // is the previous decode, still draining), each into its own poisoned out / lse: runs 2-4 equal
-// run 1 bit for bit, and run 1 matches the float64 reference. Split requests included; with each
-// L2 prefetch mode of the later runs' K / V.
+// run 1 bit for bit, and run 1 matches the float64 reference. Split requests included; under
+// each setting of the kernel's switches (the K / V prefetch, the merge's bulk read).
 TEST(CudaDecode, LaterRunsOfOnePlanEqualTheFirst) {
   PA_REQUIRE_GPU();
-  for (const auto& mode : kKvPrefetchModes) {
-    SCOPED_TRACE(prefetch_name(mode));
-    const ScopedEnv env("PAGEDATTN_DECODE_KV_PREFETCH", mode);
+  for (const auto& settings : kDecodeSwitches) {
+    SCOPED_TRACE(switches_name(settings));
+    const ScopedEnv env(settings);
     const uint64_t seed = fresh_seed();
     CaseSpec spec = base_decode();
     spec.kv_lens = {700, 3, 0, 129, 3000, 64};
@@ -370,14 +382,14 @@ TEST(CudaDecode, LaterRunsOfOnePlanEqualTheFirst) {
 // step's store may still be writing the newest tokens' rows. Here those rows are NaN until a
 // kernel that lets its dependents start at once rewrites them after 200 us; the run after it must
 // see the rewritten rows (out and lse equal the float64 reference; a row read early would be NaN).
-// Requests of one item and split ones, the newest token first, inside or last in its step. With
-// each L2 prefetch mode too: a prefetch before the wait may meet the NaN rows, and must not make
-// the run after the store read them.
+// Requests of one item and split ones, the newest token first, inside or last in its step. Under
+// each setting of the kernel's switches too: a prefetch before the wait may meet the NaN rows, and
+// must not make the run after the store read them.
 TEST(CudaDecode, LaterRunsReadTheNewestTokenAfterTheStore) {
   PA_REQUIRE_GPU();
-  for (const auto& mode : kKvPrefetchModes) {
-    SCOPED_TRACE(prefetch_name(mode));
-    const ScopedEnv env("PAGEDATTN_DECODE_KV_PREFETCH", mode);
+  for (const auto& settings : kDecodeSwitches) {
+    SCOPED_TRACE(switches_name(settings));
+    const ScopedEnv env(settings);
     const uint64_t seed = fresh_seed();
     for (const KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
       CaseSpec spec = base_decode();
@@ -510,6 +522,12 @@ TEST(CudaDecode, RejectsBadArguments) {
     const ScopedEnv env("PAGEDATTN_DECODE_KV_PREFETCH", "sideways");
     EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, args); },
                                {"PAGEDATTN_DECODE_KV_PREFETCH='sideways'", "lines, bulk or off"}),
+              "");
+  }
+  {
+    const ScopedEnv env("PAGEDATTN_DECODE_MERGE_READ", "tma");
+    EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, args); },
+                               {"PAGEDATTN_DECODE_MERGE_READ='tma'", "bulk or loads"}),
               "");
   }
   // The poisoned output is untouched.

@@ -467,10 +467,17 @@ void check_mutation(const CaseSpec& spec, const Mutation& mutation,
 TEST(CudaGuardDecode, TensorCoresSplit) {
   PA_REQUIRE_GPU();
   const CaseSpec spec = decode_spec(DType::kBF16);
-  // Page 100 of request 2 lies in a middle item of its split.
-  for (const Mutation& m : {page_id(2, 100, false), page_id(2, 100, true), kv_indptr_decreasing(2),
-                            kv_indptr_past_indices(5), last_page_len(2, 0), last_page_len(2, 17)}) {
-    check_mutation(spec, m);
+  // The merge's two reads of the partials (PAGEDATTN_DECODE_MERGE_READ): a poisoned partial must
+  // make its rows 0 / -inf either way.
+  for (const char* merge_read : {"loads", "bulk"}) {
+    SCOPED_TRACE(fmt::format("PAGEDATTN_DECODE_MERGE_READ={}", merge_read));
+    const ScopedEnv env("PAGEDATTN_DECODE_MERGE_READ", merge_read);
+    // Page 100 of request 2 lies in a middle item of its split.
+    for (const Mutation& m :
+         {page_id(2, 100, false), page_id(2, 100, true), kv_indptr_decreasing(2),
+          kv_indptr_past_indices(5), last_page_len(2, 0), last_page_len(2, 17)}) {
+      check_mutation(spec, m);
+    }
   }
 }
 

@@ -10,10 +10,10 @@
 // combined
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i
 // by the last CTA of each (request, head tile) in the tensor-core kernel, and by a merge kernel
-// (one CTA per request and query head) after the CUDA-core kernel. One environment switch,
-// PAGEDATTN_DECODE_KV_PREFETCH (below); the alternatives measured against these (the CUDA-core
-// kernel for bf16 KV, the merge kernel after the tensor-core one, evict-first KV loads) are in
-// bench/RESULTS.md, "Tried and retired".
+// (one CTA per request and query head) after the CUDA-core kernel. Two environment switches,
+// PAGEDATTN_DECODE_KV_PREFETCH and PAGEDATTN_DECODE_MERGE_READ (below); the alternatives measured
+// against these (the CUDA-core kernel for bf16 KV, the merge kernel after the tensor-core one,
+// evict-first KV loads) are in bench/RESULTS.md, "Tried and retired".
 #include "cuda/decode/decode.h"
 
 #include <cmath>
@@ -40,6 +40,17 @@ int32_t kv_prefetch_switch() {
   if (value == "lines") return kKvPrefetchLines;
   if (value == "bulk") return kKvPrefetchBulk;
   PA_FAIL("PAGEDATTN_DECODE_KV_PREFETCH='{}': expected lines, bulk or off", value);
+}
+
+// PAGEDATTN_DECODE_MERGE_READ=bulk|loads (ARCHITECTURE.md, "Switches"; loads when unset): read
+// per call, so tests can switch.
+int32_t merge_read_switch() {
+  const char* env = std::getenv("PAGEDATTN_DECODE_MERGE_READ");
+  if (env == nullptr) return kMergeReadLoads;
+  const std::string_view value = env;
+  if (value == "loads") return kMergeReadLoads;
+  if (value == "bulk") return kMergeReadBulk;
+  PA_FAIL("PAGEDATTN_DECODE_MERGE_READ='{}': expected bulk or loads", value);
 }
 
 void check_meta_i32(std::string_view name, const TensorView& view, int64_t min_elements,
@@ -235,6 +246,7 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.guard.num_rows = batch;
   params.early_metadata = workspace.decode_runs_since_plan > 0;
   params.kv_prefetch = kv_prefetch_switch();
+  params.merge_read = merge_read_switch();
   params.trace = workspace.decode_trace(workspace.decode_runs_since_plan);
   PA_CHECK(batch * hkv * params.group_tiles <= workspace.merge_counters_capacity(),
            "run_decode: {} requests x {} head tiles exceed the workspace's {} merge counters",

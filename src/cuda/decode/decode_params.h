@@ -61,6 +61,9 @@ struct DecodeParams {
   // Tensor-core kernel, with early_metadata: ask the L2 for the first steps' K / V rows before
   // pdl_wait() (DecodeKvPrefetch; PAGEDATTN_DECODE_KV_PREFETCH, ARCHITECTURE.md "Switches").
   int32_t kv_prefetch;
+  // Tensor-core kernel: how the last item of a split request reads the partials it merges
+  // (DecodeMergeRead; PAGEDATTN_DECODE_MERGE_READ, ARCHITECTURE.md "Switches").
+  int32_t merge_read;
   // Diagnostic (DecodeTrace, include/pagedattn/cuda_graph.h): null, or this launch's stamp rows,
   // kDecodeTracePhases a CTA (blockIdx.x), written by thread 0 of each CTA.
   unsigned long long* trace;
@@ -72,6 +75,12 @@ struct DecodeParams {
 // kernel drains. kLines: a prefetch.global.L2 per 128-byte line of each row, issued by the load
 // units; kBulk: a cp.async.bulk.prefetch per row, each an operation of the SM's copy engine.
 enum DecodeKvPrefetch : int32_t { kKvPrefetchNone = 0, kKvPrefetchLines = 1, kKvPrefetchBulk = 2 };
+
+// DecodeParams::merge_read. kLoads: each thread loads its float4 of every item's partial from the
+// L2 (ld.cg), a batch of 16 items at once. kBulk: thread 0 has the SM's copy engine stage every
+// item's partial rows of the head tile in shared memory (one bulk copy an item, on an mbarrier)
+// where they fit in the free rings, sm_90+; the threads read them from there (loads otherwise).
+enum DecodeMergeRead : int32_t { kMergeReadLoads = 0, kMergeReadBulk = 1 };
 
 // The phases a CTA stamps, in order (DecodeTrace::kPhaseNames names them).
 enum DecodeTracePhase : int {

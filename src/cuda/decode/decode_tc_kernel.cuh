@@ -27,7 +27,8 @@
 // one item) or the f32 partials of its item; the last CTA of a split request's head tile to
 // finish (an acquire-release arrival count in the workspace, reset to zero by that CTA; no fences)
 // merges the request's partials from L2 in one pass, a batch of items' lse and partials read at
-// once: no merge kernel. These three cut the CUDA-graph step at B 1 x 1024 by 15% (H100,
+// once (or, with DecodeParams::merge_read, the partials staged in shared memory by bulk copies
+// first): no merge kernel. These three cut the CUDA-graph step at B 1 x 1024 by 15% (H100,
 // bench/RESULTS.md, session 30), from where the phase stamps (DecodeParams::trace) showed the
 // time going: the merge 2.8 us of a 7.7 us layer.
 // Metadata on trust (common/guard.h): a request with bad KV metadata gets no keys (decode_work);
@@ -60,6 +61,7 @@
 #include "cuda/decode/decode_params.h"
 #include "cuda/decode/decode_work.cuh"
 #include "cuda/launch.h"
+#include "cuda/prefill/wgmma.cuh"
 
 namespace pagedattn::cuda {
 
@@ -161,6 +163,34 @@ __device__ __forceinline__ int atomic_add_acq_rel_gpu(int* address, int value) {
                : "l"(address), "r"(value)
                : "memory");
   return old;
+}
+
+// ---- the merge's bulk read (DecodeParams::merge_read, sm_90+) ----
+// Orders this thread's earlier generic-proxy accesses (global and shared) before later
+// async-proxy ones (bulk copies).
+__device__ __forceinline__ void fence_proxy_async_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async;\n" ::: "memory");
+#endif
+}
+// Arrives on mbarrier `bar` expecting `bytes` more of transactions in this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+#endif
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory by the
+// SM's copy engine, completing on mbarrier `bar`.
+__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes,
+                                                    uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      :
+      : "r"(dst), "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+#endif
 }
 
 // Two floats as one register of two 16-bit T (x in the low half).
@@ -620,6 +650,33 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   constexpr int kQuads = kHeadDim / 4;
   constexpr int kMergeBatch = 16;
   T* out = static_cast<T*>(p.out) + request * p.out_stride_batch;
+  // DecodeMergeRead kBulk: every item's partial rows of this head tile (heads x D f32, contiguous)
+  // staged in the free rings by the copy engine first, where they all fit (sm_90+); the loop
+  // below then reads them from shared memory instead of the L2.
+  const float* staged = nullptr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t item_bytes = static_cast<uint32_t>(heads) * kHeadDim * sizeof(float);
+  if (p.merge_read == kMergeReadBulk && int64_t{merge_items} * item_bytes <= C::kRingBytes) {
+    __shared__ __align__(8) uint64_t staged_bar;
+    const uint32_t bar = tc::smem_address(&staged_bar);
+    float* stage = reinterpret_cast<float*>(smem_raw);
+    tc::fence_proxy_async_all();  // each thread's combine accesses of the rings, before the copies
+    __syncthreads();
+    if (tid == 0) {
+      prefill::sm90::mbarrier_init(bar, 1);
+      tc::fence_proxy_async_all();  // the barrier's init, and the partials acquired above
+      tc::mbarrier_arrive_expect_tx(bar, merge_items * item_bytes);
+      for (int i = 0; i < merge_items; ++i) {
+        const int64_t slot = int64_t{merge_first + i} * p.num_qo_heads + qo_head0;
+        tc::bulk_copy_to_shared(tc::smem_address(stage + int64_t{i} * heads * kHeadDim),
+                                p.partial_out + slot * kHeadDim, item_bytes, bar);
+      }
+    }
+    __syncthreads();  // the barrier is initialised before anyone waits on it
+    prefill::sm90::mbarrier_wait(bar, 0);
+    staged = stage;
+  }
+#endif
   for (int idx = tid; idx < heads * kQuads; idx += C::kThreads) {
     const int row = idx / kQuads;
     const int d = (idx % kQuads) * 4;
@@ -636,7 +693,11 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
         if (base + i < merge_items) {
           const int64_t slot = int64_t{merge_first + base + i} * p.num_qo_heads + head;
           item_lse[i] = __ldcg(p.partial_lse + slot);
-          part[i] = __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kHeadDim + d));
+          part[i] =
+              staged != nullptr
+                  ? *reinterpret_cast<const float4*>(
+                        staged + (int64_t{base + i} * heads + row) * kHeadDim + d)
+                  : __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kHeadDim + d));
         }
       }
       float batch_big = big;
