@@ -45,6 +45,9 @@ struct DecodeTrace {
   int32_t layers = 0;            // launches traced: the step's layers
   int64_t ctas = 0;              // stamp rows per layer: the grid's bound (rows never run stay 0)
   std::vector<uint64_t> stamps;  // [layers][ctas][kPhases]; 0: phase not reached
+  // [layers][ctas][2]: the SM's cycle counter (clock64) beside the start and end stamps (0: not
+  // reached); cycles over ns is the SM's clock rate while the CTA ran.
+  std::vector<uint64_t> sm_clocks;
 };
 
 struct DecodeGraphConfig {

@@ -253,11 +253,20 @@ DecodeTrace DecodeGraphRunner::trace() const {
   DecodeTrace trace;
   trace.layers = s.config.num_layers;
   trace.ctas = s.workspace->decode_trace_ctas();
-  const DeviceBuffer& stamps = s.workspace->decode_trace_buffer();  // [layers][ctas][kPhases]
-  trace.stamps.resize(stamps.bytes() / sizeof(uint64_t));
+  // [layers][ctas][kDecodeTraceWords]: the phases' stamps, then the start and end clock64.
+  const DeviceBuffer& rows = s.workspace->decode_trace_buffer();
+  std::vector<uint64_t> words(rows.bytes() / sizeof(uint64_t));
   PA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  PA_CUDA_CHECK(
-      cudaMemcpy(trace.stamps.data(), stamps.data(), stamps.bytes(), cudaMemcpyDeviceToHost));
+  PA_CUDA_CHECK(cudaMemcpy(words.data(), rows.data(), rows.bytes(), cudaMemcpyDeviceToHost));
+  const size_t row_count = words.size() / kDecodeTraceWords;
+  trace.stamps.reserve(row_count * kDecodeTracePhases);
+  trace.sm_clocks.reserve(row_count * 2);
+  for (size_t row = 0; row < row_count; ++row) {
+    const uint64_t* word = words.data() + row * kDecodeTraceWords;
+    trace.stamps.insert(trace.stamps.end(), word, word + kDecodeTracePhases);
+    trace.sm_clocks.insert(trace.sm_clocks.end(), word + kDecodeTracePhases,
+                           word + kDecodeTraceWords);
+  }
   return trace;
 }
 

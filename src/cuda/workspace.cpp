@@ -140,7 +140,7 @@ SplitKvConfig CudaWorkspace::split_config(const OpDesc& op, int32_t batch) const
 
 void CudaWorkspace::enable_decode_trace(int32_t launches) {
   PA_CHECK(launches >= 1, "enable_decode_trace: {} launches (expected >= 1)", launches);
-  const size_t bytes = sizeof(uint64_t) * kDecodeTracePhases * decode_trace_ctas() * launches;
+  const size_t bytes = sizeof(uint64_t) * kDecodeTraceWords * decode_trace_ctas() * launches;
   decode_trace_ = DeviceBuffer(bytes);
   PA_CUDA_CHECK(cudaMemset(decode_trace_.data(), 0, bytes));
   decode_trace_launches_ = launches;
@@ -149,7 +149,7 @@ void CudaWorkspace::enable_decode_trace(int32_t launches) {
 unsigned long long* CudaWorkspace::decode_trace(int64_t index) const {
   if (index < 0 || index >= decode_trace_launches_) return nullptr;
   return static_cast<unsigned long long*>(decode_trace_.data()) +
-         index * decode_trace_ctas() * kDecodeTracePhases;
+         index * decode_trace_ctas() * kDecodeTraceWords;
 }
 
 PartitionView CudaWorkspace::partition() const {

@@ -147,7 +147,7 @@ class CudaWorkspace final : public Workspace {
   MlaShape mla_shape;
 
   // ---- diagnostic: the decode kernel's phase stamps (DecodeTrace, pagedattn/cuda_graph.h) ----
-  // Stamp rows for the first `launches` run_decode calls after each plan, kDecodeTracePhases u64
+  // Stamp rows for the first `launches` run_decode calls after each plan, kDecodeTraceWords u64
   // per CTA of the grid's bound (max_items x max_qo_heads CTAs); zeroed here.
   void enable_decode_trace(int32_t launches);
   // Launch `index`'s rows (null when tracing is off or index >= the launches enabled).

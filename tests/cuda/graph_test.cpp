@@ -184,7 +184,8 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
 // in order (first K/V, counted and merge read only where they apply) and its end; one CTA per KV
 // head of each split request merged, after it counted; every CTA of a layer passed its wait for
 // the previous kernel only after the previous layer's last CTA ended; and a CTA without an item
-// stamped only its start and end.
+// stamped only its start and end; every CTA's SM cycles beside its start and end stamps give a
+// clock rate a GPU can have.
 TEST(CudaGraph, TraceStampsPhasesInOrder) {
   PA_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -231,6 +232,7 @@ TEST(CudaGraph, TraceStampsPhasesInOrder) {
   ASSERT_EQ(trace.layers, 3);
   ASSERT_EQ(trace.stamps.size(),
             static_cast<size_t>(trace.layers * trace.ctas * cuda::DecodeTrace::kPhases));
+  ASSERT_EQ(trace.sm_clocks.size(), static_cast<size_t>(trace.layers * trace.ctas * 2));
   enum {
     kStart,
     kMeta,
@@ -261,6 +263,16 @@ TEST(CudaGraph, TraceStampsPhasesInOrder) {
       }
       ASSERT_GE(t[kEnd], t[kStart]) << where;
       last_end = std::max(last_end, t[kEnd]);
+      // The SM's cycles beside the start and end stamps: a clock rate a GPU can have (0.3 to 4
+      // GHz), where the CTA lived long enough for the timer's steps not to matter.
+      const uint64_t* cycles = trace.sm_clocks.data() + (layer * trace.ctas + cta) * 2;
+      ASSERT_GT(cycles[1], cycles[0]) << where;
+      if (t[kEnd] - t[kStart] >= 5000) {
+        const double ghz =
+            static_cast<double>(cycles[1] - cycles[0]) / static_cast<double>(t[kEnd] - t[kStart]);
+        EXPECT_GT(ghz, 0.3) << where;
+        EXPECT_LT(ghz, 4.0) << where;
+      }
       if (t[kMeta] == 0) {  // no work item: start and end only
         for (int phase = kMeta; phase < kEnd; ++phase) ASSERT_EQ(t[phase], 0u) << where;
         continue;

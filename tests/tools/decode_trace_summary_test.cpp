@@ -34,6 +34,12 @@ cuda::DecodeTrace made_up_trace() {
                             shifted(l1_b), shifted(l1_idle)}) {
     trace.stamps.insert(trace.stamps.end(), cta.begin(), cta.end());
   }
+  // SM cycles at each CTA's start and end. Working CTAs of layers 1 and 2: l1_a lives 4000 ns at
+  // 1.5 cycles a ns, l1_b 4800 ns at 2.0, so the median rate is 1.75 GHz. Layer 0 (not
+  // summarised) and the idle CTAs (no item) run at other rates that must not count.
+  trace.sm_clocks = {100, 100 + 4000 * 9,   100, 100 + 500 * 9, 0,   0,
+                     0,   4000 * 3 / 2,     0,   4800 * 2,      500, 500 + 1700 * 9,
+                     7,   7 + 4000 * 3 / 2, 7,   7 + 4800 * 2,  0,   1700 * 9};
   return trace;
 }
 
@@ -43,6 +49,7 @@ TEST(DecodeTraceSummary, PhasesAfterThePreviousLayersEnd) {
   EXPECT_DOUBLE_EQ(s.layer_us, 4.0);  // 9000 - 5000, 13000 - 9000
   EXPECT_EQ(s.working_ctas, 2);       // 1, 2, 2
   EXPECT_EQ(s.idle_ctas, 1);
+  EXPECT_DOUBLE_EQ(s.sm_clock_ghz, 1.75);
   ASSERT_EQ(s.phases.size(), static_cast<size_t>(cuda::DecodeTrace::kPhases));
   struct Expected {
     const char* phase;

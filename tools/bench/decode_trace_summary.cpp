@@ -65,6 +65,24 @@ DecodeTraceSummary summarize_decode_trace(const cuda::DecodeTrace& trace) {
     }
   }
   summary.layer_us = median(spans);
+  // The SM clock: cycles over ns of each working CTA that lived long enough for the global
+  // timer's steps (0.26 us on an H100) to matter little.
+  std::vector<double> rates;
+  const size_t clock_words = static_cast<size_t>(trace.layers * trace.ctas) * 2;
+  for (int32_t layer = 1; layer < trace.layers && trace.sm_clocks.size() == clock_words; ++layer) {
+    for (int64_t cta = 0; cta < trace.ctas; ++cta) {
+      const uint64_t start = at(layer, cta, 0), end = at(layer, cta, kEnd);
+      const size_t clock = static_cast<size_t>(layer * trace.ctas + cta) * 2;
+      const uint64_t cycles_start = trace.sm_clocks[clock], cycles_end = trace.sm_clocks[clock + 1];
+      if (at(layer, cta, kMetadata) == 0 || start == 0 || end < start + 2000 ||
+          cycles_end <= cycles_start) {
+        continue;
+      }
+      rates.push_back(static_cast<double>(cycles_end - cycles_start) /
+                      static_cast<double>(end - start));
+    }
+  }
+  summary.sm_clock_ghz = median(rates);
   for (int phase = 0; phase < kPhases; ++phase) {
     summary.phases.push_back({cuda::DecodeTrace::kPhaseNames[phase], median(first[phase]),
                               median(mid[phase]), median(last[phase]),

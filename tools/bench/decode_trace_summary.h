@@ -27,6 +27,9 @@ struct DecodeTraceSummary {
   int64_t idle_ctas = 0;               // ... and of the grid's CTAs past the partition's items
   double layer_us = 0;  // median over the layers after the first of last end - last end before
   int32_t layers = 0;   // layers summarised (all but the first); 0: nothing to summarise
+  // The SM clock while the kernels ran: the median over the summarised layers' working CTAs that
+  // lived at least 2 us of (end - start cycles) / (end - start ns), in GHz; 0 without clocks.
+  double sm_clock_ghz = 0;
 };
 
 // Medians of an even count: the mean of the middle two.

@@ -65,7 +65,7 @@ struct DecodeParams {
   // (DecodeMergeRead; PAGEDATTN_DECODE_MERGE_READ, ARCHITECTURE.md "Switches").
   int32_t merge_read;
   // Diagnostic (DecodeTrace, include/pagedattn/cuda_graph.h): null, or this launch's stamp rows,
-  // kDecodeTracePhases a CTA (blockIdx.x), written by thread 0 of each CTA.
+  // kDecodeTraceWords a CTA (blockIdx.x), written by thread 0 of each CTA.
   unsigned long long* trace;
 };
 
@@ -98,6 +98,9 @@ enum DecodeTracePhase : int {
   kTraceEnd,
   kDecodeTracePhases,
 };
+// A CTA's row of stamps: the phases' global timer (ns), then the SM's cycle counter (clock64) at
+// the start and at the end stamps.
+inline constexpr int kDecodeTraceWords = kDecodeTracePhases + 2;
 
 // Query heads handled by one CTA (a group larger than this takes several CTAs per KV head).
 inline constexpr int kMaxGroupPerCta = kDecodeMaxGroupPerCta;

@@ -216,11 +216,15 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   // Diagnostic phase stamps (DecodeParams::trace, DecodeTrace's phases): thread 0's global timer.
   // The stamp rows are this launch's own, so their stores may come before the wait.
   unsigned long long* const trace = p.trace != nullptr && threadIdx.x == 0
-                                        ? p.trace + int64_t{blockIdx.x} * kDecodeTracePhases
+                                        ? p.trace + int64_t{blockIdx.x} * kDecodeTraceWords
                                         : nullptr;
   const auto stamp = [trace](DecodeTracePhase phase) {
-    if (trace != nullptr) [[unlikely]]
+    if (trace != nullptr) [[unlikely]] {
       trace[phase] = global_timer_ns();
+      // The SM's cycles beside the first and last stamps: its clock rate while the CTA ran.
+      if (phase == kTraceStart) trace[kDecodeTracePhases] = clock64();
+      if (phase == kTraceEnd) trace[kDecodeTracePhases + 1] = clock64();
+    }
   };
   stamp(kTraceStart);
   const bool early = p.early_metadata;

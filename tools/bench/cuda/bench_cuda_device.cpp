@@ -388,15 +388,17 @@ nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& graph_rows, void
                     {"graph_floor_wall_us", floor_us},
                     {"traced_layer_us", summary.layer_us},
                     {"traced_working_ctas", summary.working_ctas},
+                    {"traced_sm_clock_ghz", summary.sm_clock_ghz},
                     {"traced_phases", phases}});
   }
   for (const auto& [name, summary] : traces) {
     fmt::print(
         "\nDecode kernel phases, graph step {} (tensor-core kernel, thread 0 of each CTA; us after "
         "the previous layer's last CTA ended, medians over layers 2 .. {}): {} CTAs with work, {} "
-        "without; a layer every {:.2f} us\n{:>10} {:>10} {:>10} {:>10} {:>6}\n",
-        name, kLayers, summary.working_ctas, summary.idle_ctas, summary.layer_us, "phase",
-        "first CTA", "median", "last CTA", "CTAs");
+        "without; a layer every {:.2f} us; SM clock {:.2f} GHz\n{:>10} {:>10} {:>10} {:>10} "
+        "{:>6}\n",
+        name, kLayers, summary.working_ctas, summary.idle_ctas, summary.layer_us,
+        summary.sm_clock_ghz, "phase", "first CTA", "median", "last CTA", "CTAs");
     for (const DecodePhaseRow& phase : summary.phases) {
       fmt::print("{:>10} {:>10.2f} {:>10.2f} {:>10.2f} {:>6}\n", phase.phase, phase.first_us,
                  phase.median_us, phase.last_us, phase.ctas);
