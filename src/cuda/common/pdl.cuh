@@ -11,10 +11,9 @@
 //   }
 //
 // Exceptions: prefetch_l2_bulk and prefetch_l2_line (below) may come before pdl_wait(); they read
-// nothing. And the
-// tensor-core decode kernel reads its step metadata before it on a step's later layers
-// (DecodeParams::early_metadata, decode_params.h): safe because every kernel here triggers only
-// after its own wait, so everything before its predecessor is complete when it starts.
+// nothing. And the tensor-core decode kernel reads its step metadata before it on a step's later
+// layers (DecodeParams::early_metadata, decode_params.h): safe because every kernel here triggers
+// only after its own wait, so everything before its predecessor is complete when it starts.
 //
 // Both compile to nothing below sm_90 (and are no-ops when the launch had no PDL attribute).
 // Device code only (include from .cu files).

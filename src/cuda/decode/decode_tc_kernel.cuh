@@ -48,7 +48,6 @@
 // by default until a model step is measured with it) made the graph step with a cache per layer
 // 12-27% faster and the single kernels at B 1 up to 13% slower (bulk; bench/RESULTS.md, session
 // 31).
-
 #pragma once
 
 #include <cmath>
