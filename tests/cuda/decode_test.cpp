@@ -520,15 +520,17 @@ TEST(CudaDecode, RejectsBadArguments) {
             "");
   {
     const ScopedEnv env("PAGEDATTN_DECODE_KV_PREFETCH", "sideways");
-    EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, args); },
-                               {"PAGEDATTN_DECODE_KV_PREFETCH='sideways'", "lines, bulk or off"}),
+    EXPECT_EQ(error_containing(
+                  [&] { backend->run_decode(*workspace, args); },
+                  {"PAGEDATTN_DECODE_KV_PREFETCH='sideways'", "expected one of lines, bulk, off"}),
               "");
   }
   {
     const ScopedEnv env("PAGEDATTN_DECODE_MERGE_READ", "tma");
-    EXPECT_EQ(error_containing([&] { backend->run_decode(*workspace, args); },
-                               {"PAGEDATTN_DECODE_MERGE_READ='tma'", "bulk or loads"}),
-              "");
+    EXPECT_EQ(
+        error_containing([&] { backend->run_decode(*workspace, args); },
+                         {"PAGEDATTN_DECODE_MERGE_READ='tma'", "expected one of bulk, loads"}),
+        "");
   }
   // The poisoned output is untouched.
   device_case.out.copy_to(c.out());

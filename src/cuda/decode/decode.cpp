@@ -18,6 +18,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
+#include <string>
 #include <string_view>
 
 #include "core/check.h"
@@ -30,27 +32,36 @@
 namespace pagedattn::cuda {
 namespace {
 
-// PAGEDATTN_DECODE_KV_PREFETCH=lines|bulk|off (ARCHITECTURE.md, "Switches"; off when unset): read
-// per call, so tests can switch.
-int32_t kv_prefetch_switch() {
-  const char* env = std::getenv("PAGEDATTN_DECODE_KV_PREFETCH");
-  if (env == nullptr) return kKvPrefetchNone;
-  const std::string_view value = env;
-  if (value == "off") return kKvPrefetchNone;
-  if (value == "lines") return kKvPrefetchLines;
-  if (value == "bulk") return kKvPrefetchBulk;
-  PA_FAIL("PAGEDATTN_DECODE_KV_PREFETCH='{}': expected lines, bulk or off", value);
+// One of a switch's values (ARCHITECTURE.md, "Switches"), read per call so that tests can
+// switch: `unset` when the variable is not set, an error naming it for a value not in `choices`.
+struct SwitchValue {
+  std::string_view name;
+  int32_t value;
+};
+int32_t switch_value(const char* variable, std::initializer_list<SwitchValue> choices,
+                     int32_t unset) {
+  const char* env = std::getenv(variable);
+  if (env == nullptr) return unset;
+  std::string expected;
+  for (const SwitchValue& choice : choices) {
+    if (choice.name == env) return choice.value;
+    expected += fmt::format("{}{}", expected.empty() ? "" : ", ", choice.name);
+  }
+  PA_FAIL("{}='{}': expected one of {}", variable, env, expected);
 }
 
-// PAGEDATTN_DECODE_MERGE_READ=bulk|loads (ARCHITECTURE.md, "Switches"; loads when unset): read
-// per call, so tests can switch.
+// PAGEDATTN_DECODE_KV_PREFETCH=lines|bulk|off (off when unset).
+int32_t kv_prefetch_switch() {
+  return switch_value(
+      "PAGEDATTN_DECODE_KV_PREFETCH",
+      {{"lines", kKvPrefetchLines}, {"bulk", kKvPrefetchBulk}, {"off", kKvPrefetchNone}},
+      kKvPrefetchNone);
+}
+
+// PAGEDATTN_DECODE_MERGE_READ=bulk|loads (loads when unset).
 int32_t merge_read_switch() {
-  const char* env = std::getenv("PAGEDATTN_DECODE_MERGE_READ");
-  if (env == nullptr) return kMergeReadLoads;
-  const std::string_view value = env;
-  if (value == "loads") return kMergeReadLoads;
-  if (value == "bulk") return kMergeReadBulk;
-  PA_FAIL("PAGEDATTN_DECODE_MERGE_READ='{}': expected bulk or loads", value);
+  return switch_value("PAGEDATTN_DECODE_MERGE_READ",
+                      {{"bulk", kMergeReadBulk}, {"loads", kMergeReadLoads}}, kMergeReadLoads);
 }
 
 void check_meta_i32(std::string_view name, const TensorView& view, int64_t min_elements,
