@@ -172,13 +172,6 @@ __device__ __forceinline__ void fence_proxy_async_all() {
   asm volatile("fence.proxy.async;\n" ::: "memory");
 #endif
 }
-// Arrives on mbarrier `bar` expecting `bytes` more of transactions in this phase.
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-#endif
-}
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory by the
 // SM's copy engine, completing on mbarrier `bar`.
 __device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes,
@@ -273,8 +266,15 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   // Lane l owns token (l % kStep) of a step: its page id, read one step ahead (-1: past the end,
   // or an id outside the pool: zero-filled, never read; the CTA's rows then get 0 / -inf).
   bool saw_bad_page = false;
+  // Lane l's token of step j (its position in the request), and where the row of a token at
+  // `pos` on attention page `page` (>= 0) lies: its allocation page and its row in that page.
+  auto step_pos = [&](int j) { return tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep; };
+  auto alloc_of = [&](int page) { return page / p.pages_per_alloc; };
+  auto row_in_alloc = [&](int page, int pos) {
+    return (page - alloc_of(page) * p.pages_per_alloc) * page_size + pos % page_size;
+  };
   auto fetch_page = [&](int j) {
-    const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
+    const int pos = step_pos(j);
     if (j >= my_steps || pos >= tok_end) return -1;
     const int index = page_begin + pos / page_size;
     const int page = __ldcg(p.kv_indices + index);  // L2: it may be read before pdl_wait()
@@ -286,10 +286,8 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     return page;
   };
   auto load_step = [&](int j, int stage, int page) {
-    const int pos = tok_begin + (warp + j * C::kWarps) * kStep + lane % kStep;
-    const int alloc = page >= 0 ? page / p.pages_per_alloc : -1;
-    const int token_in_alloc =
-        page >= 0 ? (page - alloc * p.pages_per_alloc) * page_size + pos % page_size : 0;
+    const int alloc = page >= 0 ? alloc_of(page) : -1;
+    const int token_in_alloc = page >= 0 ? row_in_alloc(page, step_pos(j)) : 0;
     T* k_stage = k_ring + stage * C::kStepElems;
     T* v_stage = v_ring + stage * C::kStepElems;
     const int chunk_in_row = lane % C::kChunksPerRow;
@@ -321,9 +319,8 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
 #pragma unroll
       for (int s = 0; s < C::kStages; ++s) {
         if (pages[s] < 0) continue;
-        const int pos = tok_begin + (warp + s * C::kWarps) * kStep + lane;
-        const int alloc = pages[s] / p.pages_per_alloc;
-        const int token = (pages[s] - alloc * p.pages_per_alloc) * page_size + pos % page_size;
+        const int alloc = alloc_of(pages[s]);
+        const int token = row_in_alloc(pages[s], step_pos(s));
         const char* k_row = reinterpret_cast<const char*>(k_cache + alloc * p.k_stride_page +
                                                           token * p.k_stride_token);
         const char* v_row = reinterpret_cast<const char*>(v_cache + alloc * p.v_stride_page +
@@ -668,7 +665,7 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     if (tid == 0) {
       prefill::sm90::mbarrier_init(bar, 1);
       tc::fence_proxy_async_all();  // the barrier's init, and the partials acquired above
-      tc::mbarrier_arrive_expect_tx(bar, merge_items * item_bytes);
+      prefill::sm90::mbarrier_arrive_expect_tx(bar, merge_items * item_bytes);
       for (int i = 0; i < merge_items; ++i) {
         const int64_t slot = int64_t{merge_first + i} * p.num_qo_heads + qo_head0;
         tc::bulk_copy_to_shared(tc::smem_address(stage + int64_t{i} * heads * kHeadDim),

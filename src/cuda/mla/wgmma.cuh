@@ -21,6 +21,7 @@ using prefill::sm90::fence_proxy_async;
 using prefill::sm90::fence_registers;
 using prefill::sm90::mbarrier_arrive;
 using prefill::sm90::mbarrier_arrive_cp_async;
+using prefill::sm90::mbarrier_arrive_expect_tx;
 using prefill::sm90::mbarrier_init;
 using prefill::sm90::mbarrier_try_wait;
 using prefill::sm90::mbarrier_wait;
@@ -34,12 +35,7 @@ using prefill::sm90::wgmma_fence;
 using prefill::sm90::wgmma_wait;
 
 // ---- the bulk tensor copy (TMA) of the seesaw kernel's fast path ----
-// Arrives on `bar` and adds `bytes` to the transaction count its phase waits for (the copies
-// below complete them).
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
+// (mbarrier_arrive_expect_tx, prefill/wgmma.cuh, sets the bytes these complete.)
 // One box of the 3-D tensor map at `map` (a __grid_constant__ parameter's address) at coordinates
 // (c0, c1, c2) into shared memory at `dst`, completing its bytes on `bar`.
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2,

@@ -359,6 +359,12 @@ __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
 __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// Arrives on `bar` and adds `bytes` to the transaction count its phase waits for (bulk copies
+// that complete on `bar` count them down).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
 // Arrives once every cp.async this thread issued before it has landed (the arrival counts towards
 // the barrier's expected count).
 __device__ __forceinline__ void mbarrier_arrive_cp_async(uint32_t bar) {

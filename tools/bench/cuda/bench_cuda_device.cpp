@@ -319,12 +319,12 @@ nlohmann::json bench_decode_graphs(const std::vector<GraphRow>& graph_rows, void
   for (const GraphRow& row : graph_rows) {
     const int32_t batch = row.batch, blocks = (row.kv_len + kPage - 1) / kPage;
     cuda::DecodeGraphConfig graph;
-    graph.kv = cache_view(k.data(), v.data(), tokens / kPage, kPage);
     for (int32_t layer = 0; layer < kLayers; ++layer) {
       graph.layer_kv.push_back(cache_view(k.as<uint16_t>() + layer * layer_elements,
                                           v.as<uint16_t>() + layer * layer_elements, tokens / kPage,
                                           kPage));
     }
+    graph.kv = graph.layer_kv.front();  // the shape every layer's cache has
     graph.num_qo_heads = kQoHeads;
     graph.options.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
     graph.batch_sizes = {batch};
