@@ -224,23 +224,10 @@ std::vector<CaseSpec> cuda_decode_cases() {
 
 class CudaDecodeTest : public ::testing::TestWithParam<CaseSpec> {};
 
-// KV of q's dtype runs the tensor-core kernel both ways of splitting a request's keys
-// (PAGEDATTN_DECODE_SPLIT): the plan's work items (the default), and a cluster per (request, head
-// tile) (what auto picks for these small batches where the device has clusters).
 TEST_P(CudaDecodeTest, MatchesReferenceAndCpu) {
   PA_REQUIRE_GPU();
-  const CaseSpec& spec = GetParam();
-  const uint64_t seed = fresh_seed();
-  if (spec.kv_dtype != spec.q_dtype) {
-    const std::string report = check_cuda_decode(spec, seed);
-    EXPECT_TRUE(report.empty()) << report;
-    return;
-  }
-  for (const char* split : {"items", "cluster"}) {
-    const ScopedEnv env("PAGEDATTN_DECODE_SPLIT", split);
-    const std::string report = check_cuda_decode(spec, seed);
-    EXPECT_TRUE(report.empty()) << "PAGEDATTN_DECODE_SPLIT=" << split << "\n" << report;
-  }
+  const std::string report = check_cuda_decode(GetParam(), fresh_seed());
+  EXPECT_TRUE(report.empty()) << report;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeTest, ::testing::ValuesIn(cuda_decode_cases()),
@@ -312,35 +299,14 @@ std::string against_reference(const AttentionCase& c, const DeviceTensor& out,
   return report;
 }
 
-// The tensor-core kernel's switches (ARCHITECTURE.md, "Switches"): the defaults (the plan's
-// items); auto (the cluster split at these batches, where the device has clusters); the plan's
-// items with each L2 prefetch of a later run's K / V, with the merge's bulk read, and with both;
-// the cluster split with each prefetch.
+// The tensor-core kernel's switches (ARCHITECTURE.md, "Switches"): the L2 prefetch of a later
+// run's K / V and the merge's bulk read, each alone, both, and neither (the defaults).
 const std::vector<std::vector<ScopedEnv::Setting>> kDecodeSwitches = {
-    {{"PAGEDATTN_DECODE_SPLIT", std::nullopt},
-     {"PAGEDATTN_DECODE_KV_PREFETCH", std::nullopt},
-     {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
-    {{"PAGEDATTN_DECODE_SPLIT", "auto"},
-     {"PAGEDATTN_DECODE_KV_PREFETCH", std::nullopt},
-     {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
-    {{"PAGEDATTN_DECODE_SPLIT", "items"},
-     {"PAGEDATTN_DECODE_KV_PREFETCH", "lines"},
-     {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
-    {{"PAGEDATTN_DECODE_SPLIT", "items"},
-     {"PAGEDATTN_DECODE_KV_PREFETCH", "bulk"},
-     {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
-    {{"PAGEDATTN_DECODE_SPLIT", "items"},
-     {"PAGEDATTN_DECODE_KV_PREFETCH", std::nullopt},
-     {"PAGEDATTN_DECODE_MERGE_READ", "bulk"}},
-    {{"PAGEDATTN_DECODE_SPLIT", "items"},
-     {"PAGEDATTN_DECODE_KV_PREFETCH", "lines"},
-     {"PAGEDATTN_DECODE_MERGE_READ", "bulk"}},
-    {{"PAGEDATTN_DECODE_SPLIT", "cluster"},
-     {"PAGEDATTN_DECODE_KV_PREFETCH", "lines"},
-     {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
-    {{"PAGEDATTN_DECODE_SPLIT", "cluster"},
-     {"PAGEDATTN_DECODE_KV_PREFETCH", "bulk"},
-     {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
+    {{"PAGEDATTN_DECODE_KV_PREFETCH", std::nullopt}, {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
+    {{"PAGEDATTN_DECODE_KV_PREFETCH", "lines"}, {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
+    {{"PAGEDATTN_DECODE_KV_PREFETCH", "bulk"}, {"PAGEDATTN_DECODE_MERGE_READ", std::nullopt}},
+    {{"PAGEDATTN_DECODE_KV_PREFETCH", std::nullopt}, {"PAGEDATTN_DECODE_MERGE_READ", "bulk"}},
+    {{"PAGEDATTN_DECODE_KV_PREFETCH", "lines"}, {"PAGEDATTN_DECODE_MERGE_READ", "bulk"}},
 };
 
 std::string switches_name(const std::vector<ScopedEnv::Setting>& settings) {
@@ -565,13 +531,6 @@ TEST(CudaDecode, RejectsBadArguments) {
         error_containing([&] { backend->run_decode(*workspace, args); },
                          {"PAGEDATTN_DECODE_MERGE_READ='tma'", "expected one of bulk, loads"}),
         "");
-  }
-  {
-    const ScopedEnv env("PAGEDATTN_DECODE_SPLIT", "halves");
-    EXPECT_EQ(error_containing(
-                  [&] { backend->run_decode(*workspace, args); },
-                  {"PAGEDATTN_DECODE_SPLIT='halves'", "expected one of auto, items, cluster"}),
-              "");
   }
   // The poisoned output is untouched.
   device_case.out.copy_to(c.out());

@@ -13,13 +13,10 @@
 #include <cstring>
 #include <numeric>
 #include <random>
-#include <string_view>
 
-#include "common/scoped_env.h"
 #include "common/test_util.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_test_util.h"
-#include "cuda/decode/decode_params.h"
 #include "pagedattn/cuda_graph.h"
 #include "pagedattn/planner.h"
 #include "reference/reference.h"
@@ -184,15 +181,13 @@ TEST(CudaGraph, ReplaysMatchEagerAndReference) {
 
 // The decode kernel's phase stamps (DecodeGraphConfig::trace, a diagnostic): a traced runner's
 // outputs equal an untraced one's bit for bit; every CTA that read a work item stamped its phases
-// in order (first K/V, counted and merge read only where they apply) and its end; each split
-// request merged, after counting: with the plan's items (PAGEDATTN_DECODE_SPLIT=items) in one CTA
-// per KV head, with the cluster split in every rank of its clusters (each merges a slice); every
-// CTA of a layer passed its wait for the previous kernel only after the previous layer's last CTA
-// ended; and a CTA without an item stamped only its start and end; every CTA's SM cycles beside
-// its start and end stamps give a clock rate a GPU can have.
-void check_trace_stamps(const char* split) {
-  SCOPED_TRACE(fmt::format("PAGEDATTN_DECODE_SPLIT={}", split));
-  const ScopedEnv env("PAGEDATTN_DECODE_SPLIT", split);
+// in order (first K/V, counted and merge read only where they apply) and its end; one CTA per KV
+// head of each split request merged, after it counted; every CTA of a layer passed its wait for
+// the previous kernel only after the previous layer's last CTA ended; and a CTA without an item
+// stamped only its start and end; every CTA's SM cycles beside its start and end stamps give a
+// clock rate a GPU can have.
+TEST(CudaGraph, TraceStampsPhasesInOrder) {
+  PA_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
   constexpr int32_t kHeads = 32, kKvHeads = 8, kDim = 128, kPage = 16, kStride = 256;
   KvCacheConfig config;
@@ -215,10 +210,6 @@ void check_trace_stamps(const char* split) {
 
   // One short request and one long enough to be split into several items.
   const std::vector<int32_t> seq_lens = {300, 4000};
-  // The cluster split where asked for and the device has clusters (16 ranks a cluster on an H100).
-  const int cluster = std::string_view(split) == "cluster"
-                          ? cuda::decode_cluster_limit(kDim, DType::kBF16, DType::kBF16)
-                          : 0;
   std::vector<int32_t> block_table(2 * kStride);
   std::iota(block_table.begin(), block_table.end(), 0);
   std::shuffle(block_table.begin(), block_table.end(), rng);
@@ -306,26 +297,15 @@ void check_trace_stamps(const char* split) {
     // count their arrivals.
     EXPECT_GE(working, 2 * kKvHeads) << "layer " << layer;
     EXPECT_GT(counted, 0) << "layer " << layer;
-    // The long request is split, the short one may be: a merge per KV head of each split one
-    // (items), or one in every rank of its clusters (a cluster per KV head; 4 heads x 32 quads of
-    // D 128 cut into `cluster` slices: none empty).
-    const int merges = cluster > 0 ? cluster : 1;
-    EXPECT_TRUE(merged == kKvHeads * merges || merged == 2 * kKvHeads * merges)
+    // The long request is split, the short one may be: a merge per KV head of each split one.
+    EXPECT_TRUE(merged == kKvHeads || merged == 2 * kKvHeads)
         << "layer " << layer << ": " << merged;
-    if (cluster > 0) {
-      EXPECT_EQ(counted, merged) << "layer " << layer;
-    }
     if (layer > 0) {
       EXPECT_GE(first_wait, previous_end)
           << "layer " << layer << ": a CTA passed its wait before the previous layer ended";
     }
     previous_end = last_end;
   }
-}
-
-TEST(CudaGraph, TraceStampsPhasesInOrder) {
-  PA_REQUIRE_GPU();
-  for (const char* split : {"items", "cluster"}) check_trace_stamps(split);
 }
 
 TEST(CudaGraph, RejectsBadConfig) {

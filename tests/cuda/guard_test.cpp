@@ -467,14 +467,10 @@ void check_mutation(const CaseSpec& spec, const Mutation& mutation,
 TEST(CudaGuardDecode, TensorCoresSplit) {
   PA_REQUIRE_GPU();
   const CaseSpec spec = decode_spec(DType::kBF16);
-  // The merge's two reads of the partials (PAGEDATTN_DECODE_MERGE_READ) after the plan's items,
-  // and the cluster split's merge in distributed shared memory (PAGEDATTN_DECODE_SPLIT): a
-  // poisoned partial must make its rows 0 / -inf every way.
-  for (const auto& [split, merge_read] :
-       {std::pair{"items", "loads"}, {"items", "bulk"}, {"cluster", "loads"}}) {
-    SCOPED_TRACE(
-        fmt::format("PAGEDATTN_DECODE_SPLIT={} PAGEDATTN_DECODE_MERGE_READ={}", split, merge_read));
-    const ScopedEnv split_env("PAGEDATTN_DECODE_SPLIT", split);
+  // The merge's two reads of the partials (PAGEDATTN_DECODE_MERGE_READ): a poisoned partial must
+  // make its rows 0 / -inf either way.
+  for (const char* merge_read : {"loads", "bulk"}) {
+    SCOPED_TRACE(fmt::format("PAGEDATTN_DECODE_MERGE_READ={}", merge_read));
     const ScopedEnv env("PAGEDATTN_DECODE_MERGE_READ", merge_read);
     // Page 100 of request 2 lies in a middle item of its split.
     for (const Mutation& m :

@@ -10,10 +10,8 @@
 // combined
 //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i
 // by the last CTA of each (request, head tile) in the tensor-core kernel, and by a merge kernel
-// (one CTA per request and query head) after the CUDA-core kernel. Small batches may run the
-// tensor-core kernel's cluster split instead (cluster_split below): no partition, no partials.
-// Three environment switches, PAGEDATTN_DECODE_KV_PREFETCH, PAGEDATTN_DECODE_MERGE_READ and
-// PAGEDATTN_DECODE_SPLIT (below); the alternatives measured
+// (one CTA per request and query head) after the CUDA-core kernel. Two environment switches,
+// PAGEDATTN_DECODE_KV_PREFETCH and PAGEDATTN_DECODE_MERGE_READ (below); the alternatives measured
 // against these (the CUDA-core kernel for bf16 KV, the merge kernel after the tensor-core one,
 // evict-first KV loads) are in bench/RESULTS.md, "Tried and retired".
 #include "cuda/decode/decode.h"
@@ -64,30 +62,6 @@ int32_t kv_prefetch_switch() {
 int32_t merge_read_switch() {
   return switch_value("PAGEDATTN_DECODE_MERGE_READ",
                       {{"bulk", kMergeReadBulk}, {"loads", kMergeReadLoads}}, kMergeReadLoads);
-}
-
-// PAGEDATTN_DECODE_SPLIT=auto|items|cluster (DecodeSplit). Items when unset, until the cluster
-// split has run on a GPU and a model step is measured with it (bench/RESULTS.md, session 32).
-int32_t split_switch() {
-  return switch_value("PAGEDATTN_DECODE_SPLIT",
-                      {{"auto", kSplitAuto}, {"items", kSplitItems}, {"cluster", kSplitCluster}},
-                      kSplitItems);
-}
-
-// The tensor-core kernel's cluster split (DecodeParams::cluster) for `tiles` (request, head tile)
-// pairs: 0 (items), or the largest cluster the kernel can run, under kSplitCluster always and
-// under kSplitAuto where tiles x cluster CTAs fit in one wave of the device's CTA slots (2 a SM
-// at head dim <= 128, 1 above: TcDecodeConfig::kMinCtasPerSm). There a request's keys are cut
-// evenly and merged in distributed shared memory, where the item partition's last-CTA merge
-// costs an L2 round trip for the arrival count and another for the partials; in more than one
-// wave an even cut of each request would leave the SMs unevenly loaded where the lengths differ.
-int32_t cluster_split(int64_t tiles, int head_dim, DType q_dtype, DType kv_dtype, int num_sms) {
-  const int32_t mode = split_switch();
-  if (mode == kSplitItems) return 0;
-  const int limit = decode_cluster_limit(head_dim, q_dtype, kv_dtype);
-  if (limit == 0) return 0;
-  const int64_t slots = int64_t{num_sms} * (head_dim <= 128 ? 2 : 1);
-  return mode == kSplitCluster || tiles * limit <= slots ? limit : 0;
 }
 
 void check_meta_i32(std::string_view name, const TensorView& view, int64_t min_elements,
@@ -285,13 +259,6 @@ void run_decode(CudaWorkspace& workspace, const DecodeArgs& args) {
   params.kv_prefetch = kv_prefetch_switch();
   params.merge_read = merge_read_switch();
   params.trace = workspace.decode_trace(workspace.decode_runs_since_plan);
-  params.cluster = cluster_split(int64_t{batch} * hkv * params.group_tiles, dim, args.q.dtype,
-                                 op.kv_dtype, workspace.num_sms());
-  PA_CHECK(params.trace == nullptr || int64_t{batch} * hkv * params.group_tiles * params.cluster <=
-                                          workspace.decode_trace_ctas(),
-           "run_decode: the cluster split's {} CTAs exceed the decode trace's {} rows a launch",
-           int64_t{batch} * hkv * params.group_tiles * params.cluster,
-           workspace.decode_trace_ctas());
   PA_CHECK(batch * hkv * params.group_tiles <= workspace.merge_counters_capacity(),
            "run_decode: {} requests x {} head tiles exceed the workspace's {} merge counters",
            batch, hkv * params.group_tiles, workspace.merge_counters_capacity());

@@ -152,27 +152,7 @@ bool launch_for_head_dim(int head_dim, DType kv_dtype, const DecodeParams& param
   }
 }
 
-template <class QT>
-int cluster_limit_for_head_dim(int head_dim) {
-  switch (head_dim) {
-    case 64:
-      return decode_tc_cluster_limit<64, QT>();
-    case 128:
-      return decode_tc_cluster_limit<128, QT>();
-    case 256:
-      return decode_tc_cluster_limit<256, QT>();
-    default:
-      return 0;
-  }
-}
-
 }  // namespace
-
-int decode_cluster_limit(int head_dim, DType q_dtype, DType kv_dtype) {
-  if (kv_dtype != q_dtype) return 0;  // the CUDA-core kernel (fp8 KV): no clusters
-  return q_dtype == DType::kBF16 ? cluster_limit_for_head_dim<__nv_bfloat16>(head_dim)
-                                 : cluster_limit_for_head_dim<__half>(head_dim);
-}
 
 void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DType kv_dtype,
                    int grid_items, void* stream) {

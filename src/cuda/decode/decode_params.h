@@ -64,12 +64,6 @@ struct DecodeParams {
   // Tensor-core kernel: how the last item of a split request reads the partials it merges
   // (DecodeMergeRead; PAGEDATTN_DECODE_MERGE_READ, ARCHITECTURE.md "Switches").
   int32_t merge_read;
-  // Tensor-core kernel: 0, or the cluster split (DecodeSplit; PAGEDATTN_DECODE_SPLIT,
-  // ARCHITECTURE.md "Switches"): a cluster of `cluster` CTAs per (request, head tile), the grid
-  // batch x head tiles x cluster; the ranks cut the request's keys evenly (decode_cluster_work)
-  // and merge their (O, lse) through distributed shared memory. The partition, the partials and
-  // the merge counters are not used.
-  int32_t cluster;
   // Diagnostic (DecodeTrace, include/pagedattn/cuda_graph.h): null, or this launch's stamp rows,
   // kDecodeTraceWords a CTA (blockIdx.x), written by thread 0 of each CTA.
   unsigned long long* trace;
@@ -87,15 +81,6 @@ enum DecodeKvPrefetch : int32_t { kKvPrefetchNone = 0, kKvPrefetchLines = 1, kKv
 // item's partial rows of the head tile in shared memory (one bulk copy an item, on an mbarrier)
 // where they fit in the free rings, sm_90+; the threads read them from there (loads otherwise).
 enum DecodeMergeRead : int32_t { kMergeReadLoads = 0, kMergeReadBulk = 1 };
-
-// How the tensor-core kernel splits a request's keys among CTAs (PAGEDATTN_DECODE_SPLIT).
-// kSplitItems (the default): the plan's partition (work items), the last CTA of a split request
-// merging the partials from L2; kSplitCluster: DecodeParams::cluster; kSplitAuto: clusters where
-// the batch's clusters fit in one wave of the device's CTA slots (run_decode), items elsewhere.
-enum DecodeSplit : int32_t { kSplitAuto = 0, kSplitItems = 1, kSplitCluster = 2 };
-
-// Largest cluster of the decode cluster split (a non-portable size: 8 where 16 cannot run).
-inline constexpr int kMaxDecodeCluster = 16;
 
 // The phases a CTA stamps, in order (DecodeTrace::kPhaseNames names them).
 enum DecodeTracePhase : int {
@@ -135,14 +120,5 @@ void launch_decode_tc_kernel(const DecodeParams& params, int grid_items, void* s
 // of split requests (decode_launch.cu).
 void launch_decode(const DecodeParams& params, int head_dim, DType q_dtype, DType kv_dtype,
                    int grid_items, void* stream);
-
-// The largest cluster (kMaxDecodeCluster, else 8) the decode kernel for (head_dim, q dtype, KV
-// dtype) can run on the current device: 0 where it has no clusters (KV of another dtype than q's,
-// no sm_90 code, a device before 9.0, or no cluster of 8 fits). Asked once per kernel.
-int decode_cluster_limit(int head_dim, DType q_dtype, DType kv_dtype);
-
-// The tensor-core decode kernel's cluster limit (decode_cluster_limit), per head dim and T.
-template <int kHeadDim, class T>
-int decode_tc_cluster_limit();
 
 }  // namespace pagedattn::cuda

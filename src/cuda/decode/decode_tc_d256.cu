@@ -6,7 +6,5 @@ namespace pagedattn::cuda {
 
 template void launch_decode_tc_kernel<256, __nv_bfloat16>(const DecodeParams&, int, void*);
 template void launch_decode_tc_kernel<256, __half>(const DecodeParams&, int, void*);
-template int decode_tc_cluster_limit<256, __nv_bfloat16>();
-template int decode_tc_cluster_limit<256, __half>();
 
 }  // namespace pagedattn::cuda

@@ -31,14 +31,6 @@
 // first): no merge kernel. These three cut the CUDA-graph step at B 1 x 1024 by 15% (H100,
 // bench/RESULTS.md, session 30), from where the phase stamps (DecodeParams::trace) showed the
 // time going: the merge 2.8 us of a 7.7 us layer.
-// The cluster split (DecodeParams::cluster, small batches): no partition and no partials in
-// memory. A cluster of C CTAs serves one (request, head tile), rank k taking the k-th of C even
-// cuts of the request's keys (decode_cluster_work); each rank leaves its (O, lse) in its own
-// shared memory, and after a barrier over the cluster each rank merges a slice of the head tile's
-// rows from all ranks' shared memory (common/cluster.cuh), then a second barrier keeps every
-// rank's shared memory alive until the others have read it. It replaces the arrival count's and
-// the partials' L2 round trips with two cluster barriers and one read of distributed shared
-// memory.
 // Metadata on trust (common/guard.h): a request with bad KV metadata gets no keys (decode_work);
 // a page id outside the pool is zero-filled instead of read, and the CTA's rows are written as
 // 0 / -inf (a split item poisons its partial lse, and the merge writes 0 / -inf for the row).
@@ -61,7 +53,6 @@
 #include <cmath>
 #include <type_traits>
 
-#include "cuda/common/cluster.cuh"
 #include "cuda/common/device_utils.cuh"
 #include "cuda/common/guard.cuh"
 #include "cuda/common/pdl.cuh"
@@ -99,9 +90,6 @@ struct TcDecodeConfig {
   // The combine (warps' O, m, l in f32) reuses the rings.
   // ... and so do the rows' warp weights and lse after it.
   static_assert(sizeof(float) * (kWarps * kRows * (kCombineStride + 3) + kRows) <= kRingBytes);
-  // ... and so does the cluster split's (O, lse) of the CTA, f32 [16][D] then [16], after them.
-  static constexpr int kClusterOffset = (kWarps * kRows * (kCombineStride + 3) + kRows + 3) / 4 * 4;
-  static_assert(sizeof(float) * (kClusterOffset + kRows * (kHeadDim + 1)) <= kRingBytes);
   static_assert(kCombineStride % 4 == 0);  // float4 rows
   static_assert(kSmemBytes * kMinCtasPerSm <= 227 * 1024);
 
@@ -245,19 +233,11 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   // Grid: items x head tiles, the head tiles of an item side by side. The work (decode_work.cuh,
   // shared with the CUDA-core kernel): the metadata reads are issued together (a chain of
   // dependent reads is a chain of latencies).
-  // With the cluster split (DecodeParams::cluster), clusters of CTAs along x, one a (request, head
-  // tile), the head tiles of a request side by side; the CTA's rank is blockIdx.x % cluster.
   const int head_tiles = p.num_kv_heads * p.group_tiles;
-  const int cluster = p.cluster;
-  const int rank = cluster > 0 ? static_cast<int>(blockIdx.x % cluster) : 0;
-  const int tile = cluster > 0 ? static_cast<int>(blockIdx.x / cluster) : 0;
-  const int item = cluster > 0 ? 0 : blockIdx.x / head_tiles;
-  const int head_tile = cluster > 0 ? tile % head_tiles : blockIdx.x - item * head_tiles;
+  const int item = blockIdx.x / head_tiles;
+  const int head_tile = blockIdx.x - item * head_tiles;
   DecodeWork work;
-  // A rank of a cluster whose request is not split has no keys (rank 0 has them all, and writes
-  // the output): it must not write its zero rows over rank 0's.
-  if (cluster > 0 ? !decode_cluster_work(p, tile / head_tiles, head_tile, rank, work)
-                  : !decode_work(p, item, head_tile, work)) {
+  if (!decode_work(p, item, head_tile, work)) {
     if (early) pdl_wait();  // every CTA waits: this grid's end implies its predecessor's
     stamp(kTraceEnd);
     return;
@@ -580,8 +560,6 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   // recomputed the row's maximum and weights).
   float* row_weight = combine_l + C::kWarps * C::kRows;  // [16][kWarps]
   float* row_lse = row_weight + C::kRows * C::kWarps;    // [16]
-  float* cluster_o = combine_o + C::kClusterOffset;      // the cluster split: [16][D] f32
-  float* cluster_lse = cluster_o + C::kRows * kHeadDim;  // [16]
   if (tid < heads) {
     const int row = tid;
     float row_max = -INFINITY;
@@ -631,9 +609,6 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
       if (p.lse != nullptr && d == 0) {
         p.lse[request * p.lse_stride_batch + qo_head * p.lse_stride_head] = lse;
       }
-    } else if (cluster > 0) {  // for the cluster's merge, in this CTA's shared memory
-      *reinterpret_cast<float4*>(cluster_o + row * kHeadDim + d) = result;
-      if (d == 0) cluster_lse[row] = lse;
     } else {
       *reinterpret_cast<float4*>(
           p.partial_out + (int64_t{item} * p.num_qo_heads + qo_head) * kHeadDim + d) = result;
@@ -647,92 +622,8 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     return;
   }
 
-  // ---- split request: its items' (O, lse) merged ----
+  // ---- split request: the last of its items to finish (for this head tile) merges them ----
   //   lse = M + log(sum_i exp(lse_i - M)),  out = sum_i exp(lse_i - lse) * out_i.
-  // A thread per 4 output dims of a row (float4 partials), in one pass: each batch of up to
-  // kMergeBatch items has every item's lse and partial read at once (one round trip a batch,
-  // where the row's lse first and the weighted sum after took two or three), the running maximum
-  // rescaling the sums between batches. A poisoned partial (an item that met a bad page id, a NaN)
-  // makes the row 0 / -inf. `read(i, row, d, lse, part)` reads item i's lse of the row and its
-  // partial's 4 dims at d; thread 0 stamps the merge read after its first quad's first batch.
-  constexpr int kQuads = kHeadDim / 4;
-  constexpr int kMergeBatch = 16;
-  static_assert(kMaxDecodeCluster <= kMergeBatch, "a cluster's merge reads one batch");
-  T* out = static_cast<T*>(p.out) + request * p.out_stride_batch;
-  auto merge_quad = [&](int idx, bool first_quad, auto&& read) {
-    const int row = idx / kQuads;
-    const int d = (idx % kQuads) * 4;
-    const int64_t head = qo_head0 + row;
-    float big = -INFINITY, sum = 0.0f;
-    float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    bool nan = false;
-    for (int base = 0; base < merge_items; base += kMergeBatch) {
-      float item_lse[kMergeBatch];
-      float4 part[kMergeBatch];
-#pragma unroll
-      for (int i = 0; i < kMergeBatch; ++i) {
-        item_lse[i] = -INFINITY;
-        if (base + i < merge_items) read(base + i, row, d, item_lse[i], part[i]);
-      }
-      float batch_big = big;
-#pragma unroll
-      for (int i = 0; i < kMergeBatch; ++i) {
-        nan |= item_lse[i] != item_lse[i];
-        batch_big = fmaxf(batch_big, item_lse[i]);
-      }
-      if (batch_big == -INFINITY) continue;  // no keys in any item so far
-      const float rescale = big == -INFINITY ? 0.0f : __expf(big - batch_big);
-      sum *= rescale;
-      value =
-          make_float4(value.x * rescale, value.y * rescale, value.z * rescale, value.w * rescale);
-#pragma unroll
-      for (int i = 0; i < kMergeBatch; ++i) {
-        if (!(item_lse[i] > -INFINITY)) continue;  // no keys (or past the items, or a NaN)
-        const float w = __expf(item_lse[i] - batch_big);
-        sum += w;
-        value.x += w * part[i].x;
-        value.y += w * part[i].y;
-        value.z += w * part[i].z;
-        value.w += w * part[i].w;
-      }
-      big = batch_big;
-      if (base == 0 && first_quad) stamp(kTraceMergeRead);  // the first batch read and summed
-    }
-    const bool keys = sum > 0.0f && !nan;
-    const float inv = keys ? 1.0f / sum : 0.0f;
-    T* dst = out + head * p.out_stride_head + d;
-    dst[0] = from_float<T>(value.x * inv);
-    dst[1] = from_float<T>(value.y * inv);
-    dst[2] = from_float<T>(value.z * inv);
-    dst[3] = from_float<T>(value.w * inv);
-    if (p.lse != nullptr && d == 0) {
-      p.lse[request * p.lse_stride_batch + head * p.lse_stride_head] =
-          keys ? big + __logf(sum) : -INFINITY;
-    }
-  };
-
-  if (cluster > 0) {
-    // The cluster split: rank k merges quads [k Q / cluster, (k + 1) Q / cluster) of the head
-    // tile's Q = heads x D / 4, reading the ranks with keys (ranks 0 .. merge_items - 1) in
-    // distributed shared memory.
-    cluster_sync();  // every rank's (O, lse) is in its shared memory, visible to the cluster
-    stamp(kTraceCounted);
-    const int quads = heads * kQuads;
-    const int lo = rank * quads / cluster, hi = (rank + 1) * quads / cluster;
-    const uint32_t o_base = tc::smem_address(cluster_o);
-    const uint32_t lse_base = tc::smem_address(cluster_lse);
-    for (int idx = lo + tid; idx < hi; idx += C::kThreads) {
-      merge_quad(idx, idx == lo + tid, [&](int i, int row, int d, float& lse, float4& part) {
-        lse = ld_cluster_f32(map_cluster(lse_base + 4 * row, i));
-        part = ld_cluster_f32x4(map_cluster(o_base + 4 * (row * kHeadDim + d), i));
-      });
-    }
-    cluster_sync();  // the other ranks are done reading this CTA's shared memory
-    stamp(kTraceEnd);
-    return;
-  }
-
-  // Items: the last of the request's items to finish (for this head tile) merges them.
   __shared__ int last_arrival;
   __syncthreads();  // every thread's partials are written; and the combine buffers are free
   if (tid == 0) {
@@ -750,10 +641,18 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
     stamp(kTraceEnd);
     return;
   }
-  // The other CTAs' partials: read with ld.cg (L2, never a stale L1).
+  // The other CTAs' partials: read below with ld.cg (L2, never a stale L1).
+  // A thread per 4 output dims of a row (float4 partials), in one pass: each batch of up to
+  // kMergeBatch items has every item's lse and partial read at once (one L2 round trip a batch,
+  // where the row's lse first and the weighted sum after took two or three), the running maximum
+  // rescaling the sums between batches. A poisoned partial (an item that met a bad page id, a NaN)
+  // makes the row 0 / -inf.
+  constexpr int kQuads = kHeadDim / 4;
+  constexpr int kMergeBatch = 16;
+  T* out = static_cast<T*>(p.out) + request * p.out_stride_batch;
   // DecodeMergeRead kBulk: every item's partial rows of this head tile (heads x D f32, contiguous)
-  // staged in the free rings by the copy engine first, where they all fit (sm_90+); the merge
-  // then reads them from shared memory instead of the L2.
+  // staged in the free rings by the copy engine first, where they all fit (sm_90+); the loop
+  // below then reads them from shared memory instead of the L2.
   const float* staged = nullptr;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const uint32_t item_bytes = static_cast<uint32_t>(heads) * kHeadDim * sizeof(float);
@@ -779,92 +678,79 @@ __global__ void __launch_bounds__(TcDecodeConfig<kHeadDim>::kThreads,
   }
 #endif
   for (int idx = tid; idx < heads * kQuads; idx += C::kThreads) {
-    merge_quad(idx, idx == tid, [&](int i, int row, int d, float& lse, float4& part) {
-      const int64_t slot = int64_t{merge_first + i} * p.num_qo_heads + qo_head0 + row;
-      lse = __ldcg(p.partial_lse + slot);
-      part =
-          staged != nullptr
-              ? *reinterpret_cast<const float4*>(staged + (int64_t{i} * heads + row) * kHeadDim + d)
-              : __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kHeadDim + d));
-    });
+    const int row = idx / kQuads;
+    const int d = (idx % kQuads) * 4;
+    const int64_t head = qo_head0 + row;
+    float big = -INFINITY, sum = 0.0f;
+    float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    bool nan = false;
+    for (int base = 0; base < merge_items; base += kMergeBatch) {
+      float item_lse[kMergeBatch];
+      float4 part[kMergeBatch];
+#pragma unroll
+      for (int i = 0; i < kMergeBatch; ++i) {
+        item_lse[i] = -INFINITY;
+        if (base + i < merge_items) {
+          const int64_t slot = int64_t{merge_first + base + i} * p.num_qo_heads + head;
+          item_lse[i] = __ldcg(p.partial_lse + slot);
+          part[i] =
+              staged != nullptr
+                  ? *reinterpret_cast<const float4*>(
+                        staged + (int64_t{base + i} * heads + row) * kHeadDim + d)
+                  : __ldcg(reinterpret_cast<const float4*>(p.partial_out + slot * kHeadDim + d));
+        }
+      }
+      float batch_big = big;
+#pragma unroll
+      for (int i = 0; i < kMergeBatch; ++i) {
+        nan |= item_lse[i] != item_lse[i];
+        batch_big = fmaxf(batch_big, item_lse[i]);
+      }
+      if (batch_big == -INFINITY) continue;  // no keys in any item so far
+      const float rescale = big == -INFINITY ? 0.0f : __expf(big - batch_big);
+      sum *= rescale;
+      value =
+          make_float4(value.x * rescale, value.y * rescale, value.z * rescale, value.w * rescale);
+#pragma unroll
+      for (int i = 0; i < kMergeBatch; ++i) {
+        if (!(item_lse[i] > -INFINITY)) continue;  // no keys (or past the items, or a NaN)
+        const float w = __expf(item_lse[i] - batch_big);
+        sum += w;
+        value.x += w * part[i].x;
+        value.y += w * part[i].y;
+        value.z += w * part[i].z;
+        value.w += w * part[i].w;
+      }
+      big = batch_big;
+      if (base == 0 && idx == tid) stamp(kTraceMergeRead);  // the first batch read and summed
+    }
+    const bool keys = sum > 0.0f && !nan;
+    const float inv = keys ? 1.0f / sum : 0.0f;
+    T* dst = out + head * p.out_stride_head + d;
+    dst[0] = from_float<T>(value.x * inv);
+    dst[1] = from_float<T>(value.y * inv);
+    dst[2] = from_float<T>(value.z * inv);
+    dst[3] = from_float<T>(value.w * inv);
+    if (p.lse != nullptr && d == 0) {
+      p.lse[request * p.lse_stride_batch + head * p.lse_stride_head] =
+          keys ? big + __logf(sum) : -INFINITY;
+    }
   }
   stamp(kTraceEnd);
 }
 
-namespace tc {
-
-// The kernel's launch configuration: its shared-memory opt-in and its leave to run clusters
-// larger than 8 (both once per process); with cluster > 0, clusters of that many CTAs along x
-// (`attribute` holds the cluster dimension the configuration points to).
-template <int kHeadDim, class T>
-cudaLaunchConfig_t launch_config(int grid, int cluster, cudaStream_t stream,
-                                 cudaLaunchAttribute& attribute) {
-  using C = TcDecodeConfig<kHeadDim>;
-  auto* kernel = decode_tc_kernel<kHeadDim, T>;
-  static const cudaError_t attribute_status = [kernel] {
-    const cudaError_t status = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::kSmemBytes));
-    if (status != cudaSuccess) return status;
-    // Refused where the device has no clusters: decode_tc_cluster_limit then finds none.
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-        cudaSuccess) {
-      static_cast<void>(cudaGetLastError());
-    }
-    return cudaSuccess;
-  }();
-  PA_CUDA_CHECK(attribute_status);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(C::kThreads);
-  config.dynamicSmemBytes = C::kSmemBytes;
-  config.stream = stream;
-  attribute = cudaLaunchAttribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = cluster > 0 ? 1 : 0;
-  return config;
-}
-
-}  // namespace tc
-
-template <int kHeadDim, class T>
-int decode_tc_cluster_limit() {
-  static const int limit = [] {
-    auto* kernel = decode_tc_kernel<kHeadDim, T>;
-    if (!hopper_code(reinterpret_cast<const void*>(kernel))) return 0;
-    for (const int cluster : {kMaxDecodeCluster, 8}) {
-      cudaLaunchAttribute attribute;
-      const cudaLaunchConfig_t config =
-          tc::launch_config<kHeadDim, T>(cluster, cluster, nullptr, attribute);
-      int clusters = 0;
-      const cudaError_t status =
-          cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kernel), &config);
-      if (status != cudaSuccess) {
-        static_cast<void>(cudaGetLastError());  // a size the device refuses: try the next
-        continue;
-      }
-      if (clusters > 0) return cluster;
-    }
-    return 0;
-  }();
-  return limit;
-}
-
 template <int kHeadDim, class T>
 void launch_decode_tc_kernel(const DecodeParams& params, int grid_items, void* stream) {
-  // One dimension. Items: the head tiles of an item side by side (CTAs that run together read
-  // the same pages: neighbouring rows of NHD pages, neighbouring blocks of HND pages). The cluster
-  // split: a cluster per (request, head tile), ranks fastest.
-  const int head_tiles = params.num_kv_heads * params.group_tiles;
-  const int grid =
-      params.cluster > 0 ? params.batch * head_tiles * params.cluster : grid_items * head_tiles;
-  cudaLaunchAttribute attribute;
-  const cudaLaunchConfig_t config = tc::launch_config<kHeadDim, T>(
-      grid, params.cluster, static_cast<cudaStream_t>(stream), attribute);
-  launch_kernel(config, decode_tc_kernel<kHeadDim, T>, params);
+  using C = TcDecodeConfig<kHeadDim>;
+  auto* kernel = decode_tc_kernel<kHeadDim, T>;
+  static const cudaError_t attribute_status = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::kSmemBytes));
+  PA_CUDA_CHECK(attribute_status);
+  // One dimension, the head tiles of an item side by side: CTAs that run together read the same
+  // pages (neighbouring rows of NHD pages, neighbouring blocks of HND pages).
+  const int grid = grid_items * params.num_kv_heads * params.group_tiles;
+  launch_kernel(kernel, grid, C::kThreads, C::kSmemBytes, static_cast<cudaStream_t>(stream),
+                params);
   check_launch("decode_tc_kernel");
 }
 

@@ -33,15 +33,24 @@ struct DecodeWork {
 // count is read but not used. The request's reads (merge_indptr, kv_indptr, kv_last_page_len)
 // then go out together too, and are checked (common/guard.cuh): a request whose KV metadata is
 // bad gets no keys (its rows 0 / -inf).
-// The request's part of a CTA's work: its head tile's heads and its KV range (checked: a request
-// whose KV metadata is bad gets no keys, its rows 0 / -inf). The item fields are the caller's.
-__device__ __forceinline__ void decode_request(const DecodeParams& p, int request, int head_tile,
-                                               DecodeWork& w) {
+__device__ __forceinline__ bool decode_work(const DecodeParams& p, int item, int head_tile,
+                                            DecodeWork& w) {
+  // Loads through L2 (ld.global.cg): the tensor-core kernel may issue them before its pdl_wait()
+  // (DecodeParams::early_metadata), and no SM's L1 may hold a line of an earlier step's plan.
+  const int num_items = __ldcg(&p.partition.info->num_items);
+  const int request = __ldcg(p.partition.work_request + item);
+  const int chunk = __ldcg(p.partition.work_chunk + item);
+  const int64_t chunk_pages = __ldcg(&p.partition.info->chunk_pages);
+  if (item >= num_items) return false;
   w.kv_head = head_tile / p.group_tiles;
   const int head_begin = (head_tile % p.group_tiles) * kMaxGroupPerCta;
   w.heads = min(kMaxGroupPerCta, p.group - head_begin);
   w.qo_head0 = w.kv_head * p.group + head_begin;
+
   w.request = request;
+  w.merge_first = __ldcg(p.partition.merge_indptr + request);
+  w.merge_items = __ldcg(p.partition.merge_indptr + request + 1) - w.merge_first;
+  w.split = w.merge_items > 1;
   const int page_size = p.page_size;
   w.page_begin = __ldcg(p.kv_indptr + request);
   const int page_end = __ldcg(p.kv_indptr + request + 1);
@@ -53,61 +62,11 @@ __device__ __forceinline__ void decode_request(const DecodeParams& p, int reques
                             ? page_end - w.page_begin
                             : 0;
   w.kv_len = num_pages == 0 ? 0 : (num_pages - 1) * page_size + last_page_len;
-}
-
-// The first key a request's query sees: 0, or the sliding window's first.
-__device__ __forceinline__ int decode_first_key(const DecodeParams& p, int kv_len) {
-  return p.window_left >= 0 ? max(0, kv_len - 1 - p.window_left) : 0;
-}
-
-// The work of item `item` for head tile `head_tile`; false when the item is past the partition's
-// count (nothing to do). The partition's reads go out together, before the count is known (one
-// memory latency, not two, before the request's metadata): the grid never exceeds the partition
-// arrays' capacity (run_decode bounds it by the workspace's max_items), and an entry past the
-// count is read but not used. The request's reads (merge_indptr, kv_indptr, kv_last_page_len)
-// then go out together too.
-__device__ __forceinline__ bool decode_work(const DecodeParams& p, int item, int head_tile,
-                                            DecodeWork& w) {
-  // Loads through L2 (ld.global.cg): the tensor-core kernel may issue them before its pdl_wait()
-  // (DecodeParams::early_metadata), and no SM's L1 may hold a line of an earlier step's plan.
-  const int num_items = __ldcg(&p.partition.info->num_items);
-  const int request = __ldcg(p.partition.work_request + item);
-  const int chunk = __ldcg(p.partition.work_chunk + item);
-  const int64_t chunk_pages = __ldcg(&p.partition.info->chunk_pages);
-  if (item >= num_items) return false;
-  w.merge_first = __ldcg(p.partition.merge_indptr + request);
-  w.merge_items = __ldcg(p.partition.merge_indptr + request + 1) - w.merge_first;
-  w.split = w.merge_items > 1;
-  decode_request(p, request, head_tile, w);
-  const int64_t chunk_tokens = chunk_pages * p.page_size;
+  const int64_t chunk_tokens = chunk_pages * page_size;
   w.tok_begin = static_cast<int>(min(static_cast<int64_t>(w.kv_len), chunk * chunk_tokens));
   w.tok_end = static_cast<int>(min(static_cast<int64_t>(w.kv_len), (chunk + 1) * chunk_tokens));
-  w.tok_begin = max(w.tok_begin, decode_first_key(p, w.kv_len));
+  if (p.window_left >= 0) w.tok_begin = max(w.tok_begin, w.kv_len - 1 - p.window_left);
   return true;
-}
-
-// The work of rank `rank` of the cluster of DecodeParams::cluster CTAs that serves (request, head
-// tile) (the tensor-core kernel's cluster split; the partition is not read): the request's keys
-// from its first one cut evenly among min(cluster, ceil(keys / kDecodeClusterMinKeys)) ranks (so a
-// short request is not cut into slivers), the rest of the ranks none. merge_items: the ranks with
-// keys; split: more than one of them (their (O, lse) are then merged across the cluster). False
-// for a rank with nothing to do: one past rank 0 where the request is not split (no merge reads
-// it, and it must not write the output).
-inline constexpr int kDecodeClusterMinKeys = 64;
-__device__ __forceinline__ bool decode_cluster_work(const DecodeParams& p, int request,
-                                                    int head_tile, int rank, DecodeWork& w) {
-  decode_request(p, request, head_tile, w);
-  const int first = decode_first_key(p, w.kv_len);
-  const int keys = w.kv_len - first;
-  const int ranks =
-      min(p.cluster, max(1, (keys + kDecodeClusterMinKeys - 1) / kDecodeClusterMinKeys));
-  w.merge_first = 0;
-  w.merge_items = ranks;
-  w.split = ranks > 1;
-  w.tok_begin = rank < ranks ? first + static_cast<int>(int64_t{keys} * rank / ranks) : w.kv_len;
-  w.tok_end =
-      rank < ranks ? first + static_cast<int>(int64_t{keys} * (rank + 1) / ranks) : w.kv_len;
-  return w.split || rank == 0;
 }
 
 }  // namespace pagedattn::cuda

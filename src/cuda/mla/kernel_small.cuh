@@ -31,7 +31,6 @@
 // columns 512 k / C .. of every row (the output, or the item's partial when the request is split).
 #pragma once
 
-#include "cuda/common/cluster.cuh"
 #include "cuda/mla/kernel.cuh"
 
 namespace pagedattn::cuda::mla::small {
@@ -60,8 +59,69 @@ struct Tile {
   static_assert(kBytes <= 227 * 1024, "one CTA per SM must fit");
 };
 
-// ---- clusters (sm_90; the helpers are common/cluster.cuh's) ----
+// ---- clusters (sm_90): the CTA's rank, a barrier over the cluster, distributed shared memory ----
 inline constexpr int kMaxCluster = 8;  // the portable cluster size
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define PAGEDATTN_NO_CLUSTERS  // the helpers trap (launch.cu never asks for a cluster there)
+#endif
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank = 0;
+#ifdef PAGEDATTN_NO_CLUSTERS
+  __trap();
+#else
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+#endif
+  return rank;
+}
+// Every thread of the cluster's CTAs: shared memory writes before it are visible to the cluster's
+// reads after it.
+__device__ __forceinline__ void cluster_sync() {
+#ifdef PAGEDATTN_NO_CLUSTERS
+  __trap();
+#else
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+#endif
+}
+// The address of this CTA's shared memory address `addr` in the CTA of rank `rank`.
+__device__ __forceinline__ uint32_t map_cluster(uint32_t addr, int rank) {
+  uint32_t out = addr;
+#ifdef PAGEDATTN_NO_CLUSTERS
+  (void)rank;
+  __trap();
+#else
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
+#endif
+  return out;
+}
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
+  float v = 0.0f;
+#ifdef PAGEDATTN_NO_CLUSTERS
+  (void)addr;
+  __trap();
+#else
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+#endif
+  return v;
+}
+__device__ __forceinline__ float4 ld_cluster_f32x4(uint32_t addr) {
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#ifdef PAGEDATTN_NO_CLUSTERS
+  (void)addr;
+  __trap();
+#else
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+#endif
+  return v;
+}
+
+#undef PAGEDATTN_NO_CLUSTERS
 
 __device__ __forceinline__ void pair_barrier(int pair) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(pair + 1), "n"(Tile::kPairThreads) : "memory");
