@@ -31,6 +31,9 @@
 // first): no merge kernel. These three cut the CUDA-graph step at B 1 x 1024 by 15% (H100,
 // bench/RESULTS.md, session 30), from where the phase stamps (DecodeParams::trace) showed the
 // time going: the merge 2.8 us of a 7.7 us layer.
+// (Thread block clusters that combine in distributed shared memory instead of the L2 were built
+// and measured three times, sessions 19, 30 and 32, and lost or tied each time: bench/RESULTS.md,
+// "Tried and retired", "Thread-block clusters ...". Read those entries before a fourth.)
 // Metadata on trust (common/guard.h): a request with bad KV metadata gets no keys (decode_work);
 // a page id outside the pool is zero-filled instead of read, and the CTA's rows are written as
 // 0 / -inf (a split item poisons its partial lse, and the merge writes 0 / -inf for the row).
