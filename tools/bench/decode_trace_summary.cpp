@@ -7,6 +7,7 @@
 namespace pagedattn::tools {
 namespace {
 
+constexpr int kStart = 0;
 constexpr int kMetadata = 1;  // DecodeTrace::kPhaseNames: a CTA that reached it had a work item
 constexpr int kEnd = cuda::DecodeTrace::kPhases - 1;
 
@@ -68,10 +69,10 @@ DecodeTraceSummary summarize_decode_trace(const cuda::DecodeTrace& trace) {
   // The SM clock: cycles over ns of each working CTA that lived long enough for the global
   // timer's steps (0.26 us on an H100) to matter little.
   std::vector<double> rates;
-  const size_t clock_words = static_cast<size_t>(trace.layers * trace.ctas) * 2;
-  for (int32_t layer = 1; layer < trace.layers && trace.sm_clocks.size() == clock_words; ++layer) {
+  const bool clocks = trace.sm_clocks.size() == static_cast<size_t>(trace.layers * trace.ctas) * 2;
+  for (int32_t layer = 1; clocks && layer < trace.layers; ++layer) {
     for (int64_t cta = 0; cta < trace.ctas; ++cta) {
-      const uint64_t start = at(layer, cta, 0), end = at(layer, cta, kEnd);
+      const uint64_t start = at(layer, cta, kStart), end = at(layer, cta, kEnd);
       const size_t clock = static_cast<size_t>(layer * trace.ctas + cta) * 2;
       const uint64_t cycles_start = trace.sm_clocks[clock], cycles_end = trace.sm_clocks[clock + 1];
       if (at(layer, cta, kMetadata) == 0 || start == 0 || end < start + 2000 ||
